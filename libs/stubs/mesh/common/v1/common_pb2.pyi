@@ -1,0 +1,61 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ConnectFourPosition(_message.Message):
+    __slots__ = ("moves",)
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    moves: str
+    def __init__(self, moves: _Optional[str] = ...) -> None: ...
+
+class SearchStatistics(_message.Message):
+    __slots__ = ("simulations", "simulations_per_second", "tree_size", "max_depth", "root_value", "actions", "elapsed_ms", "seed", "threads", "tree_full")
+    SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
+    SIMULATIONS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    ROOT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    TREE_FULL_FIELD_NUMBER: _ClassVar[int]
+    simulations: int
+    simulations_per_second: float
+    tree_size: int
+    max_depth: int
+    root_value: float
+    actions: _containers.RepeatedCompositeFieldContainer[ActionStatistics]
+    elapsed_ms: float
+    seed: int
+    threads: int
+    tree_full: bool
+    def __init__(self, simulations: _Optional[int] = ..., simulations_per_second: _Optional[float] = ..., tree_size: _Optional[int] = ..., max_depth: _Optional[int] = ..., root_value: _Optional[float] = ..., actions: _Optional[_Iterable[_Union[ActionStatistics, _Mapping]]] = ..., elapsed_ms: _Optional[float] = ..., seed: _Optional[int] = ..., threads: _Optional[int] = ..., tree_full: _Optional[bool] = ...) -> None: ...
+
+class ActionStatistics(_message.Message):
+    __slots__ = ("action", "visits", "value", "prior")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    VISITS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_FIELD_NUMBER: _ClassVar[int]
+    action: int
+    visits: int
+    value: float
+    prior: float
+    def __init__(self, action: _Optional[int] = ..., visits: _Optional[int] = ..., value: _Optional[float] = ..., prior: _Optional[float] = ...) -> None: ...
+
+class Document(_message.Message):
+    __slots__ = ("id", "title", "text", "source")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    text: str
+    source: str
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...

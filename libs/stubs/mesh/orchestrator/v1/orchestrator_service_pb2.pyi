@@ -1,0 +1,180 @@
+from google.api import annotations_pb2 as _annotations_pb2
+from mesh.common.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Agent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AGENT_UNSPECIFIED: _ClassVar[Agent]
+    AGENT_MCTS: _ClassVar[Agent]
+    AGENT_NEURAL: _ClassVar[Agent]
+    AGENT_CHECKER: _ClassVar[Agent]
+    AGENT_RETRIEVAL: _ClassVar[Agent]
+    AGENT_LLM: _ClassVar[Agent]
+
+class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTCOME_UNSPECIFIED: _ClassVar[Outcome]
+    OUTCOME_WIN: _ClassVar[Outcome]
+    OUTCOME_DRAW: _ClassVar[Outcome]
+    OUTCOME_LOSS: _ClassVar[Outcome]
+AGENT_UNSPECIFIED: Agent
+AGENT_MCTS: Agent
+AGENT_NEURAL: Agent
+AGENT_CHECKER: Agent
+AGENT_RETRIEVAL: Agent
+AGENT_LLM: Agent
+OUTCOME_UNSPECIFIED: Outcome
+OUTCOME_WIN: Outcome
+OUTCOME_DRAW: Outcome
+OUTCOME_LOSS: Outcome
+
+class SolveProblemRequest(_message.Message):
+    __slots__ = ("connect_four", "agents", "simulations", "max_iterations", "seed", "thread_id")
+    CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    connect_four: _common_pb2.ConnectFourPosition
+    agents: _containers.RepeatedScalarFieldContainer[Agent]
+    simulations: int
+    max_iterations: int
+    seed: int
+    thread_id: str
+    def __init__(self, connect_four: _Optional[_Union[_common_pb2.ConnectFourPosition, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., simulations: _Optional[int] = ..., max_iterations: _Optional[int] = ..., seed: _Optional[int] = ..., thread_id: _Optional[str] = ...) -> None: ...
+
+class AgentVote(_message.Message):
+    __slots__ = ("agent", "proposal", "confidence", "latency_ms", "iteration", "rationale")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    RATIONALE_FIELD_NUMBER: _ClassVar[int]
+    agent: Agent
+    proposal: str
+    confidence: float
+    latency_ms: float
+    iteration: int
+    rationale: str
+    def __init__(self, agent: _Optional[_Union[Agent, str]] = ..., proposal: _Optional[str] = ..., confidence: _Optional[float] = ..., latency_ms: _Optional[float] = ..., iteration: _Optional[int] = ..., rationale: _Optional[str] = ...) -> None: ...
+
+class ConnectFourAnswer(_message.Message):
+    __slots__ = ("column", "value", "outcome", "score")
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    column: int
+    value: float
+    outcome: Outcome
+    score: int
+    def __init__(self, column: _Optional[int] = ..., value: _Optional[float] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., score: _Optional[int] = ...) -> None: ...
+
+class StepTiming(_message.Message):
+    __slots__ = ("step", "iteration", "elapsed_ms")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    iteration: int
+    elapsed_ms: float
+    def __init__(self, step: _Optional[str] = ..., iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
+
+class SolveProblemResponse(_message.Message):
+    __slots__ = ("connect_four", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id")
+    CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_STATISTICS_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSENSUS_REACHED_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    connect_four: ConnectFourAnswer
+    confidence: float
+    votes: _containers.RepeatedCompositeFieldContainer[AgentVote]
+    agents: _containers.RepeatedScalarFieldContainer[Agent]
+    search_statistics: _common_pb2.SearchStatistics
+    iterations: int
+    consensus_reached: bool
+    timings: _containers.RepeatedCompositeFieldContainer[StepTiming]
+    thread_id: str
+    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ...) -> None: ...
+
+class AnswerQueryRequest(_message.Message):
+    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MCTS_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    collection: str
+    top_k: int
+    mcts_iterations: int
+    thread_id: str
+    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ...) -> None: ...
+
+class Source(_message.Message):
+    __slots__ = ("document_id", "title", "text", "score", "source")
+    DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    document_id: str
+    title: str
+    text: str
+    score: float
+    source: str
+    def __init__(self, document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
+
+class AnswerQueryResponse(_message.Message):
+    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id")
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    answer: str
+    confidence: float
+    sources: _containers.RepeatedCompositeFieldContainer[Source]
+    votes: _containers.RepeatedCompositeFieldContainer[AgentVote]
+    agents: _containers.RepeatedScalarFieldContainer[Agent]
+    provider: str
+    offline: bool
+    iterations: int
+    timings: _containers.RepeatedCompositeFieldContainer[StepTiming]
+    thread_id: str
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ...) -> None: ...
+
+class IngestDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "documents")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    documents: _containers.RepeatedCompositeFieldContainer[_common_pb2.Document]
+    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[_common_pb2.Document, _Mapping]]] = ...) -> None: ...
+
+class IngestDocumentsResponse(_message.Message):
+    __slots__ = ("document_count", "chunk_count")
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    document_count: int
+    chunk_count: int
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ...) -> None: ...
