@@ -1,0 +1,54 @@
+# The verbs of the project. `make run` and `make test` work on a fresh machine.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BUF    := $(VENV)/bin/buf
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup gen lint run test bench check-stubs breaking clean
+
+# A virtual environment with every dependency at the version in requirements.lock, the project
+# installed editable, and the stubs generated.
+setup: $(STAMP) libs/stubs/mesh/__init__.py
+
+$(STAMP): requirements.lock pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+libs/stubs/mesh/__init__.py: $(STAMP) $(shell find protos -name '*.proto')
+	bash scripts/gen.sh
+
+# Python stubs from protos/ (buf builds the image, grpc_tools writes the code).
+gen: $(STAMP)
+	bash scripts/gen.sh
+
+lint: setup
+	$(BUF) lint
+	$(VENV)/bin/ruff check .
+
+# Fails when the committed stubs differ from a fresh `make gen`.
+check-stubs: setup
+	bash scripts/gen.sh
+	git diff --exit-code -- libs/stubs
+	test -z "$$(git status --porcelain -- libs/stubs)"
+
+# buf breaking against the previous commit of main (skipped when it has no protos).
+breaking: setup
+	bash scripts/breaking.sh
+
+# Brings the mesh up on the embedded defaults, sends it the demo workload through its public API,
+# then keeps serving until Ctrl-C.
+run: setup
+	$(VENV)/bin/mcts-mesh up --demo
+
+test: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PY) bench/mcts.py
+	$(PY) bench/retrieval.py
+
+clean:
+	rm -rf $(VENV) third_party var .pytest_cache

@@ -1,0 +1,37 @@
+"""The settings base every service extends: one frozen pydantic-settings object per service.
+
+Each service subclasses `ServiceSettings` in `services/<name>/settings.py` with its own env prefix
+(`MCTS_`, `NEURAL_`, `RETRIEVAL_`, `LLM_`, `ORCHESTRATOR_`). The object is read from the environment
+once, in `main()`, and passed down; nothing below `main()` reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Fields every gRPC service has."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    host: str = "127.0.0.1"
+    """Interface to bind; 127.0.0.1 on one machine, 0.0.0.0 in a container."""
+    port: int = 0
+    """gRPC port; 0 binds a free port (tests)."""
+    drain_grace_s: float = 5.0
+    """Seconds in-flight calls get to finish after SIGTERM."""
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
+    )
+    """OTLP/gRPC endpoint for traces (Jaeger's 4317), read from the standard variable
+    `OTEL_EXPORTER_OTLP_ENDPOINT` for every service; unset means spans are not exported."""
+
+    def masked(self) -> dict[str, object]:
+        """The settings as a dict with every secret masked, for the start-up log line."""
+        out: dict[str, object] = {}
+        for name, value in self.model_dump().items():
+            out[name] = "**********" if isinstance(getattr(self, name), SecretStr) else value
+        return out

@@ -1,0 +1,419 @@
+"""`mcts-mesh`: the one command line of the project.
+
+`up` and `serve` run services; `train` runs a training job; every other command is a client of the
+orchestrator's public gRPC API (`--target`), never an in-process shortcut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+AGENT_NAMES = ("mcts", "neural", "checker", "retrieval", "llm")
+
+# service word -> (settings class, entry-point module)
+SERVICE_ENTRY = {
+    "mcts": ("services.mcts.settings:MctsSettings", "services.mcts.main"),
+    "neural": ("services.neural.settings:NeuralSettings", "services.neural.main"),
+    "retrieval": ("services.retrieval.settings:RetrievalSettings", "services.retrieval.main"),
+    "llm_gateway": ("services.llm_gateway.settings:LlmGatewaySettings", "services.llm_gateway.main"),
+    "orchestrator": ("services.orchestrator.settings:OrchestratorSettings",
+                     "services.orchestrator.main"),
+}
+
+
+def _import(path: str):
+    module, _, attribute = path.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attribute) if attribute else loaded
+
+
+def _agents(text: str | None) -> list[int]:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    if not text:
+        return []
+    agents = []
+    for name in text.split(","):
+        name = name.strip().lower()
+        if name not in AGENT_NAMES:
+            raise SystemExit(f"--agents: unknown agent {name!r}; choose from {', '.join(AGENT_NAMES)}")
+        agents.append(pb.Agent.Value(f"AGENT_{name.upper()}"))
+    return agents
+
+
+def _agent_name(value: int) -> str:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    return pb.Agent.Name(value).removeprefix("AGENT_").lower()
+
+
+def _fail(error: grpc.RpcError) -> int:
+    """Prints a failed call the way a user reads it: code, message, field violations."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+    status = rpc_status.from_call(error)
+    if status is not None:
+        for detail in status.details:
+            bad = error_details_pb2.BadRequest()
+            if detail.Unpack(bad):
+                for violation in bad.field_violations:
+                    print(f"  field {violation.field}: {violation.description}", file=sys.stderr)
+    return 2
+
+
+def _stub(target: str):
+    from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+
+    channel = grpc.insecure_channel(target)
+    return channel, orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+
+
+def _solve_request(moves: str, args) -> object:
+    from mesh.common.v1 import common_pb2
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    request = pb.SolveProblemRequest(
+        connect_four=common_pb2.ConnectFourPosition(moves=moves),
+        agents=_agents(args.agents), seed=args.seed,
+    )
+    if args.simulations is not None:
+        request.simulations = args.simulations
+    return request
+
+
+def _answer_record(moves: str, response, latency_ms: float) -> dict:
+    answer = response.connect_four
+    stats = response.search_statistics
+    return {
+        "moves": moves,
+        "move": answer.column,
+        "value": round(answer.value, 4),
+        "outcome": _outcome_name(answer.outcome),
+        "confidence": round(response.confidence, 4),
+        "agents": [_agent_name(a) for a in response.agents],
+        "votes": [{"agent": _agent_name(v.agent), "proposal": v.proposal,
+                   "confidence": round(v.confidence, 4), "rationale": v.rationale}
+                  for v in response.votes],
+        "simulations": stats.simulations,
+        "simulations_per_second": round(stats.simulations_per_second, 1),
+        "iterations": response.iterations,
+        "consensus": response.consensus_reached,
+        "latency_ms": round(latency_ms, 2),
+    }
+
+
+def _outcome_name(value: int) -> str:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    return pb.Outcome.Name(value).removeprefix("OUTCOME_").lower()
+
+
+def cmd_solve(args) -> int:
+    if args.game != "connect4":
+        raise SystemExit("solve: only 'connect4' is built so far")
+    channel, stub = _stub(args.target)
+    started = time.perf_counter()
+    try:
+        response = stub.SolveProblem(_solve_request(args.moves, args), timeout=args.deadline)
+    except grpc.RpcError as error:
+        return _fail(error)
+    finally:
+        channel.close()
+    record = _answer_record(args.moves, response, (time.perf_counter() - started) * 1e3)
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(f"play column {record['move']}  (value {record['value']:+.3f}, outcome "
+              f"{record['outcome']}, confidence {record['confidence']:.2f}, agents "
+              f"{','.join(record['agents'])}, {record['simulations']} simulations at "
+              f"{record['simulations_per_second']:.0f}/s, {record['latency_ms']:.0f} ms)")
+        for vote in record["votes"]:
+            print(f"  {vote['agent']:>8}: {vote['proposal']:>2}  conf {vote['confidence']:.2f}  "
+                  f"{vote['rationale']}")
+    return 0
+
+
+def read_pons_file(path: Path, limit: int | None) -> list[tuple[str, int]]:
+    """Pons benchmark lines `<moves> <score>`; `limit` keeps the first N."""
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        moves, score = line.split()
+        rows.append((moves, int(score)))
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
+
+
+def cmd_eval(args) -> int:
+    """Sends every position of a Pons file to the orchestrator and judges the move it returns.
+
+    A move keeps the outcome when the position after it has the same game-theoretic result for the
+    player who moved as the position before it (the file's score); the judging uses the exact solver
+    on this side, the answer comes only from the mesh.
+    """
+    from libs.connect4.outcome import keeps_outcome
+
+    if args.game != "connect4":
+        raise SystemExit("eval: only 'connect4' is built so far")
+    rows = read_pons_file(Path(args.file), args.limit)
+    channel, stub = _stub(args.target)
+    kept = 0
+    latencies, rates = [], []
+    try:
+        for index, (moves, score) in enumerate(rows, 1):
+            started = time.perf_counter()
+            try:
+                response = stub.SolveProblem(_solve_request(moves, args), timeout=args.deadline)
+            except grpc.RpcError as error:
+                return _fail(error)
+            latency_ms = (time.perf_counter() - started) * 1e3
+            record = _answer_record(moves, response, latency_ms)
+            record["score"] = score
+            record["keeps_outcome"] = bool(keeps_outcome(moves, record["move"], score))
+            kept += record["keeps_outcome"]
+            latencies.append(latency_ms)
+            if record["simulations_per_second"]:
+                rates.append(record["simulations_per_second"])
+            if args.json:
+                print(json.dumps(record), flush=True)
+            elif index % 25 == 0 or index == len(rows):
+                print(f"{index}/{len(rows)}: kept {kept} ({kept / index:.1%})", file=sys.stderr)
+    finally:
+        channel.close()
+    latencies.sort()
+    summary = {
+        "summary": True,
+        "file": str(args.file),
+        "positions": len(rows),
+        "kept": kept,
+        "keeps_outcome_rate": round(kept / len(rows), 4) if rows else 0.0,
+        "agents": args.agents or "all",
+        "median_latency_ms": round(latencies[len(latencies) // 2], 2) if latencies else 0.0,
+        "mean_simulations_per_second": round(sum(rates) / len(rates), 1) if rates else 0.0,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{Path(args.file).name}: {kept}/{len(rows)} moves keep the outcome "
+              f"({summary['keeps_outcome_rate']:.1%}); median latency "
+              f"{summary['median_latency_ms']:.0f} ms; MCTS {summary['mean_simulations_per_second']:.0f}"
+              " simulations/s")
+    return 0
+
+
+def cmd_ingest(args) -> int:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+    from services.retrieval.ingest import read_documents
+
+    channel, stub = _stub(args.target)
+    total_docs = total_chunks = 0
+    try:
+        for batch in read_documents([Path(p) for p in args.paths], batch_size=args.batch_size,
+                                    progress=not args.quiet):
+            try:
+                reply = stub.IngestDocuments(
+                    pb.IngestDocumentsRequest(collection=args.collection, documents=batch),
+                    timeout=args.deadline)
+            except grpc.RpcError as error:
+                return _fail(error)
+            total_docs += reply.document_count
+            total_chunks += reply.chunk_count
+    finally:
+        channel.close()
+    print(f"ingested {total_docs} documents as {total_chunks} chunks into {args.collection!r}")
+    return 0
+
+
+def cmd_query(args) -> int:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    channel, stub = _stub(args.target)
+    request = pb.AnswerQueryRequest(query=args.text, collection=args.collection)
+    if args.top_k is not None:
+        request.top_k = args.top_k
+    try:
+        response = stub.AnswerQuery(request, timeout=args.deadline)
+    except grpc.RpcError as error:
+        return _fail(error)
+    finally:
+        channel.close()
+    if args.json:
+        from google.protobuf import json_format
+
+        print(json.dumps(json_format.MessageToDict(response)))
+        return 0
+    label = "offline extractive provider" if response.offline else response.provider
+    print(response.answer)
+    print(f"\n(confidence {response.confidence:.2f}; drafted by {label})")
+    for i, source in enumerate(response.sources, 1):
+        print(f"  [{i}] {source.document_id} {source.title[:70]!r} score {source.score:.3f}")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from libs.server import serve
+    from libs.telemetry import setup_tracing
+
+    settings_cls = _import(SERVICE_ENTRY[args.service][0])
+    main_module = _import(SERVICE_ENTRY[args.service][1])
+    settings = settings_cls()
+    logging.getLogger(__name__).info("%s settings: %s", args.service, settings.masked())
+    provider = setup_tracing(args.service, settings.otel_exporter_otlp_endpoint)
+
+    def on_listening(ports: dict[str, int]) -> None:
+        if args.port_file:
+            tmp = Path(args.port_file + ".tmp")
+            tmp.write_text(json.dumps(ports))
+            tmp.replace(args.port_file)
+
+    async def run() -> None:
+        servicers, ready = await main_module.build_servicers(settings)
+        extra = getattr(main_module, "start_extra", None)
+        await serve(args.service, settings, servicers, ready, on_listening=on_listening,
+                    start_extra=extra)
+
+    try:
+        asyncio.run(run())
+    finally:
+        provider.shutdown()
+    return 0
+
+
+def cmd_up(args) -> int:
+    from mcts_mesh.launcher import start_mesh
+
+    print("starting mcts, neural, retrieval, llm_gateway, orchestrator on loopback ...", flush=True)
+    started = time.perf_counter()
+    mesh = start_mesh(port_base=args.port_base, rest_port=args.rest_port,
+                      log_dir=Path(args.log_dir) if args.log_dir else None)
+    print(f"mesh up in {time.perf_counter() - started:.1f} s: " + ", ".join(
+        f"{name} :{port}" for name, port in mesh.ports.items()) + f", REST :{mesh.rest_port}"
+        f"  (logs in {next(iter(mesh.logs.values())).parent})", flush=True)
+    try:
+        if args.demo:
+            from mcts_mesh.demo import run_demo
+
+            run_demo(mesh.target, args)
+        print("serving; Ctrl-C stops the mesh", flush=True)
+        while all(p.poll() is None for p in mesh.processes.values()):
+            time.sleep(0.5)
+        dead = [n for n, p in mesh.processes.items() if p.poll() is not None]
+        print(f"service exited: {', '.join(dead)}; stopping the mesh", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping the mesh (graceful drain) ...", flush=True)
+        return 0
+    finally:
+        mesh.stop()
+
+
+def cmd_train(args) -> int:
+    if args.what != "connect4-pv":
+        raise SystemExit("train: only 'connect4-pv' is built so far")
+    from services.neural.training.connect4_selfplay import train_connect4_pv
+
+    report = train_connect4_pv(output_dir=Path(args.output), games=args.games,
+                               simulations=args.simulations, epochs=args.epochs, seed=args.seed,
+                               workers=args.workers)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcts-mesh", description=__doc__)
+    parser.add_argument("--target", default=DEFAULT_TARGET,
+                        help="the orchestrator's gRPC address (default %(default)s)")
+    parser.add_argument("--deadline", type=float, default=120.0,
+                        help="deadline of each call in seconds (default %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run all five services on loopback")
+    up.add_argument("--port-base", type=int, default=50051,
+                    help="orchestrator gRPC port; the others follow +1..+4 (0: free ports)")
+    up.add_argument("--rest-port", type=int, default=8080)
+    up.add_argument("--log-dir", default=None)
+    up.add_argument("--demo", action="store_true",
+                    help="send the demo workload (Pons positions, SciFact claims) once up")
+    up.add_argument("--demo-positions", type=int, default=20,
+                    help="Pons positions per file in the demo")
+    up.add_argument("--data-dir", default=None,
+                    help="shared data folder (default: ../shared/data beside the repository)")
+    up.set_defaults(func=cmd_up)
+
+    serve = sub.add_parser("serve", help="run one service (its settings come from the environment)")
+    serve.add_argument("service", choices=sorted(SERVICE_ENTRY))
+    serve.add_argument("--port-file", default=None,
+                       help="write the bound ports as JSON here once SERVING")
+    serve.set_defaults(func=cmd_serve)
+
+    solve = sub.add_parser("solve", help="ask the orchestrator to solve a problem")
+    solve.add_argument("game", choices=["connect4"])
+    solve.add_argument("moves", help="columns 1-7 played from the empty board, e.g. 4453")
+    for p in (solve,):
+        p.add_argument("--agents", default=None, help="comma list of mcts,neural,checker")
+        p.add_argument("--simulations", type=int, default=None)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--json", action="store_true")
+    solve.set_defaults(func=cmd_solve)
+
+    evaluate = sub.add_parser("eval", help="evaluate the mesh on a Pons benchmark file")
+    evaluate.add_argument("game", choices=["connect4"])
+    evaluate.add_argument("file")
+    evaluate.add_argument("--limit", type=int, default=None)
+    evaluate.add_argument("--agents", default=None, help="comma list of mcts,neural,checker")
+    evaluate.add_argument("--simulations", type=int, default=None)
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--json", action="store_true")
+    evaluate.set_defaults(func=cmd_eval)
+
+    ingest = sub.add_parser("ingest", help="ingest text, markdown or JSONL files into retrieval")
+    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("--collection", default="default")
+    ingest.add_argument("--batch-size", type=int, default=256)
+    ingest.add_argument("--quiet", action="store_true")
+    ingest.set_defaults(func=cmd_ingest)
+
+    query = sub.add_parser("query", help="answer a text query from the ingested documents")
+    query.add_argument("text")
+    query.add_argument("--collection", default="")
+    query.add_argument("--top-k", type=int, default=None)
+    query.add_argument("--json", action="store_true")
+    query.set_defaults(func=cmd_query)
+
+    train = sub.add_parser("train", help="train a model (writes a checkpoint the service loads)")
+    train.add_argument("what", choices=["connect4-pv"])
+    train.add_argument("--output", default="models/connect4-pv")
+    train.add_argument("--games", type=int, default=400)
+    train.add_argument("--simulations", type=int, default=2000)
+    train.add_argument("--epochs", type=int, default=10)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--workers", type=int, default=2)
+    train.set_defaults(func=cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The demo workload `make run` sends to a freshly started mesh, through the public gRPC API only.
+
+1. Connect Four: the first positions of each Pons benchmark file; for each, the orchestrator's move
+   and whether it keeps the position's game-theoretic outcome (judged here with the exact solver).
+2. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs), then a
+   few test claims are answered with their sources, and each is marked by whether a source is one the
+   qrels judge relevant.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import grpc
+
+PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R2", "Test_L1_R3")
+SCIFACT_COLLECTION = "scifact"
+SCIFACT_CLAIMS = 5
+SCIFACT_DISTRACTORS = 300
+
+
+def default_data_dir() -> Path:
+    """`../shared/data` beside the repository."""
+    return Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _connect_four(stub, data_dir: Path, per_file: int) -> None:
+    from libs.connect4.outcome import keeps_outcome
+    from mcts_mesh.cli import read_pons_file
+    from mesh.common.v1 import common_pb2
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    print("\n== Connect Four: Pons benchmark positions through OrchestratorService.SolveProblem")
+    print(f"{'file':<12} {'positions':>9} {'kept':>5} {'rate':>7} {'median ms':>10} {'agents'}")
+    for name in PONS_FILES:
+        rows = read_pons_file(data_dir / "connect4-pons" / name, per_file)
+        kept, latencies, agents = 0, [], set()
+        for moves, score in rows:
+            started = time.perf_counter()
+            response = stub.SolveProblem(
+                pb.SolveProblemRequest(connect_four=common_pb2.ConnectFourPosition(moves=moves)),
+                timeout=120)
+            latencies.append((time.perf_counter() - started) * 1e3)
+            kept += keeps_outcome(moves, response.connect_four.column, score)
+            agents.update(pb.Agent.Name(a).removeprefix("AGENT_").lower() for a in response.agents)
+        latencies.sort()
+        print(f"{name:<12} {len(rows):>9} {kept:>5} {kept / len(rows):>7.1%} "
+              f"{latencies[len(latencies) // 2]:>10.0f} {','.join(sorted(agents))}", flush=True)
+
+
+def _scifact_subset(data_dir: Path, claims: list[dict], relevant: dict[str, set[str]]):
+    """The documents relevant to the demo's claims plus the first distractors of the corpus."""
+    wanted = set().union(*(relevant[c["_id"]] for c in claims))
+    with (data_dir / "beir-scifact" / "corpus.jsonl").open() as corpus:
+        docs = [json.loads(line) for line in corpus]
+    chosen = [d for d in docs if d["_id"] in wanted]
+    chosen += [d for d in docs if d["_id"] not in wanted][:SCIFACT_DISTRACTORS]
+    return chosen
+
+
+def _scifact(stub, data_dir: Path) -> None:
+    from mesh.common.v1 import common_pb2
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    root = data_dir / "beir-scifact"
+    relevant: dict[str, set[str]] = {}
+    for line in (root / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        query_id, doc_id, _ = line.split("\t")
+        relevant.setdefault(query_id, set()).add(doc_id)
+    queries = [json.loads(line) for line in (root / "queries.jsonl").read_text().splitlines()]
+    claims = [q for q in queries if q["_id"] in relevant][:SCIFACT_CLAIMS]
+
+    print("\n== SciFact: claims answered from the ingested corpus through AnswerQuery")
+    try:
+        stub.AnswerQuery(pb.AnswerQueryRequest(query="probe", collection=SCIFACT_COLLECTION),
+                         timeout=60)
+        print(f"collection {SCIFACT_COLLECTION!r} already on disk; not re-ingesting")
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.NOT_FOUND:
+            raise
+        docs = _scifact_subset(data_dir, claims, relevant)
+        started = time.perf_counter()
+        reply = stub.IngestDocuments(pb.IngestDocumentsRequest(
+            collection=SCIFACT_COLLECTION,
+            documents=[common_pb2.Document(id=d["_id"], title=d["title"], text=d["text"],
+                                           source="beir-scifact/corpus.jsonl") for d in docs]),
+            timeout=900)
+        print(f"ingested {reply.document_count} SciFact abstracts as {reply.chunk_count} chunks in "
+              f"{time.perf_counter() - started:.1f} s")
+    hits = 0
+    for claim in claims:
+        response = stub.AnswerQuery(
+            pb.AnswerQueryRequest(query=claim["text"], collection=SCIFACT_COLLECTION), timeout=120)
+        found = {s.document_id for s in response.sources} & relevant[claim["_id"]]
+        hits += bool(found)
+        label = "offline extractive" if response.offline else response.provider
+        print(f"\nclaim {claim['_id']}: {claim['text']}")
+        print(f"answer ({label}, confidence {response.confidence:.2f}): {response.answer[:400]}")
+        for i, source in enumerate(response.sources, 1):
+            mark = "relevant" if source.document_id in relevant[claim["_id"]] else ""
+            print(f"  [{i}] doc {source.document_id} score {source.score:.3f} {mark} "
+                  f"{source.title[:60]!r}")
+    print(f"\n{hits}/{len(claims)} claims had a qrels-relevant abstract among their sources")
+
+
+def run_demo(target: str, args) -> None:
+    """Sends the demo workload to the orchestrator at `target` and prints what came back."""
+    from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    with grpc.insecure_channel(target) as channel:
+        stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+        _connect_four(stub, data_dir, args.demo_positions)
+        _scifact(stub, data_dir)
