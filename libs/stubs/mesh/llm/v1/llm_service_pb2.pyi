@@ -37,14 +37,16 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class ProviderAttempt(_message.Message):
-    __slots__ = ("provider", "outcome", "latency_ms")
+    __slots__ = ("provider", "outcome", "latency_ms", "retries")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
     provider: str
     outcome: str
     latency_ms: float
-    def __init__(self, provider: _Optional[str] = ..., outcome: _Optional[str] = ..., latency_ms: _Optional[float] = ...) -> None: ...
+    retries: int
+    def __init__(self, provider: _Optional[str] = ..., outcome: _Optional[str] = ..., latency_ms: _Optional[float] = ..., retries: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("text", "provider", "model", "offline", "usage", "attempts")

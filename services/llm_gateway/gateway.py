@@ -1,0 +1,126 @@
+"""The gateway: providers tried in the fallback order, each behind its resilience layer, within the
+caller's deadline."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from libs.errors import DeadlineExceeded, Unavailable
+from services.llm_gateway.providers.anthropic_provider import AnthropicProvider
+from services.llm_gateway.providers.offline_provider import OfflineProvider
+from services.llm_gateway.providers.openai_provider import OpenAIProvider
+from services.llm_gateway.providers.provider import Generation, GenerationRequest, Provider
+from services.llm_gateway.resilience import (
+    Attempt,
+    ResilientProvider,
+    RetryPolicy,
+    new_breakers,
+)
+from services.llm_gateway.settings import LlmGatewaySettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The generation of the provider that answered, its name, and every attempt in order."""
+
+    generation: Generation
+    provider: str
+    attempts: tuple[Attempt, ...]
+
+
+class Gateway:
+    """Tries `providers` in order until one answers.
+
+    Args:
+        providers: in fallback order, each with its own timeout, retries and circuit.
+    """
+
+    def __init__(self, providers: list[ResilientProvider]) -> None:
+        if not providers:
+            raise ValueError("the gateway needs at least one provider")
+        self.providers = providers
+
+    @property
+    def order(self) -> list[str]:
+        return [provider.name for provider in self.providers]
+
+    async def generate(self, request: GenerationRequest, timeout_s: float | None) -> Answer:
+        """The first provider's answer in the fallback order.
+
+        Args:
+            request: prompt, passages and sampling limits (validated by the caller).
+            timeout_s: seconds left of the caller's deadline; None means no deadline. Each try
+                gets at most what is left.
+        Raises:
+            DeadlineExceeded: the deadline passed before any provider answered.
+            Unavailable: every provider failed or has an open circuit (the message lists them).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        attempts: list[Attempt] = []
+        for provider in self.providers:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            attempt = await provider.call(request, deadline)
+            attempts.append(attempt)
+            if attempt.generation is not None:
+                return Answer(attempt.generation, provider.name, tuple(attempts))
+            log.warning("provider %s failed: %s", provider.name, attempt.error)
+        tried = "; ".join(f"{a.provider}: {a.outcome}" for a in attempts) or "none tried"
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlineExceeded(f"the deadline passed before any provider answered ({tried})")
+        raise Unavailable(f"every LLM provider failed ({tried})")
+
+    async def aclose(self) -> None:
+        """Closes every provider's connections."""
+        for provider in self.providers:
+            await provider.provider.aclose()
+
+
+def configured_providers(settings: LlmGatewaySettings) -> list[Provider]:
+    """The providers in `settings.fallback_order` that are configured, offline last if enabled.
+
+    "openai" and "anthropic" need their API key, "local" its base URL; the others are skipped
+    (logged once here, at start-up).
+    """
+    providers: list[Provider] = []
+    for name in settings.fallback_order:
+        if name == "openai" and settings.openai_api_key is not None:
+            providers.append(OpenAIProvider(
+                "openai", settings.openai_api_key.get_secret_value(), settings.openai_base_url,
+                settings.openai_model))
+        elif name == "anthropic" and settings.anthropic_api_key is not None:
+            providers.append(AnthropicProvider(
+                "anthropic", settings.anthropic_api_key.get_secret_value(),
+                settings.anthropic_base_url, settings.anthropic_model))
+        elif name == "local" and settings.local_base_url is not None:
+            # OpenAI-compatible servers that check no key still need the header to be present.
+            key = settings.local_api_key.get_secret_value() if settings.local_api_key else "none"
+            providers.append(OpenAIProvider(
+                "local", key, settings.local_base_url, settings.local_model,
+                token_limit_field="max_tokens"))
+        elif name != "offline":
+            log.info("LLM provider %s is not configured; skipped", name)
+    if settings.offline_enabled:
+        providers.append(OfflineProvider("offline"))
+    return providers
+
+
+def build_gateway(settings: LlmGatewaySettings) -> Gateway:
+    """The gateway for `settings`: configured providers in order, one policy, one breaker each.
+
+    Raises:
+        ValueError: no provider is configured and the offline provider is disabled.
+    """
+    providers = configured_providers(settings)
+    if not providers:
+        raise ValueError(
+            "no LLM provider is configured and LLM_OFFLINE_ENABLED is false: set a key or a "
+            "local base URL, or enable the offline provider")
+    policy = RetryPolicy(settings.timeout_s, settings.max_retries, settings.backoff_initial_s,
+                         settings.backoff_max_s)
+    breakers = new_breakers(settings.breaker_threshold, settings.breaker_ttl_s)
+    return Gateway([ResilientProvider(provider, policy, breakers) for provider in providers])

@@ -1,0 +1,65 @@
+"""Entry point of the LLM gateway: `mcts-mesh serve llm_gateway` calls `main()`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
+
+from libs.server import Servicer, serve
+from libs.telemetry import setup_tracing
+from services.llm_gateway.gateway import Gateway, build_gateway
+from services.llm_gateway.servicer import LlmServicer
+from services.llm_gateway.settings import LlmGatewaySettings
+
+NAME = "llm_gateway"
+SERVICE_NAME = llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"].full_name
+
+log = logging.getLogger(__name__)
+
+
+async def build_servicers(
+    settings: LlmGatewaySettings, gateway: Gateway | None = None
+) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
+    """The gateway's servicer and its readiness hook.
+
+    Args:
+        settings: the gateway's settings; used to build the gateway when none is given.
+        gateway: a prebuilt gateway (tests pass one with their own providers).
+    Raises:
+        ValueError: no provider is configured and the offline provider is disabled.
+    """
+    gateway = gateway or build_gateway(settings)
+    servicer = LlmServicer(gateway)
+
+    async def ready() -> None:
+        # Providers are remote or in-process; nothing to load. Say what will answer.
+        log.info("LLM fallback order: %s", ", ".join(gateway.order))
+
+    return [Servicer(llm_service_pb2_grpc.add_LlmServiceServicer_to_server, servicer,
+                     SERVICE_NAME)], ready
+
+
+def main(settings: LlmGatewaySettings | None = None) -> None:
+    """Reads `LLM_*` settings (unless given), logs them with secrets masked, and serves until
+    SIGTERM."""
+    settings = settings or LlmGatewaySettings()
+    logging.basicConfig(level=logging.INFO)
+    log.info("%s settings: %s", NAME, settings.masked())
+    setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
+
+    async def run() -> None:
+        gateway = build_gateway(settings)
+        servicers, ready = await build_servicers(settings, gateway)
+        try:
+            await serve(NAME, settings, servicers, ready)
+        finally:
+            await gateway.aclose()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
