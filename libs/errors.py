@@ -1,8 +1,8 @@
 """Domain errors shared by every service, and the one table that maps them to gRPC status codes.
 
-Cores and servicers raise these; `libs.server` installs `ErrorMappingInterceptor`, which turns them into
-a gRPC status with `google.rpc` details (BadRequest field violations, ErrorInfo). Nothing else in the
-code base chooses a status code.
+Cores and servicers raise these; `libs.server` installs `ErrorMappingInterceptor`, which turns
+them into a gRPC status with `google.rpc` details (BadRequest field violations, ErrorInfo). Nothing
+else in the code base chooses a status code.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ class MeshError(Exception):
 
 
 class InvalidArgument(MeshError):
-    """A request field is malformed or out of range. `field` is the proto field path, e.g. "query"."""
+    """A request field is malformed or out of range.
+
+    `field` is the proto field path, e.g. "query" or "connect_four.moves"."""
 
     code = grpc.StatusCode.INVALID_ARGUMENT
     reason = "INVALID_ARGUMENT"
@@ -90,7 +92,7 @@ def to_status(error: MeshError, service: str) -> status_pb2.Status:
 
 
 def status_from_rpc_error(error: grpc.aio.AioRpcError) -> status_pb2.Status:
-    """The `google.rpc.Status` a downstream call failed with (details kept when the server sent them)."""
+    """The `google.rpc.Status` a downstream call failed with (with the server's details, if any)."""
     from grpc_status import rpc_status
 
     status = rpc_status.from_call(error)

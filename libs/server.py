@@ -1,10 +1,10 @@
 """The one `serve()` every service uses: grpc.aio server, health that follows readiness, reflection,
 tracing, the error-mapping interceptor, and a graceful drain on SIGTERM.
 
-Order (as in grpc/grpc examples/python/health_checking): create the server, add servicers, health
-starts NOT_SERVING, bind, start, run the service's `ready()` hook (compile kernels, load models, open
-stores), then SERVING; on SIGTERM or SIGINT health goes NOT_SERVING and in-flight calls get
-`drain_grace_s` seconds to finish.
+Order (as in grpc/grpc examples/python/health_checking): create the server, add servicers,
+health starts NOT_SERVING, bind, start, run the service's `ready()` hook (compile kernels, load
+models, open stores), then SERVING; on SIGTERM or SIGINT health goes NOT_SERVING and in-flight
+calls get `drain_grace_s` seconds to finish.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Servicer:
-    """A servicer and how to register it: `add_to_server` is the generated `add_XServicer_to_server`,
-    `service_name` the full proto name, e.g. "mesh.mcts.v1.MctsService"."""
+    """A servicer and how to register it.
+
+    `add_to_server` is the generated `add_XServicer_to_server`; `service_name` the full proto name,
+    e.g. "mesh.mcts.v1.MctsService"."""
 
     add_to_server: Callable[[Any, grpc.aio.Server], None]
     servicer: object
@@ -134,7 +136,7 @@ class RunningServer:
             await self.health.set(service, status)
 
     async def stop(self, grace_s: float | None = 5.0) -> None:
-        """Health goes NOT_SERVING, then in-flight calls get `grace_s` seconds before cancellation."""
+        """Health goes NOT_SERVING, then in-flight calls get `grace_s` seconds to finish."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace_s)
 

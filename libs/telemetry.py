@@ -1,9 +1,9 @@
 """OpenTelemetry tracing for every server and client of the mesh.
 
-`setup_tracing` builds a TracerProvider whose resource carries the service name (the same word as the
-service's folder, env prefix and k8s Deployment). Spans are exported over OTLP/gRPC when an endpoint is
-configured (Jaeger ingests OTLP directly); the W3C trace context travels in gRPC metadata, so one request
-is one trace across every service it touches.
+`setup_tracing` builds a TracerProvider whose resource carries the service name (the same word as
+the service's folder, env prefix and k8s Deployment). Spans are exported over OTLP/gRPC when an
+endpoint is configured (Jaeger ingests OTLP directly); the W3C trace context travels in gRPC
+metadata, so one request is one trace across every service it touches.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ def setup_tracing(
 
     Args:
         service_name: `service.name` of every span, e.g. "orchestrator".
-        otlp_endpoint: OTLP/gRPC collector address such as "http://127.0.0.1:4317"; None exports nothing.
+        otlp_endpoint: OTLP/gRPC collector address such as "http://127.0.0.1:4317"; None exports
+            nothing.
         exporter: an extra exporter (tests pass an in-memory one).
-        set_global: install it as the process's global provider (one service per process); tests that
-            run several services in one process pass False and hand the provider to the server.
+        set_global: install it as the process's global provider (one service per process); tests
+            that run several services in one process pass False and hand the provider over.
     Returns:
         The provider; call `shutdown()` on it to flush spans before exit.
     """

@@ -7,7 +7,6 @@ orchestrator's public gRPC API (`--target`), never an in-process shortcut.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import json
 import logging
@@ -25,7 +24,8 @@ SERVICE_ENTRY = {
     "mcts": ("services.mcts.settings:MctsSettings", "services.mcts.main"),
     "neural": ("services.neural.settings:NeuralSettings", "services.neural.main"),
     "retrieval": ("services.retrieval.settings:RetrievalSettings", "services.retrieval.main"),
-    "llm_gateway": ("services.llm_gateway.settings:LlmGatewaySettings", "services.llm_gateway.main"),
+    "llm_gateway": ("services.llm_gateway.settings:LlmGatewaySettings",
+                    "services.llm_gateway.main"),
     "orchestrator": ("services.orchestrator.settings:OrchestratorSettings",
                      "services.orchestrator.main"),
 }
@@ -46,7 +46,8 @@ def _agents(text: str | None) -> list[int]:
     for name in text.split(","):
         name = name.strip().lower()
         if name not in AGENT_NAMES:
-            raise SystemExit(f"--agents: unknown agent {name!r}; choose from {', '.join(AGENT_NAMES)}")
+            raise SystemExit(
+                f"--agents: unknown agent {name!r}; choose from {', '.join(AGENT_NAMES)}")
         agents.append(pb.Agent.Value(f"AGENT_{name.upper()}"))
     return agents
 
@@ -211,13 +212,14 @@ def cmd_eval(args) -> int:
     else:
         print(f"{Path(args.file).name}: {kept}/{len(rows)} moves keep the outcome "
               f"({summary['keeps_outcome_rate']:.1%}); median latency "
-              f"{summary['median_latency_ms']:.0f} ms; MCTS {summary['mean_simulations_per_second']:.0f}"
-              " simulations/s")
+              f"{summary['median_latency_ms']:.0f} ms; MCTS "
+              f"{summary['mean_simulations_per_second']:.0f} simulations/s")
     return 0
 
 
 def cmd_ingest(args) -> int:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
     from services.retrieval.ingest import read_documents
 
     channel, stub = _stub(args.target)
@@ -266,14 +268,9 @@ def cmd_query(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from libs.server import serve
-    from libs.telemetry import setup_tracing
-
+    """Runs one service's entry point, `services.<name>.main.main(settings, on_listening)`."""
     settings_cls = _import(SERVICE_ENTRY[args.service][0])
     main_module = _import(SERVICE_ENTRY[args.service][1])
-    settings = settings_cls()
-    logging.getLogger(__name__).info("%s settings: %s", args.service, settings.masked())
-    provider = setup_tracing(args.service, settings.otel_exporter_otlp_endpoint)
 
     def on_listening(ports: dict[str, int]) -> None:
         if args.port_file:
@@ -281,16 +278,7 @@ def cmd_serve(args) -> int:
             tmp.write_text(json.dumps(ports))
             tmp.replace(args.port_file)
 
-    async def run() -> None:
-        servicers, ready = await main_module.build_servicers(settings)
-        extra = getattr(main_module, "start_extra", None)
-        await serve(args.service, settings, servicers, ready, on_listening=on_listening,
-                    start_extra=extra)
-
-    try:
-        asyncio.run(run())
-    finally:
-        provider.shutdown()
+    main_module.main(settings_cls(), on_listening=on_listening)
     return 0
 
 

@@ -2,9 +2,9 @@
 
 1. Connect Four: the first positions of each Pons benchmark file; for each, the orchestrator's move
    and whether it keeps the position's game-theoretic outcome (judged here with the exact solver).
-2. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs), then a
-   few test claims are answered with their sources, and each is marked by whether a source is one the
-   qrels judge relevant.
+2. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs),
+   then a few test claims are answered with their sources, each marked by whether a source is one
+   the qrels judge relevant.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ def default_data_dir() -> Path:
 
 
 def _connect_four(stub, data_dir: Path, per_file: int) -> None:
-    from libs.connect4.outcome import keeps_outcome
-    from mcts_mesh.cli import read_pons_file
     from mesh.common.v1 import common_pb2
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    from libs.connect4.outcome import keeps_outcome
+    from mcts_mesh.cli import read_pons_file
 
     print("\n== Connect Four: Pons benchmark positions through OrchestratorService.SolveProblem")
     print(f"{'file':<12} {'positions':>9} {'kept':>5} {'rate':>7} {'median ms':>10} {'agents'}")

@@ -1,9 +1,9 @@
 """Starts the mesh on one machine: the five services as child processes on loopback.
 
-Each service runs its own entry point (`mcts-mesh serve <service>`), exactly as a Kubernetes Deployment
-would; the launcher only chooses ports, passes settings through the services' environment variables
-(the same names compose and k8s use), and waits until each reports SERVING. Port base 0 gives every
-service a free port (tests).
+Each service runs its own entry point (`mcts-mesh serve <service>`), exactly as a Kubernetes
+Deployment would; the launcher only chooses ports, passes settings through the services'
+environment variables (the same names compose and k8s use), and waits until each reports SERVING.
+Port base 0 gives every service a free port (tests).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ ENV_PREFIX = {
     "llm_gateway": "LLM_",
     "orchestrator": "ORCHESTRATOR_",
 }
-# Offsets from the port base: orchestrator 50051, mcts 50052, neural 50053, retrieval 50054, llm 50055.
+# Offsets from the port base: orchestrator 50051, mcts 50052, neural 50053, retrieval 50054,
+# llm_gateway 50055.
 PORT_OFFSET = {"orchestrator": 0, "mcts": 1, "neural": 2, "retrieval": 3, "llm_gateway": 4}
 DEFAULT_PORT_BASE = 50051
 DEFAULT_REST_PORT = 8080

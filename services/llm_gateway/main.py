@@ -42,7 +42,8 @@ async def build_servicers(
                      SERVICE_NAME)], ready
 
 
-def main(settings: LlmGatewaySettings | None = None) -> None:
+def main(settings: LlmGatewaySettings | None = None,
+         on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
     """Reads `LLM_*` settings (unless given), logs them with secrets masked, and serves until
     SIGTERM."""
     settings = settings or LlmGatewaySettings()
@@ -54,7 +55,7 @@ def main(settings: LlmGatewaySettings | None = None) -> None:
         gateway = build_gateway(settings)
         servicers, ready = await build_servicers(settings, gateway)
         try:
-            await serve(NAME, settings, servicers, ready)
+            await serve(NAME, settings, servicers, ready, on_listening=on_listening)
         finally:
             await gateway.aclose()
 

@@ -40,18 +40,15 @@ async def server_and_gate():
         ready=ready,
     ))
     yield task, gate
+    gate.set()
     running = await task
     await running.stop(0)
 
 
 async def test_health_is_serving_only_after_ready(server_and_gate):
     task, gate = server_and_gate
-    while not task.done() and not hasattr(task, "_port_probe"):
-        await asyncio.sleep(0.01)
-        # The server binds before ready(); find its port through the pending coroutine is not possible,
-        # so release the gate after checking the task has not completed.
-        break
-    assert not task.done()
+    await asyncio.sleep(0.2)
+    assert not task.done(), "start_server returned before ready() finished"
     gate.set()
     running = await task
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
@@ -59,6 +56,7 @@ async def test_health_is_serving_only_after_ready(server_and_gate):
         reply = await health.Check(health_pb2.HealthCheckRequest(service="mesh.llm.v1.LlmService"),
                                    timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        await running.stop(0)
 
 
 async def test_errors_map_to_status_with_details_and_server_keeps_serving(server_and_gate):

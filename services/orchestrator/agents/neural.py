@@ -1,0 +1,71 @@
+"""The neural agent: a client of mesh.neural.v1.NeuralService.EvaluatePositions (the Connect Four
+policy/value network). It proposes the legal column of highest policy; deterministic, so it runs
+once per request."""
+
+from __future__ import annotations
+
+import grpc
+from mesh.common.v1 import common_pb2
+from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
+
+from libs.connect4.board import WIDTH
+from libs.errors import DeadlineExceeded, Unavailable, propagate
+from services.orchestrator.connect_four import ConnectFourProblem
+from services.orchestrator.consensus import Proposal, Round
+from services.orchestrator.routing import AgentName, Role
+
+
+class NeuralAgent:
+    """Asks the neural service for the policy and value of the round's position.
+
+    Args:
+        stub: a NeuralService stub over a channel from `libs.channels.open_channel`.
+        deadline_s: deadline of one call in seconds; the round's deadline shortens it.
+        model: model name; empty means the service's default.
+    """
+
+    name = AgentName.NEURAL
+    role = Role.PROPOSER
+    repeatable = False
+
+    def __init__(self, stub: neural_service_pb2_grpc.NeuralServiceStub, deadline_s: float,
+                 model: str = "") -> None:
+        self._stub = stub
+        self._deadline_s = deadline_s
+        self._model = model
+
+    async def propose(self, round_: Round) -> Proposal:
+        """The argmax of the policy over playable columns; confidence is its probability
+        renormalized over the playable columns; `value` is the network's value.
+
+        Raises:
+            DeadlineExceeded: no time left, or the call ran past its deadline.
+            Unavailable: the neural service is down, has no checkpoint, or answered malformed.
+        """
+        problem: ConnectFourProblem = round_.problem
+        timeout = min(self._deadline_s, round_.remaining_s())
+        if timeout <= 0:
+            raise DeadlineExceeded("neural: no time left for an evaluation")
+        request = neural_service_pb2.EvaluatePositionsRequest(
+            model=self._model,
+            positions=[common_pb2.ConnectFourPosition(moves=problem.position.moves)],
+        )
+        try:
+            response = await self._stub.EvaluatePositions(request, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            raise propagate(error, "neural") from error
+        if len(response.evaluations) != 1 or len(response.evaluations[0].policy) != WIDTH:
+            raise Unavailable("neural answered with a malformed evaluation")
+        evaluation = response.evaluations[0]
+        legal = problem.position.legal_columns()
+        policy = {col: max(0.0, float(evaluation.policy[col])) for col in legal}
+        total = sum(policy.values())
+        # Highest probability; ties to the centre column (the usual Connect Four move order).
+        col = max(legal, key=lambda c: (policy[c], -abs(c - 3)))
+        confidence = policy[col] / total if total > 0 else 1.0 / len(legal)
+        model = response.model
+        return Proposal(str(col + 1), confidence,
+                        f"policy {confidence:.2f}, value {evaluation.value:+.2f} "
+                        f"({model.name or 'default'} {model.version})".rstrip(),
+                        value=max(-1.0, min(1.0, float(evaluation.value))),
+                        detail=model.name)

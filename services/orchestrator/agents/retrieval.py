@@ -1,0 +1,62 @@
+"""The retrieval agent: a client of mesh.retrieval.v1.RetrievalService. In a text query it is a
+CONTEXT agent: it runs once, before routing, and its passages ground the drafts."""
+
+from __future__ import annotations
+
+import grpc
+from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
+
+from libs.errors import DeadlineExceeded, propagate
+from services.orchestrator.consensus import Proposal, Round
+from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.text_query import Passage, TextProblem, grounding_confidence
+
+
+class RetrievalAgent:
+    """Searches the problem's collection for its query.
+
+    Args:
+        stub: a RetrievalService stub over a channel from `libs.channels.open_channel`.
+        deadline_s: deadline of one call in seconds; the round's deadline shortens it.
+    """
+
+    name = AgentName.RETRIEVAL
+    role = Role.CONTEXT
+    repeatable = False
+
+    def __init__(self, stub: retrieval_service_pb2_grpc.RetrievalServiceStub,
+                 deadline_s: float) -> None:
+        self._stub = stub
+        self._deadline_s = deadline_s
+
+    async def propose(self, round_: Round) -> Proposal:
+        """The best document's id as the answer (None when nothing matched), confidence the best
+        cosine similarity clipped to [0, 1], `detail` the passages (tuple of `Passage`, best first).
+
+        Raises:
+            DeadlineExceeded: no time left, or the call ran past its deadline.
+            NotFound: the collection does not exist.
+            Unavailable: the retrieval service is down or failed.
+        """
+        problem: TextProblem = round_.problem
+        timeout = min(self._deadline_s, round_.remaining_s())
+        if timeout <= 0:
+            raise DeadlineExceeded("retrieval: no time left for a search")
+        request = retrieval_service_pb2.SearchDocumentsRequest(
+            collection=problem.collection, query=problem.query, top_k=problem.top_k)
+        try:
+            response = await self._stub.SearchDocuments(request, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            raise propagate(error, "retrieval") from error
+        passages = tuple(
+            Passage(document_id=r.document_id, title=r.title, text=r.text, score=float(r.score),
+                    source=r.source)
+            for r in response.results
+        )
+        if not passages:
+            return Proposal(None, 0.0, f"no passage of {problem.collection!r} matched",
+                            detail=())
+        best = passages[0]
+        return Proposal(best.document_id, grounding_confidence(passages),
+                        f"{len(passages)} passage(s) from {problem.collection!r}, "
+                        f"best {best.score:.2f}", detail=passages)

@@ -1,0 +1,116 @@
+"""A Connect Four problem for the consensus loop, and the synthesis of its answer.
+
+Answers are columns written "1".."7" (as in Pons' move strings); values are for the player to move,
+in [-1, 1]; scores follow Pons' convention (positive wins, 22 minus the winner's stone count).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from libs.connect4 import Position
+from libs.connect4.board import CELLS
+from services.orchestrator.consensus import Proposal, Tally
+from services.orchestrator.routing import AgentName
+
+
+class Outcome(enum.Enum):
+    """Game-theoretic outcome for the player to move."""
+
+    WIN = "win"
+    DRAW = "draw"
+    LOSS = "loss"
+
+    @staticmethod
+    def of_score(score: int) -> Outcome:
+        """The outcome of a Pons score."""
+        if score > 0:
+            return Outcome.WIN
+        if score < 0:
+            return Outcome.LOSS
+        return Outcome.DRAW
+
+
+@dataclass(frozen=True)
+class ConnectFourProblem:
+    """Choose a move in `position` (unfinished; validated at the edge)."""
+
+    position: Position
+
+    @property
+    def query_length_norm(self) -> float:
+        """Plies played over the 42 cells of the board, in [0, 1] (routing feature 8)."""
+        return self.position.num_moves / CELLS
+
+    def legal_answers(self) -> list[str]:
+        """The playable columns as answers "1".."7"."""
+        return [str(col + 1) for col in self.position.legal_columns()]
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """What the checker proved about a position.
+
+    Attributes:
+        score: Pons score of the position for the player to move, or None when only the move is
+            proved (a forced block, a proven winning move without the exact score).
+        column_scores: per column 1..7 (index 0 = column 1) the score after playing it, None when
+            full or not solved; empty when the proof needed no solving.
+        nodes: solver nodes spent.
+    """
+
+    score: int | None
+    column_scores: tuple[int | None, ...] = ()
+    nodes: int = 0
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The exact outcome, when the score is known."""
+        return None if self.score is None else Outcome.of_score(self.score)
+
+
+@dataclass(frozen=True)
+class ConnectFourAnswer:
+    """The loop's answer to a Connect Four problem.
+
+    Attributes:
+        column: the chosen column, 1..7, always playable in the position.
+        value: the position's value for the player to move in [-1, 1]: the exact outcome's sign
+            when solved, else the newest MCTS root value, else the network's value, else 0.
+        outcome: the exact outcome when the checker solved the position.
+        score: the Pons score when solved exactly (0 otherwise).
+    """
+
+    column: int
+    value: float
+    outcome: Outcome | None
+    score: int
+
+
+def synthesize_connect_four(problem: ConnectFourProblem, tally: Tally,
+                            proposals: dict[AgentName, Proposal],
+                            context: tuple = ()) -> ConnectFourAnswer:
+    """Builds the answer from the final tally.
+
+    Raises:
+        ValueError: the tally's answer is not a playable column (agents check their answers, so
+            this is a bug).
+    """
+    if tally.answer not in problem.legal_answers():
+        raise ValueError(f"tally answer {tally.answer!r} is not a playable column of "
+                         f"{problem.position.moves!r}")
+    checker = proposals.get(AgentName.CHECKER)
+    exact = checker.detail if checker is not None and isinstance(checker.detail, ExactResult) \
+        else None
+    if exact is not None and exact.score is not None:
+        outcome = exact.outcome
+        value = {Outcome.WIN: 1.0, Outcome.DRAW: 0.0, Outcome.LOSS: -1.0}[outcome]
+        return ConnectFourAnswer(int(tally.answer), value, outcome, exact.score)
+    value = 0.0
+    for agent in (AgentName.MCTS, AgentName.NEURAL):
+        proposal = proposals.get(agent)
+        if proposal is not None and proposal.value is not None:
+            value = max(-1.0, min(1.0, float(proposal.value)))
+            break
+    return ConnectFourAnswer(int(tally.answer), value, None, 0)

@@ -1,0 +1,529 @@
+"""The consensus loop: an explicit state machine over agents, bounded by iterations and a deadline.
+
+    RETRIEVE -> ROUTE -> RUN_AGENTS -> AGGREGATE -> CHECK_CONSENSUS -> ITERATE -> ROUTE ...
+                                                                  \\-> SYNTHESIZE -> DONE
+
+RETRIEVE runs the context agents once (retrieval for a text query; none for a game), ROUTE asks the
+router which agents run next from the ten routing features (`routing.py`), RUN_AGENTS calls them
+concurrently, AGGREGATE tallies the newest vote of every agent, CHECK_CONSENSUS ends the loop on
+agreement, on a verified answer, or when the budget (iterations, deadline, agents with something
+new to say) is spent; ITERATE doubles the simulations of the next round. SYNTHESIZE turns the tally
+into the problem's answer.
+
+Agents come in as objects (the `Agent` protocol), so the loop knows no transport: the orchestrator
+passes gRPC-backed agents, tests pass fakes. An agent that fails with a `MeshError` is left out of
+the tally and logged; when no agent answers at all the loop raises (DeadlineExceeded when time ran
+out, otherwise the first failure, usually Unavailable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from libs.errors import DeadlineExceeded, FailedPrecondition, MeshError
+from services.orchestrator.routing import (
+    AgentName,
+    Role,
+    Router,
+    RoutingDecision,
+    RoutingState,
+    routing_features,
+)
+
+log = logging.getLogger(__name__)
+
+AnswerT = TypeVar("AnswerT")
+
+MIN_ROUND_S = 0.05
+"""A new iteration starts only when at least this many seconds of the deadline are left."""
+
+
+class LoopState(enum.Enum):
+    """States of the consensus loop."""
+
+    RETRIEVE = "retrieve"
+    ROUTE = "route"
+    RUN_AGENTS = "run_agents"
+    AGGREGATE = "aggregate"
+    CHECK_CONSENSUS = "check_consensus"
+    ITERATE = "iterate"
+    SYNTHESIZE = "synthesize"
+    DONE = "done"
+
+
+STEP_NAMES = {
+    LoopState.RETRIEVE: "retrieve",
+    LoopState.ROUTE: "route",
+    LoopState.RUN_AGENTS: "agents",
+    LoopState.AGGREGATE: "aggregate",
+    LoopState.CHECK_CONSENSUS: "consensus",
+    LoopState.SYNTHESIZE: "synthesize",
+}
+"""The step name reported in StepTiming for each timed state (ITERATE and DONE take no time)."""
+
+
+@dataclass(frozen=True)
+class Round:
+    """What an agent is asked in one iteration.
+
+    Attributes:
+        problem: the problem object (a `ConnectFourProblem` or a `TextProblem`).
+        iteration: 1-based consensus-loop iteration.
+        simulations: MCTS simulations for this round (doubles per iteration).
+        seed: seed for this round's searches (the request's seed plus iteration - 1).
+        deadline: `time.monotonic()` instant by which the agent must answer.
+        context: what the context agents found (retrieved passages), empty for games.
+    """
+
+    problem: Any
+    iteration: int
+    simulations: int
+    seed: int
+    deadline: float
+    context: tuple = ()
+
+    def remaining_s(self) -> float:
+        """Seconds left before `deadline` (0 when passed)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One agent's answer to a round.
+
+    Attributes:
+        answer: the proposed answer ("4" for column 4, a drafted text); None abstains (no vote).
+        confidence: the agent's confidence in `answer`, in [0, 1].
+        rationale: why, in a few words ("exact: win in 3", "visits 812/2000").
+        value: the agent's value of the position for the player to move, in [-1, 1], if it has one.
+        verified: the answer is proved right (the checker's exact or forced moves); it wins the
+            tally and ends the loop.
+        excluded: answers the agent proved wrong (moves that hand the opponent a win); votes for
+            them are set aside unless every vote is for one.
+        detail: the agent's own result (search statistics, exact scores, passages), for synthesis.
+    """
+
+    answer: str | None
+    confidence: float
+    rationale: str
+    value: float | None = None
+    verified: bool = False
+    excluded: frozenset[str] = frozenset()
+    detail: Any = None
+
+
+class Agent(Protocol):
+    """An agent of the loop. `role` is PROPOSER (votes every round it is routed to) or CONTEXT
+    (runs once in RETRIEVE and supplies `Round.context`); `repeatable` is True when a later round
+    with more simulations can change its answer (MCTS), False for deterministic agents (the
+    network, the checker), which run once."""
+
+    name: AgentName
+    role: Role
+    repeatable: bool
+
+    async def propose(self, round_: Round) -> Proposal:
+        """The agent's proposal. Raises a `MeshError` subclass when it cannot answer."""
+        ...
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A proposal as recorded by the loop (the AgentVote of the contract)."""
+
+    agent: AgentName
+    answer: str
+    confidence: float
+    latency_ms: float
+    iteration: int
+    rationale: str
+    value: float | None = None
+    verified: bool = False
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Wall-clock milliseconds spent in one step of one iteration."""
+
+    step: str
+    iteration: int
+    elapsed_ms: float
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The aggregate of the newest vote of each agent.
+
+    Attributes:
+        answer: the winning answer.
+        confidence: weighted support of `answer` over the total weight of the votes, in [0, 1]
+            (1 for a verified answer).
+        consensus_score: share of the weighted confidence behind `answer`, in [0, 1].
+        agreed: every counted vote proposes `answer`.
+        verified: `answer` comes from a verified proposal.
+    """
+
+    answer: str
+    confidence: float
+    consensus_score: float
+    agreed: bool
+    verified: bool
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one run of the loop.
+
+    Attributes:
+        max_iterations: iterations at most, >= 1.
+        deadline: `time.monotonic()` instant by which the loop must have synthesized.
+        simulations: MCTS simulations of the first round; doubled per iteration.
+        max_simulations: ceiling of the doubling.
+        seed: the request's seed.
+    """
+
+    max_iterations: int
+    deadline: float
+    simulations: int = 1
+    max_simulations: int = 10_000_000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LoopResult(Generic[AnswerT]):
+    """What the loop returns.
+
+    Attributes:
+        answer: the synthesized answer (the problem's own type).
+        tally: the final tally.
+        consensus_reached: the loop ended on agreement or a verified answer, not on its budget.
+        iterations: iterations run.
+        votes: every vote cast, in order.
+        agents: agents whose votes were counted, in order of first vote.
+        timings: time per step.
+        routes: every routing decision, with its feature vector (for training a learned router).
+        proposals: the newest proposal of each agent that answered.
+        failures: agents that failed, with the error, in order.
+    """
+
+    answer: AnswerT
+    tally: Tally
+    consensus_reached: bool
+    iterations: int
+    votes: tuple[Vote, ...]
+    agents: tuple[AgentName, ...]
+    timings: tuple[StepTiming, ...]
+    routes: tuple[RoutingDecision, ...]
+    proposals: dict[AgentName, Proposal]
+    failures: tuple[tuple[AgentName, MeshError], ...]
+
+
+Synthesizer = Callable[[Tally, dict[AgentName, Proposal], tuple], AnswerT]
+"""Builds the problem's answer from the final tally, the newest proposal per agent and the
+context."""
+
+
+def aggregate(votes: Sequence[Vote], excluded: frozenset[str] = frozenset(),
+              weights: dict[AgentName, float] | None = None) -> Tally:
+    """Tallies votes (the newest per agent): a verified vote wins; otherwise weighted voting, where
+    each vote adds `weight(agent) * confidence` to its answer.
+
+    Votes for an `excluded` answer are set aside unless every vote is for one. Ties go to the answer
+    voted first. `weights` default to 1.0 per agent.
+
+    Raises:
+        ValueError: no votes.
+    """
+    if not votes:
+        raise ValueError("aggregate needs at least one vote")
+    weights = weights or {}
+    counted = [vote for vote in votes if vote.answer not in excluded] or list(votes)
+    for vote in counted:
+        if vote.verified:
+            agreed = all(other.answer == vote.answer for other in counted)
+            return Tally(vote.answer, 1.0, _support_share(counted, vote.answer, weights), agreed,
+                         True)
+    support: dict[str, float] = {}
+    for vote in counted:
+        support[vote.answer] = support.get(vote.answer, 0.0) + _weighted(vote, weights)
+    answer = max(support, key=lambda key: support[key])  # first voted wins ties (dict order)
+    total_weight = sum(weights.get(vote.agent, 1.0) for vote in counted)
+    confidence = support[answer] / total_weight if total_weight > 0 else 0.0
+    return Tally(
+        answer=answer,
+        confidence=min(1.0, max(0.0, confidence)),
+        consensus_score=_support_share(counted, answer, weights),
+        agreed=len(support) == 1,
+        verified=False,
+    )
+
+
+def _weighted(vote: Vote, weights: dict[AgentName, float]) -> float:
+    return weights.get(vote.agent, 1.0) * vote.confidence
+
+
+def _support_share(votes: Sequence[Vote], answer: str, weights: dict[AgentName, float]) -> float:
+    total = sum(_weighted(vote, weights) for vote in votes)
+    if total <= 0:
+        return sum(vote.answer == answer for vote in votes) / len(votes)
+    return sum(_weighted(vote, weights) for vote in votes if vote.answer == answer) / total
+
+
+@dataclass
+class _Run:
+    """Mutable state of one run of the loop (private to `ConsensusLoop.run`)."""
+
+    budget: Budget
+    iteration: int = 1
+    simulations: int = 1
+    context: tuple = ()
+    routed: list[AgentName] = field(default_factory=list)
+    ran: set[AgentName] = field(default_factory=set)
+    last_agents: list[AgentName] = field(default_factory=list)
+    votes: list[Vote] = field(default_factory=list)
+    latest: dict[AgentName, Vote] = field(default_factory=dict)
+    proposals: dict[AgentName, Proposal] = field(default_factory=dict)
+    failures: list[tuple[AgentName, MeshError]] = field(default_factory=list)
+    timings: list[StepTiming] = field(default_factory=list)
+    routes: list[RoutingDecision] = field(default_factory=list)
+    tally: Tally | None = None
+    consensus: bool = False
+
+
+class ConsensusLoop(Generic[AnswerT]):
+    """The loop over a fixed set of agents and a router.
+
+    Args:
+        agents: the agents that apply to this problem (the servicer filters by the request).
+        router: picks the next agents from the routing features (`RuleRouter` today).
+        synthesize: builds the answer from the final tally.
+        query_length_norm: the problem's size in [0, 1] (routing feature 8).
+        weights: per-agent weights of the vote (default 1.0).
+    """
+
+    def __init__(self, agents: Sequence[Agent], router: Router, synthesize: Synthesizer,
+                 query_length_norm: float,
+                 weights: dict[AgentName, float] | None = None) -> None:
+        names = [agent.name for agent in agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agents named twice: {names}")
+        if not any(agent.role is Role.PROPOSER for agent in agents):
+            raise ValueError("the loop needs at least one proposer agent")
+        self._agents = {agent.name: agent for agent in agents}
+        self._router = router
+        self._synthesize = synthesize
+        self._query_length_norm = query_length_norm
+        self._weights = weights or {}
+
+    async def run(self, problem: Any, budget: Budget) -> LoopResult[AnswerT]:
+        """Runs the loop to DONE.
+
+        Raises:
+            DeadlineExceeded: the deadline passed before any agent answered.
+            FailedPrecondition: every agent that ran abstained (the checker alone on a position
+                it cannot solve within its node budget).
+            MeshError: a context agent failed (e.g. Unavailable, NotFound), or every proposer failed
+                (the first failure that is not a deadline is raised).
+        """
+        if budget.max_iterations < 1:
+            raise ValueError("max_iterations must be >= 1")
+        run = _Run(budget=budget, simulations=max(1, budget.simulations))
+        has_context = any(agent.role is Role.CONTEXT for agent in self._agents.values())
+        state = LoopState.RETRIEVE if has_context else LoopState.ROUTE
+        answer: Any = None
+        while state is not LoopState.DONE:
+            started = time.perf_counter()
+            if state is LoopState.RETRIEVE:
+                await self._retrieve(problem, run)
+                next_state = LoopState.ROUTE
+            elif state is LoopState.ROUTE:
+                next_state = self._route(run)
+            elif state is LoopState.RUN_AGENTS:
+                await self._run_agents(problem, run)
+                next_state = LoopState.AGGREGATE
+            elif state is LoopState.AGGREGATE:
+                next_state = self._aggregate(run)
+            elif state is LoopState.CHECK_CONSENSUS:
+                next_state = self._check_consensus(run)
+            elif state is LoopState.ITERATE:
+                run.iteration += 1
+                run.simulations = min(run.simulations * 2, max(budget.max_simulations, 1))
+                next_state = LoopState.ROUTE
+            else:  # SYNTHESIZE
+                assert run.tally is not None
+                answer = self._synthesize(run.tally, dict(run.proposals), run.context)
+                next_state = LoopState.DONE
+            if state in STEP_NAMES:
+                run.timings.append(StepTiming(STEP_NAMES[state], run.iteration,
+                                              (time.perf_counter() - started) * 1e3))
+            state = next_state
+        assert run.tally is not None
+        agents_used: list[AgentName] = []
+        for vote in run.votes:
+            if vote.agent not in agents_used:
+                agents_used.append(vote.agent)
+        return LoopResult(
+            answer=answer,
+            tally=run.tally,
+            consensus_reached=run.consensus,
+            iterations=run.iteration,
+            votes=tuple(run.votes),
+            agents=tuple(agents_used),
+            timings=tuple(run.timings),
+            routes=tuple(run.routes),
+            proposals=dict(run.proposals),
+            failures=tuple(run.failures),
+        )
+
+    def _round(self, problem: Any, run: _Run) -> Round:
+        return Round(problem=problem, iteration=run.iteration, simulations=run.simulations,
+                     seed=(run.budget.seed + run.iteration - 1) % (1 << 64),
+                     deadline=run.budget.deadline, context=run.context)
+
+    async def _retrieve(self, problem: Any, run: _Run) -> None:
+        """Runs every context agent once; their failures end the request (raised as they are)."""
+        context: list = []
+        for agent in self._agents.values():
+            if agent.role is not Role.CONTEXT:
+                continue
+            self._check_time(run)
+            proposal, latency_ms = await self._timed(agent, self._round(problem, run))
+            run.ran.add(agent.name)
+            self._record(run, agent.name, proposal, latency_ms)
+            if proposal.detail:
+                context.extend(proposal.detail)
+        run.context = tuple(context)
+
+    def _route(self, run: _Run) -> LoopState:
+        candidates = [name for name, agent in self._agents.items()
+                      if agent.role is Role.PROPOSER and (agent.repeatable or name not in run.ran)]
+        decision = self._router.route(self.features(run), candidates)
+        run.routes.append(decision)
+        chosen = [name for name in decision.agents if name in candidates]
+        if not chosen:
+            if run.tally is None:
+                raise ValueError(
+                    f"the router chose no agent in the first round ({decision.reason})")
+            return LoopState.SYNTHESIZE
+        run.routed = chosen
+        return LoopState.RUN_AGENTS
+
+    async def _run_agents(self, problem: Any, run: _Run) -> None:
+        if time.monotonic() >= run.budget.deadline:
+            if not run.latest:
+                raise self._no_answer(run)
+            log.info("deadline passed before iteration %d ran: keeping the votes so far",
+                     run.iteration)
+            return
+        round_ = self._round(problem, run)
+        agents = [self._agents[name] for name in run.routed]
+        outcomes = await asyncio.gather(*(self._timed(agent, round_) for agent in agents),
+                                        return_exceptions=True)
+        answered: list[AgentName] = []
+        for agent, outcome in zip(agents, outcomes, strict=True):
+            run.ran.add(agent.name)
+            if isinstance(outcome, MeshError):
+                log.warning("agent %s failed in iteration %d: %s: %s", agent.name, run.iteration,
+                            type(outcome).__name__, outcome.message)
+                run.failures.append((agent.name, outcome))
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            proposal, latency_ms = outcome
+            self._record(run, agent.name, proposal, latency_ms)
+            answered.append(agent.name)
+        if answered:
+            run.last_agents = answered
+
+    def _aggregate(self, run: _Run) -> LoopState:
+        if not run.latest:
+            raise self._no_answer(run)
+        excluded: frozenset[str] = frozenset()
+        for proposal in run.proposals.values():
+            excluded |= proposal.excluded
+        run.tally = aggregate(list(run.latest.values()), excluded, self._weights)
+        return LoopState.CHECK_CONSENSUS
+
+    def _check_consensus(self, run: _Run) -> LoopState:
+        assert run.tally is not None
+        if run.tally.verified or run.tally.agreed:
+            run.consensus = True
+            return LoopState.SYNTHESIZE
+        if run.iteration >= run.budget.max_iterations:
+            return LoopState.SYNTHESIZE
+        if run.budget.deadline - time.monotonic() < MIN_ROUND_S:
+            log.info("deadline near after iteration %d: synthesizing without consensus",
+                     run.iteration)
+            return LoopState.SYNTHESIZE
+        return LoopState.ITERATE
+
+    def features(self, run: _Run) -> np.ndarray:
+        """The ten routing features of the run's current state (float32 [10])."""
+        confidences = {vote.agent: vote.confidence for vote in run.votes}
+        mcts = run.latest.get(AgentName.MCTS)
+        state = RoutingState(
+            confidences=confidences,
+            mcts_value=mcts.value if mcts is not None and mcts.value is not None else None,
+            consensus_score=run.tally.consensus_score if run.tally is not None else 0.0,
+            last_agents=tuple(run.last_agents),
+            iteration=run.iteration,
+            max_iterations=run.budget.max_iterations,
+            query_length_norm=self._query_length_norm,
+            has_context=bool(run.context),
+        )
+        return routing_features(state)
+
+    async def _timed(self, agent: Agent, round_: Round) -> tuple[Proposal, float]:
+        started = time.perf_counter()
+        remaining = round_.remaining_s()
+        if remaining <= 0:
+            raise DeadlineExceeded(f"{agent.name}: no time left before the deadline")
+        try:
+            async with asyncio.timeout(remaining):
+                proposal = await agent.propose(round_)
+        except TimeoutError as error:
+            raise DeadlineExceeded(f"{agent.name}: no answer before the deadline") from error
+        return proposal, (time.perf_counter() - started) * 1e3
+
+    def _record(self, run: _Run, name: AgentName, proposal: Proposal, latency_ms: float) -> None:
+        run.proposals[name] = proposal
+        if proposal.answer is None:
+            log.info("agent %s abstained in iteration %d: %s", name, run.iteration,
+                     proposal.rationale)
+            return
+        confidence = proposal.confidence
+        if not math.isfinite(confidence):
+            confidence = 0.0
+        vote = Vote(agent=name, answer=proposal.answer, confidence=min(1.0, max(0.0, confidence)),
+                    latency_ms=latency_ms, iteration=run.iteration, rationale=proposal.rationale,
+                    value=proposal.value, verified=proposal.verified)
+        run.votes.append(vote)
+        if self._agents[name].role is Role.PROPOSER:
+            run.latest[name] = vote
+
+    def _check_time(self, run: _Run) -> None:
+        if time.monotonic() >= run.budget.deadline:
+            raise DeadlineExceeded("the deadline passed before any agent answered")
+
+    @staticmethod
+    def _no_answer(run: _Run) -> MeshError:
+        """The error for a run in which no proposer voted."""
+        if time.monotonic() >= run.budget.deadline:
+            return DeadlineExceeded("the deadline passed before any agent answered")
+        for _, error in run.failures:
+            if not isinstance(error, DeadlineExceeded):
+                return error
+        if run.failures:
+            return run.failures[0][1]
+        reasons = "; ".join(f"{name}: {proposal.rationale}"
+                            for name, proposal in run.proposals.items())
+        return FailedPrecondition(f"no agent proposed an answer ({reasons})")

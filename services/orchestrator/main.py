@@ -1,0 +1,133 @@
+"""Entry point of the orchestrator: `mcts-mesh serve orchestrator` calls `main()`.
+
+Wiring happens here and only here: channels to the four other services, the agents over them, the
+servicer, and the REST front in the same process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from mesh.llm.v1 import llm_service_pb2_grpc
+from mesh.mcts.v1 import mcts_service_pb2_grpc
+from mesh.neural.v1 import neural_service_pb2_grpc
+from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
+from mesh.retrieval.v1 import retrieval_service_pb2_grpc
+
+from libs.channels import open_channel
+from libs.connect4.solver import best_moves
+from libs.server import RunningServer, Servicer, serve
+from libs.telemetry import setup_tracing
+from services.orchestrator.agents.checker import CheckerAgent
+from services.orchestrator.agents.llm import LlmAgent
+from services.orchestrator.agents.mcts import MctsAgent
+from services.orchestrator.agents.neural import NeuralAgent
+from services.orchestrator.agents.retrieval import RetrievalAgent
+from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.settings import OrchestratorSettings
+
+NAME = "orchestrator"
+SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"].full_name
+
+WARM_UP_MOVES = "4444443"
+"""A position the checker solves in a few nodes: compiles (or loads from the numba cache) the
+solver's kernels before the service reports SERVING."""
+
+log = logging.getLogger(__name__)
+
+
+class Wiring:
+    """The channels the servicer's agents talk over; `aclose()` closes them."""
+
+    def __init__(self, settings: OrchestratorSettings) -> None:
+        self.channels = {
+            "mcts": open_channel(settings.mcts_target),
+            "neural": open_channel(settings.neural_target),
+            "retrieval": open_channel(settings.retrieval_target),
+            "llm": open_channel(settings.llm_target),
+        }
+
+    async def aclose(self) -> None:
+        for channel in self.channels.values():
+            await channel.close()
+
+
+async def build_servicers(
+    settings: OrchestratorSettings, wiring: Wiring | None = None
+) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
+    """The orchestrator's servicer over channels to the other services, and its readiness hook.
+
+    The channels connect lazily: the orchestrator is ready once its checker's kernels are loaded;
+    a dependency that comes up later is used from then on, and calls before that fail UNAVAILABLE.
+
+    Args:
+        settings: targets, budgets and deadlines.
+        wiring: the channels (one is opened from `settings` when None; the caller closes it).
+    """
+    wiring = wiring or Wiring(settings)
+    retrieval = retrieval_service_pb2_grpc.RetrievalServiceStub(wiring.channels["retrieval"])
+    game_agents = [
+        CheckerAgent(settings.checker_max_nodes),
+        MctsAgent(mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
+                  settings.mcts_deadline_s),
+        NeuralAgent(neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"]),
+                    settings.neural_deadline_s, settings.neural_model),
+    ]
+    text_agents = [
+        RetrievalAgent(retrieval, settings.retrieval_deadline_s),
+        LlmAgent(llm_service_pb2_grpc.LlmServiceStub(wiring.channels["llm"]),
+                 settings.llm_deadline_s, settings.max_answer_tokens),
+    ]
+    servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval)
+
+    async def ready() -> None:
+        scores = await asyncio.to_thread(best_moves, WARM_UP_MOVES, 10_000)
+        log.info("checker ready (warm-up solve: %d nodes); downstream targets: %s", scores.nodes,
+                 ", ".join(f"{name} {target}" for name, target in (
+                     ("mcts", settings.mcts_target), ("neural", settings.neural_target),
+                     ("retrieval", settings.retrieval_target), ("llm", settings.llm_target))))
+
+    return [Servicer(orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server,
+                     servicer, SERVICE_NAME)], ready
+
+
+async def run(settings: OrchestratorSettings,
+              on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
+    """Serves gRPC (and REST unless `rest_port` is -1) until SIGTERM or SIGINT, then drains.
+
+    `on_listening({"grpc": port, "rest": port})` is called once both listen (no "rest" when off).
+    """
+    wiring = Wiring(settings)
+
+    async def start_rest(settings: OrchestratorSettings, running: RunningServer):
+        grpc_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+        app = build_rest_app(
+            f"{grpc_host}:{running.port}",
+            RestSettings(host=settings.host, port=settings.rest_port,
+                         default_deadline_s=settings.request_deadline_s))
+        rest = await serve_rest(app, settings.host, settings.rest_port)
+        return {"rest": rest.port}, rest.stop
+
+    try:
+        servicers, ready = await build_servicers(settings, wiring)
+        await serve(NAME, settings, servicers, ready, on_listening=on_listening,
+                    start_extra=start_rest if settings.rest_port >= 0 else None)
+    finally:
+        await wiring.aclose()
+
+
+def main(settings: OrchestratorSettings | None = None,
+         on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
+    """Reads `ORCHESTRATOR_*` settings (unless given), logs them, and serves until SIGTERM."""
+    settings = settings or OrchestratorSettings()
+    logging.basicConfig(level=logging.INFO)
+    log.info("%s settings: %s", NAME, settings.masked())
+    setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
+    asyncio.run(run(settings, on_listening))
+
+
+if __name__ == "__main__":
+    main()

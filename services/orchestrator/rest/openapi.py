@@ -1,0 +1,199 @@
+"""An OpenAPI 3.0 document generated from the same HTTP bindings and message descriptors the front
+serves, so the document cannot drift from the routes.
+
+Schemas follow the proto3 JSON mapping the front speaks: lowerCamelCase property names, 64-bit
+integers as strings, enums as their value names, well-known types in their JSON forms. Operation ids
+are grpc-gateway's ("OrchestratorService_SolveProblem", then "...2" for additional bindings). Query
+parameters are listed for bindings whose body is not "*" (every scalar leaf field not bound by the
+path or the body, with dotted lowerCamelCase names, as protoc-gen-openapiv2 lists them).
+"""
+
+from __future__ import annotations
+
+from google.protobuf.descriptor import (
+    Descriptor,
+    EnumDescriptor,
+    FieldDescriptor,
+    ServiceDescriptor,
+)
+
+from services.orchestrator.rest.bindings import HttpBinding, resolve_field_path
+
+_SCALARS: dict[int, dict[str, str]] = {
+    FieldDescriptor.TYPE_DOUBLE: {"type": "number", "format": "double"},
+    FieldDescriptor.TYPE_FLOAT: {"type": "number", "format": "float"},
+    FieldDescriptor.TYPE_INT32: {"type": "integer", "format": "int32"},
+    FieldDescriptor.TYPE_SINT32: {"type": "integer", "format": "int32"},
+    FieldDescriptor.TYPE_SFIXED32: {"type": "integer", "format": "int32"},
+    FieldDescriptor.TYPE_UINT32: {"type": "integer", "format": "int64"},
+    FieldDescriptor.TYPE_FIXED32: {"type": "integer", "format": "int64"},
+    FieldDescriptor.TYPE_INT64: {"type": "string", "format": "int64"},
+    FieldDescriptor.TYPE_SINT64: {"type": "string", "format": "int64"},
+    FieldDescriptor.TYPE_SFIXED64: {"type": "string", "format": "int64"},
+    FieldDescriptor.TYPE_UINT64: {"type": "string", "format": "uint64"},
+    FieldDescriptor.TYPE_FIXED64: {"type": "string", "format": "uint64"},
+    FieldDescriptor.TYPE_BOOL: {"type": "boolean"},
+    FieldDescriptor.TYPE_STRING: {"type": "string"},
+    FieldDescriptor.TYPE_BYTES: {"type": "string", "format": "byte"},
+}
+_WELL_KNOWN: dict[str, dict[str, object]] = {
+    "google.protobuf.Timestamp": {"type": "string", "format": "date-time"},
+    "google.protobuf.Duration": {"type": "string"},
+    "google.protobuf.FieldMask": {"type": "string"},
+    "google.protobuf.Struct": {"type": "object", "additionalProperties": {}},
+    "google.protobuf.Value": {},
+    "google.protobuf.ListValue": {"type": "array", "items": {}},
+    "google.protobuf.Empty": {"type": "object"},
+    "google.protobuf.DoubleValue": {"type": "number", "format": "double"},
+    "google.protobuf.FloatValue": {"type": "number", "format": "float"},
+    "google.protobuf.Int64Value": {"type": "string", "format": "int64"},
+    "google.protobuf.UInt64Value": {"type": "string", "format": "uint64"},
+    "google.protobuf.Int32Value": {"type": "integer", "format": "int32"},
+    "google.protobuf.UInt32Value": {"type": "integer", "format": "int64"},
+    "google.protobuf.BoolValue": {"type": "boolean"},
+    "google.protobuf.StringValue": {"type": "string"},
+    "google.protobuf.BytesValue": {"type": "string", "format": "byte"},
+    "google.protobuf.Any": {
+        "type": "object",
+        "properties": {"@type": {"type": "string"}},
+        "additionalProperties": {},
+    },
+}
+_STATUS_SCHEMA = {
+    "type": "object",
+    "description": "google.rpc.Status: the error body of every non-2xx response.",
+    "properties": {
+        "code": {"type": "integer", "format": "int32"},
+        "message": {"type": "string"},
+        "details": {"type": "array", "items": _WELL_KNOWN["google.protobuf.Any"]},
+    },
+}
+
+
+def openapi_document(service: ServiceDescriptor, bindings: list[HttpBinding]) -> dict:
+    """The OpenAPI 3.0.3 document for `bindings` of `service` (a JSON-ready dict)."""
+    schemas = _Schemas()
+    paths: dict[str, dict[str, object]] = {}
+    for binding in bindings:
+        path = paths.setdefault(binding.template.openapi_path(), {})
+        path[binding.http_method.lower()] = _operation(binding, schemas)
+    components = dict(sorted(schemas.components.items()))
+    components["google.rpc.Status"] = _STATUS_SCHEMA
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": service.full_name, "version": service.file.package.rsplit(".", 1)[-1]},
+        "paths": paths,
+        "components": {"schemas": components},
+    }
+
+
+def _operation(binding: HttpBinding, schemas: _Schemas) -> dict[str, object]:
+    request = binding.method.input_type
+    path_fields = {variable.field_path for variable in binding.template.variables}
+    parameters: list[dict[str, object]] = []
+    for variable in binding.template.variables:
+        field = resolve_field_path(request, variable.field_path)
+        parameters.append({"name": variable.name, "in": "path", "required": True,
+                           "schema": schemas.field(field)})
+    if binding.body != "*":
+        excluded = path_fields | ({(binding.body,)} if binding.body else set())
+        parameters.extend(_query_parameters(request, (), excluded, schemas, set()))
+    success = {"application/json": {"schema": _response_schema(binding, schemas)}}
+    operation: dict[str, object] = {
+        "operationId": binding.operation_id,
+        "tags": [binding.method.containing_service.name],
+        "parameters": parameters,
+        "responses": {
+            "200": {"description": "A successful response.", "content": success},
+            "default": {"description": "An error: a google.rpc.Status.",
+                        "content": {"application/json": {
+                            "schema": {"$ref": "#/components/schemas/google.rpc.Status"}}}},
+        },
+    }
+    if binding.body:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _body_schema(binding, schemas)}},
+        }
+    return operation
+
+
+def _body_schema(binding: HttpBinding, schemas: _Schemas) -> dict[str, object]:
+    request = binding.method.input_type
+    if binding.body != "*":
+        return schemas.field(request.fields_by_name[binding.body])
+    top_level_path_fields = {variable.field_path[0] for variable in binding.template.variables
+                             if len(variable.field_path) == 1}
+    if not top_level_path_fields:
+        return schemas.message(request)
+    properties = {field.json_name: schemas.field(field) for field in request.fields
+                  if field.name not in top_level_path_fields}
+    return {"type": "object", "properties": properties}
+
+
+def _response_schema(binding: HttpBinding, schemas: _Schemas) -> dict[str, object]:
+    response = binding.method.output_type
+    if binding.response_body:
+        return schemas.field(response.fields_by_name[binding.response_body])
+    return schemas.message(response)
+
+
+def _query_parameters(message: Descriptor, prefix: tuple[FieldDescriptor, ...],
+                      excluded: set[tuple[str, ...]], schemas: _Schemas,
+                      visiting: set[str]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for field in message.fields:
+        path = (*prefix, field)
+        if tuple(item.name for item in path) in excluded:
+            continue
+        is_message = field.type == FieldDescriptor.TYPE_MESSAGE
+        if is_message and field.message_type.full_name not in _WELL_KNOWN:
+            if field.is_repeated or field.message_type.full_name in visiting:
+                continue
+            out.extend(_query_parameters(field.message_type, path, excluded, schemas,
+                                         visiting | {message.full_name}))
+            continue
+        schema = schemas.field(field)
+        parameter: dict[str, object] = {
+            "name": ".".join(item.json_name for item in path), "in": "query", "required": False,
+            "schema": schema,
+        }
+        if field.is_repeated:
+            parameter.update(style="form", explode=True)
+        out.append(parameter)
+    return out
+
+
+class _Schemas:
+    """Collects component schemas for the messages and enums the operations reach."""
+
+    def __init__(self) -> None:
+        self.components: dict[str, dict[str, object]] = {}
+
+    def message(self, descriptor: Descriptor) -> dict[str, object]:
+        if descriptor.full_name in _WELL_KNOWN:
+            return dict(_WELL_KNOWN[descriptor.full_name])
+        if descriptor.full_name not in self.components:
+            self.components[descriptor.full_name] = {}  # placeholder breaks recursion
+            properties = {field.json_name: self.field(field) for field in descriptor.fields}
+            self.components[descriptor.full_name] = {"type": "object", "properties": properties}
+        return {"$ref": f"#/components/schemas/{descriptor.full_name}"}
+
+    def enum(self, descriptor: EnumDescriptor) -> dict[str, object]:
+        if descriptor.full_name not in self.components:
+            self.components[descriptor.full_name] = {
+                "type": "string", "enum": [value.name for value in descriptor.values],
+            }
+        return {"$ref": f"#/components/schemas/{descriptor.full_name}"}
+
+    def field(self, field: FieldDescriptor) -> dict[str, object]:
+        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
+            value = field.message_type.fields_by_name["value"]
+            return {"type": "object", "additionalProperties": self.field(value)}
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            item = self.message(field.message_type)
+        elif field.type == FieldDescriptor.TYPE_ENUM:
+            item = self.enum(field.enum_type)
+        else:
+            item = dict(_SCALARS[field.type])
+        return {"type": "array", "items": item} if field.is_repeated else item

@@ -1,0 +1,331 @@
+"""gRPC edge of the orchestrator: validates requests, runs the consensus loop within the caller's
+deadline, and turns its result into the contract's responses.
+
+Every field is validated here, before any downstream call: a bad one raises `InvalidArgument` naming
+the proto field. Downstream failures arrive as domain errors from the agents
+(`libs.errors.propagate`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Sequence
+
+import grpc
+from mesh.common.v1 import common_pb2
+from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
+
+from libs.connect4 import IllegalPosition, Position
+from libs.errors import DeadlineExceeded, InvalidArgument, Unimplemented, propagate
+from services.orchestrator.connect_four import (
+    ConnectFourAnswer,
+    ConnectFourProblem,
+    Outcome,
+    synthesize_connect_four,
+)
+from services.orchestrator.consensus import Agent, Budget, ConsensusLoop, LoopResult
+from services.orchestrator.routing import AgentName, Router, RuleRouter
+from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.text_query import (
+    MAX_QUERY_CHARS,
+    TextAnswer,
+    TextProblem,
+    synthesize_text,
+)
+
+MAX_SIMULATIONS = 10_000_000
+MAX_ITERATIONS = 10
+MAX_TOP_K = 20
+MAX_MCTS_ITERATIONS = 10_000
+MAX_DOCUMENTS = 10_000
+THREAD_ID = re.compile(r"[a-zA-Z0-9_-]{1,100}")
+COLLECTION = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+AGENT_TO_PROTO = {
+    AgentName.MCTS: pb.AGENT_MCTS,
+    AgentName.NEURAL: pb.AGENT_NEURAL,
+    AgentName.CHECKER: pb.AGENT_CHECKER,
+    AgentName.RETRIEVAL: pb.AGENT_RETRIEVAL,
+    AgentName.LLM: pb.AGENT_LLM,
+}
+PROTO_TO_AGENT = {value: key for key, value in AGENT_TO_PROTO.items()}
+OUTCOME_TO_PROTO = {
+    None: pb.OUTCOME_UNSPECIFIED,
+    Outcome.WIN: pb.OUTCOME_WIN,
+    Outcome.DRAW: pb.OUTCOME_DRAW,
+    Outcome.LOSS: pb.OUTCOME_LOSS,
+}
+CONNECT_FOUR_AGENTS = (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL)
+"""Agents that apply to a Connect Four position, in the order they vote (ties go to the first)."""
+
+DEADLINE_MARGIN_S = 0.25
+"""At most this much of the caller's deadline (and at most 5% of it) is kept back for answering."""
+
+
+class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServicer):
+    """mesh.orchestrator.v1.OrchestratorService over the consensus loop.
+
+    Args:
+        settings: the orchestrator's settings (budgets, defaults, per-call deadlines).
+        game_agents: the agents that can vote on a Connect Four position (some of checker, mcts,
+            neural); a request may narrow them.
+        text_agents: the agents of a text query (retrieval as context, then the LLM).
+        retrieval: the retrieval stub used by IngestDocuments.
+        router: picks the next agents; `RuleRouter` when None.
+    """
+
+    def __init__(self, settings: OrchestratorSettings, game_agents: Sequence[Agent],
+                 text_agents: Sequence[Agent],
+                 retrieval: retrieval_service_pb2_grpc.RetrievalServiceStub,
+                 router: Router | None = None) -> None:
+        self._settings = settings
+        self._game_agents = {agent.name: agent for agent in game_agents}
+        self._text_agents = list(text_agents)
+        self._retrieval = retrieval
+        self._router = router or RuleRouter()
+
+    async def SolveProblem(self, request: pb.SolveProblemRequest,
+                           context: grpc.aio.ServicerContext) -> pb.SolveProblemResponse:
+        """Runs the loop on the request's Connect Four position.
+
+        Raises:
+            InvalidArgument: "problem", "connect_four.moves", "agents", "simulations",
+                "max_iterations" or "thread_id" is bad.
+            Unavailable: every agent that ran failed (their services are down).
+            DeadlineExceeded: the deadline passed before any agent answered.
+        """
+        problem, agents = self._validate_solve(request)
+        validate_thread_id(request.thread_id)
+        simulations = (request.simulations if request.HasField("simulations")
+                       else self._settings.default_simulations)
+        max_iterations = (request.max_iterations if request.HasField("max_iterations")
+                          else self._settings.max_iterations)
+        loop: ConsensusLoop[ConnectFourAnswer] = ConsensusLoop(
+            [self._game_agents[name] for name in agents], self._router,
+            functools.partial(synthesize_connect_four, problem), problem.query_length_norm)
+        budget = Budget(max_iterations=max_iterations, deadline=self._deadline(context),
+                        simulations=simulations,
+                        max_simulations=max(simulations, self._settings.max_simulations),
+                        seed=request.seed)
+        result = await loop.run(problem, budget)
+        return solve_response(result, request.thread_id)
+
+    async def AnswerQuery(self, request: pb.AnswerQueryRequest,
+                          context: grpc.aio.ServicerContext) -> pb.AnswerQueryResponse:
+        """Retrieves passages and drafts an answer grounded in them.
+
+        Raises:
+            InvalidArgument: "query", "collection", "top_k", "mcts_iterations" or "thread_id" is
+                bad.
+            Unimplemented: a valid `mcts_iterations` (search over reasoning steps is not built).
+            NotFound: the collection does not exist.
+            Unavailable: retrieval or the gateway is down.
+            DeadlineExceeded: the deadline passed first.
+        """
+        problem = self._validate_query(request)
+        loop: ConsensusLoop[TextAnswer] = ConsensusLoop(
+            self._text_agents, self._router, synthesize_text, problem.query_length_norm)
+        budget = Budget(max_iterations=self._settings.text_max_iterations,
+                        deadline=self._deadline(context))
+        result = await loop.run(problem, budget)
+        return query_response(result, request.thread_id)
+
+    async def IngestDocuments(self, request: pb.IngestDocumentsRequest,
+                              context: grpc.aio.ServicerContext) -> pb.IngestDocumentsResponse:
+        """Forwards the documents to RetrievalService.IngestDocuments.
+
+        Raises:
+            InvalidArgument: "collection" or "documents" (or one document's id or text) is bad.
+            Unavailable: retrieval is down. DeadlineExceeded: the deadline passed first.
+        """
+        validate_collection(request.collection, required=True)
+        validate_documents(request.documents)
+        remaining = context.time_remaining()
+        timeout = self._settings.ingest_deadline_s if remaining is None \
+            else min(self._settings.ingest_deadline_s, remaining)
+        if timeout <= 0:
+            raise DeadlineExceeded("no time left to ingest")
+        try:
+            response = await self._retrieval.IngestDocuments(
+                retrieval_service_pb2.IngestDocumentsRequest(
+                    collection=request.collection, documents=request.documents),
+                timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            raise propagate(error, "retrieval") from error
+        return pb.IngestDocumentsResponse(document_count=response.document_count,
+                                          chunk_count=response.chunk_count)
+
+    def _deadline(self, context: grpc.aio.ServicerContext) -> float:
+        """The loop's `time.monotonic()` deadline: the caller's, less a margin for answering."""
+        remaining = context.time_remaining()
+        if remaining is None:
+            remaining = self._settings.request_deadline_s
+        margin = min(DEADLINE_MARGIN_S, 0.05 * max(0.0, remaining))
+        return time.monotonic() + remaining - margin
+
+    def _validate_solve(self, request: pb.SolveProblemRequest
+                        ) -> tuple[ConnectFourProblem, list[AgentName]]:
+        kind = request.WhichOneof("problem")
+        if kind is None:
+            raise InvalidArgument("problem", "set exactly one problem, e.g. connect_four")
+        problem = ConnectFourProblem(parse_position(request.connect_four.moves))
+        agents = validate_agents(request.agents, CONNECT_FOUR_AGENTS)
+        missing = [name for name in agents if name not in self._game_agents]
+        if missing:
+            raise InvalidArgument("agents", f"{', '.join(missing)} is not configured here")
+        if request.HasField("simulations") and not 1 <= request.simulations <= MAX_SIMULATIONS:
+            raise InvalidArgument("simulations", f"is {request.simulations}; must be in "
+                                                 f"1..{MAX_SIMULATIONS:,}")
+        if request.HasField("max_iterations") and \
+                not 1 <= request.max_iterations <= MAX_ITERATIONS:
+            raise InvalidArgument("max_iterations", f"is {request.max_iterations}; must be in "
+                                                    f"1..{MAX_ITERATIONS}")
+        return problem, agents
+
+    def _validate_query(self, request: pb.AnswerQueryRequest) -> TextProblem:
+        if not request.query.strip():
+            raise InvalidArgument("query", "must not be empty")
+        if len(request.query) > MAX_QUERY_CHARS:
+            raise InvalidArgument("query", f"has {len(request.query)} characters; at most "
+                                           f"{MAX_QUERY_CHARS:,}")
+        validate_collection(request.collection, required=False)
+        top_k = request.top_k if request.HasField("top_k") else self._settings.default_top_k
+        if not 1 <= top_k <= MAX_TOP_K:
+            raise InvalidArgument("top_k", f"is {top_k}; must be in 1..{MAX_TOP_K}")
+        validate_thread_id(request.thread_id)
+        if request.HasField("mcts_iterations"):
+            if not 1 <= request.mcts_iterations <= MAX_MCTS_ITERATIONS:
+                raise InvalidArgument("mcts_iterations", f"is {request.mcts_iterations}; must be "
+                                                         f"in 1..{MAX_MCTS_ITERATIONS:,}")
+            raise Unimplemented("search over reasoning steps is not built yet; leave "
+                                "mcts_iterations unset")
+        return TextProblem(request.query, request.collection or self._settings.default_collection,
+                           top_k)
+
+
+def parse_position(moves: str) -> Position:
+    """The position of a Pons move string.
+
+    Raises:
+        InvalidArgument: "connect_four.moves" malformed, illegal, or a finished game.
+    """
+    try:
+        position = Position.from_moves(moves)
+    except IllegalPosition as error:
+        raise InvalidArgument("connect_four.moves", error.message) from error
+    if position.won:
+        raise InvalidArgument("connect_four.moves", "the game is over: the last move made four "
+                                                    "in a row")
+    if position.is_full:
+        raise InvalidArgument("connect_four.moves", "the game is over: the board is full")
+    return position
+
+
+def validate_agents(requested: Sequence[int], applicable: Sequence[AgentName]) -> list[AgentName]:
+    """The agents to run: `applicable` when none are requested, else the requested ones (in the
+    order of `applicable`, duplicates dropped).
+
+    Raises:
+        InvalidArgument: "agents" holds AGENT_UNSPECIFIED, an unknown value, or an agent that does
+            not apply to the problem.
+    """
+    if not requested:
+        return list(applicable)
+    chosen: set[AgentName] = set()
+    for index, value in enumerate(requested):
+        if value == pb.AGENT_UNSPECIFIED:
+            raise InvalidArgument("agents", f"agents[{index}] is AGENT_UNSPECIFIED")
+        if value not in PROTO_TO_AGENT:
+            raise InvalidArgument("agents", f"agents[{index}] is {value}, not an Agent")
+        name = PROTO_TO_AGENT[value]
+        if name not in applicable:
+            raise InvalidArgument(
+                "agents", f"{pb.Agent.Name(value)} does not apply to this problem; use "
+                          f"{', '.join(pb.Agent.Name(AGENT_TO_PROTO[a]) for a in applicable)}")
+        chosen.add(name)
+    return [name for name in applicable if name in chosen]
+
+
+def validate_thread_id(thread_id: str) -> None:
+    """Raises InvalidArgument("thread_id") unless empty or ^[a-zA-Z0-9_-]{1,100}$."""
+    if thread_id and not THREAD_ID.fullmatch(thread_id):
+        raise InvalidArgument("thread_id", "must match ^[a-zA-Z0-9_-]{1,100}$")
+
+
+def validate_collection(collection: str, required: bool) -> None:
+    """Raises InvalidArgument("collection") unless it matches ^[a-zA-Z0-9_-]{1,64}$ (or is empty
+    and not `required`)."""
+    if not collection and not required:
+        return
+    if not COLLECTION.fullmatch(collection):
+        raise InvalidArgument("collection", "must match ^[a-zA-Z0-9_-]{1,64}$")
+
+
+def validate_documents(documents: Sequence[common_pb2.Document]) -> None:
+    """Raises InvalidArgument on "documents" (count outside 1..10,000) or on
+    "documents[i].id" / "documents[i].text" (empty)."""
+    if not 1 <= len(documents) <= MAX_DOCUMENTS:
+        raise InvalidArgument("documents", f"has {len(documents)} documents; must be 1.."
+                                           f"{MAX_DOCUMENTS:,}")
+    for index, document in enumerate(documents):
+        if not document.id:
+            raise InvalidArgument(f"documents[{index}].id", "must not be empty")
+        if not document.text.strip():
+            raise InvalidArgument(f"documents[{index}].text", "must not be empty")
+
+
+def _votes(result: LoopResult) -> list[pb.AgentVote]:
+    return [pb.AgentVote(agent=AGENT_TO_PROTO[vote.agent], proposal=vote.answer,
+                         confidence=vote.confidence, latency_ms=vote.latency_ms,
+                         iteration=vote.iteration, rationale=vote.rationale)
+            for vote in result.votes]
+
+
+def _timings(result: LoopResult) -> list[pb.StepTiming]:
+    return [pb.StepTiming(step=t.step, iteration=t.iteration, elapsed_ms=t.elapsed_ms)
+            for t in result.timings]
+
+
+def solve_response(result: LoopResult[ConnectFourAnswer], thread_id: str
+                   ) -> pb.SolveProblemResponse:
+    """The SolveProblemResponse of a finished loop; statistics of the newest search, if any."""
+    answer = result.answer
+    response = pb.SolveProblemResponse(
+        connect_four=pb.ConnectFourAnswer(column=answer.column, value=answer.value,
+                                          outcome=OUTCOME_TO_PROTO[answer.outcome],
+                                          score=answer.score),
+        confidence=result.tally.confidence,
+        votes=_votes(result),
+        agents=[AGENT_TO_PROTO[name] for name in result.agents],
+        iterations=result.iterations,
+        consensus_reached=result.consensus_reached,
+        timings=_timings(result),
+        thread_id=thread_id,
+    )
+    search = result.proposals.get(AgentName.MCTS)
+    if search is not None and isinstance(search.detail, common_pb2.SearchStatistics):
+        response.search_statistics.CopyFrom(search.detail)
+    return response
+
+
+def query_response(result: LoopResult[TextAnswer], thread_id: str) -> pb.AnswerQueryResponse:
+    """The AnswerQueryResponse of a finished loop."""
+    answer = result.answer
+    return pb.AnswerQueryResponse(
+        answer=answer.answer,
+        confidence=result.tally.confidence,
+        sources=[pb.Source(document_id=p.document_id, title=p.title, text=p.text, score=p.score,
+                           source=p.source) for p in answer.sources],
+        votes=_votes(result),
+        agents=[AGENT_TO_PROTO[name] for name in result.agents],
+        provider=answer.provider,
+        offline=answer.offline,
+        iterations=result.iterations,
+        timings=_timings(result),
+        thread_id=thread_id,
+    )
+

@@ -1,0 +1,78 @@
+"""Settings of the orchestrator: where the other services are, the consensus loop's budgets, and the
+deadline of each downstream call.
+
+Read once from `ORCHESTRATOR_*` environment variables in `main()` and passed down.
+"""
+
+from __future__ import annotations
+
+from pydantic import model_validator
+from pydantic_settings import SettingsConfigDict
+
+from libs.settings import ServiceSettings
+
+
+class OrchestratorSettings(ServiceSettings):
+    """The orchestrator's one frozen settings object (env prefix `ORCHESTRATOR_`)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ORCHESTRATOR_", frozen=True, extra="ignore", populate_by_name=True
+    )
+
+    port: int = 50051
+    rest_port: int = 8080
+    """Port of the REST front; 0 binds a free port, -1 leaves the REST front off."""
+
+    mcts_target: str = "127.0.0.1:50052"
+    neural_target: str = "127.0.0.1:50053"
+    retrieval_target: str = "127.0.0.1:50054"
+    llm_target: str = "127.0.0.1:50055"
+
+    default_simulations: int = 20_000
+    """MCTS simulations of the first search when a request leaves `simulations` unset."""
+    max_simulations: int = 10_000_000
+    """Ceiling of the simulations a later iteration may double up to."""
+    max_iterations: int = 3
+    """Consensus-loop iterations when a request leaves `max_iterations` unset."""
+    text_max_iterations: int = 2
+    """Consensus-loop iterations of a text query (one draft today, so one is used)."""
+    checker_max_nodes: int = 2_000_000
+    """Node budget of the exact checker's solver per request (negamax nodes)."""
+    neural_model: str = ""
+    """Model of the neural service to ask; empty means its default model."""
+
+    request_deadline_s: float = 60.0
+    """Budget of a request whose caller set no deadline, in seconds."""
+    mcts_deadline_s: float = 30.0
+    """Deadline of one MctsService.Search call, in seconds (the request's deadline shortens it)."""
+    neural_deadline_s: float = 5.0
+    """Deadline of one NeuralService.EvaluatePositions call, in seconds."""
+    retrieval_deadline_s: float = 10.0
+    """Deadline of one RetrievalService.SearchDocuments call, in seconds."""
+    ingest_deadline_s: float = 600.0
+    """Deadline of one RetrievalService.IngestDocuments call (embedding), in seconds."""
+    llm_deadline_s: float = 60.0
+    """Deadline of one LlmService.Generate call, in seconds."""
+
+    default_collection: str = "default"
+    """Retrieval collection of a query that names none."""
+    default_top_k: int = 4
+    """Passages retrieved for a query that leaves `top_k` unset."""
+    max_answer_tokens: int = 512
+    """Upper bound on the tokens of a drafted answer."""
+
+    @model_validator(mode="after")
+    def _ranges(self) -> OrchestratorSettings:
+        if not 1 <= self.default_simulations <= self.max_simulations <= 10_000_000:
+            raise ValueError("need 1 <= default_simulations <= max_simulations <= 10,000,000")
+        if not 1 <= self.max_iterations <= 10 or not 1 <= self.text_max_iterations <= 10:
+            raise ValueError("max_iterations and text_max_iterations must be in 1..10")
+        if self.checker_max_nodes < 0:
+            raise ValueError("checker_max_nodes must be >= 0")
+        if not 1 <= self.default_top_k <= 20:
+            raise ValueError("default_top_k must be in 1..20")
+        deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
+                     self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s)
+        if min(deadlines) <= 0:
+            raise ValueError("every deadline must be positive")
+        return self

@@ -1,0 +1,83 @@
+"""The exact checker on positions whose answers are known."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from libs.connect4 import Position
+from libs.connect4.solver import MoveScores
+from services.orchestrator.agents.checker import CheckerAgent
+from services.orchestrator.connect_four import ConnectFourProblem, Outcome
+from services.orchestrator.consensus import Round
+
+PONS = Path(__file__).resolve().parents[4] / "shared" / "data" / "connect4-pons" / "Test_L3_R1"
+
+
+def round_of(moves: str) -> Round:
+    return Round(problem=ConnectFourProblem(Position.from_moves(moves)), iteration=1,
+                 simulations=1, seed=0, deadline=time.monotonic() + 60)
+
+
+async def test_immediate_win_is_exact():
+    # First player has three stones in column 1 (moves 1,3,5) and plays column 1 again.
+    proposal = await CheckerAgent(0).propose(round_of("121212"))
+    assert proposal.answer == "1" and proposal.verified
+    assert proposal.detail.score == (43 - 6) // 2
+    assert proposal.detail.outcome is Outcome.WIN
+
+
+async def test_forced_block_is_verified_without_a_solve():
+    # Second player to move; first player threatens column 1 (three stones stacked).
+    proposal = await CheckerAgent(0).propose(round_of("12131"))
+    assert proposal.answer == "1" and proposal.verified
+    assert proposal.detail.score is None
+
+
+async def test_two_threats_are_an_exact_loss():
+    # The first player holds columns 2, 3, 4 of the bottom row; 1 and 5 are open: two threats.
+    proposal = await CheckerAgent(0).propose(round_of("27374"))
+    assert proposal.verified and proposal.detail.outcome is Outcome.LOSS
+    assert proposal.detail.score == -((42 - 5) // 2)
+    assert proposal.answer in {"1", "5"}
+
+
+async def test_solver_result_matches_pons_scores():
+    if not PONS.exists():
+        pytest.skip("shared Pons data not present")
+    checker = CheckerAgent(2_000_000)
+    for line in PONS.read_text().splitlines()[:5]:
+        moves, score = line.split()
+        proposal = await checker.propose(round_of(moves))
+        assert proposal.verified
+        assert proposal.detail.score == int(score)
+        column_scores = proposal.detail.column_scores
+        # The chosen column keeps the outcome: its score is the position's score.
+        assert column_scores[int(proposal.answer) - 1] == int(score)
+
+
+def test_unsolved_position_abstains_and_excludes_the_move_that_loses_at_once():
+    # Playing column 3 here puts a stone right below the opponent's winning cell.
+    problem = ConnectFourProblem(Position.from_moves("4247255"))
+    unsolved = MoveScores(scores=(None,) * 7, nodes=100, complete=False)
+    proposal = CheckerAgent.from_scores(problem, unsolved)
+    assert proposal.answer is None and not proposal.verified
+    assert proposal.excluded == frozenset({"3"})
+
+
+def test_partial_scores_with_a_proved_win_give_that_column():
+    problem = ConnectFourProblem(Position.from_moves("4247255"))
+    partial = MoveScores(scores=(None, None, None, 5, None, None, None), nodes=100,
+                         complete=False)
+    proposal = CheckerAgent.from_scores(problem, partial)
+    assert proposal.answer == "4" and proposal.verified and proposal.detail.score is None
+
+
+def test_complete_scores_pick_the_best_column_nearest_the_centre():
+    problem = ConnectFourProblem(Position.from_moves("4247255"))
+    complete = MoveScores(scores=(-2, 1, 1, 0, 1, -3, -4), nodes=100, complete=True)
+    proposal = CheckerAgent.from_scores(problem, complete)
+    assert proposal.answer == "3" and proposal.detail.score == 1
+    assert proposal.detail.outcome is Outcome.WIN and proposal.value == 1.0
