@@ -60,18 +60,21 @@ class RetrievalServiceServicer:
 
     def IngestDocuments(self, request, context):
         """Chunks, embeds and stores documents in a collection, creating it when
-        absent. Re-ingesting a document id replaces its chunks.
-        Errors: INVALID_ARGUMENT for an invalid collection name, no documents,
-        a document without id or text.
+        absent. Re-ingesting a document id replaces its chunks. Every document is
+        checked before anything is written.
+        Errors: INVALID_ARGUMENT for an invalid collection name, no documents or
+        more than 10,000, a document without id or text, a repeated id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SearchDocuments(self, request, context):
-        """Dense search of a collection.
-        Errors: INVALID_ARGUMENT for an empty or 10,001-character query, top_k
-        outside 1..100; NOT_FOUND for an unknown collection.
+        """Dense search of a collection; returns the most similar chunks, best first.
+        Errors: INVALID_ARGUMENT for an invalid collection name, an empty or
+        10,001-character query, top_k outside 1..100, min_score outside [-1, 1],
+        a filter key other than document_id, source, title; NOT_FOUND for an
+        unknown collection.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,135 @@
+"""Readers that turn files into `mesh.common.v1.Document` messages for IngestDocuments.
+
+- text and markdown files (.txt, .md, .markdown, .rst): one document per file; id and source are the
+  path, the title is the first markdown heading or else the file name;
+- JSONL (.jsonl): one document per line, in BEIR's layout (`_id`, `title`, `text`; Thakur et al.,
+  "BEIR", NeurIPS 2021 Datasets and Benchmarks) or the plain one (`id`, `text`, optional `title`);
+  the source is `<path>:<line number>`;
+- directories: every readable file below them, in sorted order.
+
+`batches()` groups the documents for the 10,000-per-call limit of IngestDocuments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from mesh.common.v1 import common_pb2
+from tqdm import tqdm
+
+from libs.errors import InvalidArgument
+
+TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst"})
+JSONL_SUFFIXES = frozenset({".jsonl"})
+
+
+def read_text_file(path: Path) -> common_pb2.Document:
+    """One document for a text or markdown file: id and source are the path as given."""
+    text = path.read_text(encoding="utf-8")
+    return common_pb2.Document(id=str(path), title=_title_of(text, path), text=text,
+                               source=str(path))
+
+
+def _title_of(text: str, path: Path) -> str:
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            return stripped.lstrip("#").strip()
+        if stripped:
+            break
+    return path.stem
+
+
+def read_jsonl(path: Path) -> Iterator[common_pb2.Document]:
+    """Documents of a JSONL file, BEIR (`_id`, `title`, `text`) or plain (`id`, `text`) layout.
+
+    Raises:
+        InvalidArgument("path"): a line that is not a JSON object with an id and a text.
+    """
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InvalidArgument("path", f"{where}: not JSON ({error.msg})") from None
+            if not isinstance(record, dict):
+                raise InvalidArgument("path", f"{where}: not a JSON object")
+            doc_id = record.get("_id", record.get("id"))
+            text = record.get("text")
+            if doc_id is None or not isinstance(text, str):
+                raise InvalidArgument("path", f"{where}: needs '_id' or 'id', and 'text'")
+            yield common_pb2.Document(id=str(doc_id), title=str(record.get("title") or ""),
+                                      text=text, source=where)
+
+
+def read_path(path: str | os.PathLike[str]) -> Iterator[common_pb2.Document]:
+    """Documents of a file or of every supported file below a directory (sorted, recursive).
+
+    Raises:
+        InvalidArgument("path"): the path does not exist, or a file's type is not supported.
+    """
+    path = Path(path)
+    if path.is_dir():
+        for child in sorted(p for p in path.rglob("*") if p.is_file()):
+            if child.suffix.lower() in TEXT_SUFFIXES | JSONL_SUFFIXES:
+                yield from read_path(child)
+        return
+    if not path.is_file():
+        raise InvalidArgument("path", f"{path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        yield from read_jsonl(path)
+    elif suffix in TEXT_SUFFIXES:
+        yield read_text_file(path)
+    else:
+        supported = sorted(TEXT_SUFFIXES | JSONL_SUFFIXES)
+        raise InvalidArgument("path", f"{path}: unsupported type {suffix!r} (use {supported})")
+
+
+def read_paths(paths: Iterable[str | os.PathLike[str]], limit: int | None = None,
+               progress: bool = False) -> Iterator[common_pb2.Document]:
+    """Documents of every path in order, at most `limit`, with a tqdm bar when `progress`."""
+    def documents() -> Iterator[common_pb2.Document]:
+        count = 0
+        for path in paths:
+            for document in read_path(path):
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield document
+
+    if not progress:
+        yield from documents()
+        return
+    with tqdm(total=limit, unit="doc", desc="documents") as bar:
+        for document in documents():
+            bar.update(1)
+            yield document
+
+
+def batches(documents: Iterable[common_pb2.Document],
+            batch_size: int = 256) -> Iterator[list[common_pb2.Document]]:
+    """`documents` in lists of at most `batch_size` (1..10,000, the IngestDocuments limit)."""
+    if not 1 <= batch_size <= 10_000:
+        raise InvalidArgument("batch_size", f"{batch_size} is outside 1..10000")
+    batch: list[common_pb2.Document] = []
+    for document in documents:
+        batch.append(document)
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def read_documents(paths: Iterable[str | os.PathLike[str]], batch_size: int = 256,
+                   progress: bool = False,
+                   limit: int | None = None) -> Iterator[list[common_pb2.Document]]:
+    """Batches of the documents of `paths` (what `mcts-mesh ingest` sends, one call per batch)."""
+    return batches(read_paths(paths, limit=limit, progress=progress), batch_size)

@@ -1,0 +1,94 @@
+"""Entry point of the retrieval service: `mcts-mesh serve retrieval` calls `build_servicers`;
+`main()` runs it standalone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+
+from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
+from qdrant_client import QdrantClient
+
+from libs.server import Servicer, serve
+from libs.telemetry import setup_tracing
+from services.retrieval.edge_store import EdgeStore
+from services.retrieval.embedder import Embedder
+from services.retrieval.retriever import Retriever
+from services.retrieval.server_store import ServerStore
+from services.retrieval.servicer import RetrievalServicer
+from services.retrieval.settings import RetrievalSettings
+from services.retrieval.store import VectorStore
+
+NAME = "retrieval"
+SERVICE_NAME = retrieval_service_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name
+
+log = logging.getLogger(__name__)
+
+
+def open_store(settings: RetrievalSettings) -> VectorStore:
+    """A `ServerStore` when `qdrant_url` is set, else the embedded `EdgeStore` under `data_dir`.
+
+    Raises:
+        DataDirLocked: another process has `data_dir` open.
+    """
+    if settings.qdrant_url:
+        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        return ServerStore(QdrantClient(url=settings.qdrant_url, api_key=api_key))
+    return EdgeStore(settings.data_dir)
+
+
+def build_retriever(settings: RetrievalSettings, embedder: Embedder | None = None) -> Retriever:
+    """Loads the embedder (unless given) and opens the store (blocking: seconds)."""
+    embedder = embedder or Embedder.load(batch_size=settings.embed_batch_size,
+                                         torch_threads=settings.torch_threads)
+    store = open_store(settings)
+    log.info("retrieval: %s (%d-d) over %s", embedder.name, embedder.dim, type(store).__name__)
+    return Retriever(store, embedder, settings.chunk_size, settings.chunk_overlap)
+
+
+async def build_servicers(
+    settings: RetrievalSettings, embedder: Embedder | None = None,
+) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
+    """The retrieval servicer and its readiness hook, which loads the embedder (unless one is
+    given; tests share one) and opens the store: health turns SERVING only after both.
+    `servicers[0].servicer.close()` releases the store.
+
+    Raises (from the hook):
+        DataDirLocked: another process has `settings.data_dir` open.
+    """
+    servicer = RetrievalServicer(settings.default_collection)
+
+    async def ready() -> None:
+        servicer.attach(await asyncio.to_thread(build_retriever, settings, embedder))
+
+    return [Servicer(retrieval_service_pb2_grpc.add_RetrievalServiceServicer_to_server, servicer,
+                     SERVICE_NAME)], ready
+
+
+def main(settings: RetrievalSettings | None = None,
+         on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
+    """Reads `RETRIEVAL_*` settings (unless given), logs them, and serves until SIGTERM."""
+    # The model ships in a package; make any accidental hub lookup fail instead of downloading.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings = settings or RetrievalSettings()
+    logging.basicConfig(level=logging.INFO)
+    log.info("%s settings: %s", NAME, settings.masked())
+    provider = setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
+
+    async def run() -> None:
+        servicers, ready = await build_servicers(settings)
+        try:
+            await serve(NAME, settings, servicers, ready, on_listening=on_listening)
+        finally:
+            servicers[0].servicer.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        provider.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Settings of the retrieval service, read once from `RETRIEVAL_*` environment variables in
+`main()`.
+
+The store is embedded Qdrant under `data_dir` unless `qdrant_url` names a Qdrant server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import SecretStr, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from libs.settings import ServiceSettings
+
+
+class RetrievalSettings(ServiceSettings):
+    """The retrieval service's one frozen settings object (env prefix `RETRIEVAL_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="RETRIEVAL_", frozen=True, extra="ignore")
+
+    port: int = 50054
+    data_dir: Path = Path("var/retrieval")
+    """Directory of the embedded store (one exclusive owner at a time); unused with `qdrant_url`."""
+    qdrant_url: str | None = None
+    """A Qdrant server, e.g. http://qdrant:6333; unset means the embedded store under `data_dir`."""
+    qdrant_api_key: SecretStr | None = None
+    """API key of that server, when it checks one."""
+    chunk_size: int = 1000
+    """Maximum characters per chunk (about 200-250 word pieces; the embedder reads 256)."""
+    chunk_overlap: int = 200
+    """Characters repeated between consecutive chunks of a document."""
+    default_collection: str = "default"
+    """Collection used when a request leaves `collection` empty."""
+    embed_batch_size: int = 32
+    """Texts per forward pass of the embedder."""
+    torch_threads: int = 2
+    """Intra-op CPU threads torch may use for embedding."""
+
+    @model_validator(mode="after")
+    def _check(self) -> RetrievalSettings:
+        if self.chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
+        if not 0 <= self.chunk_overlap < (self.chunk_size + 1) // 2:
+            raise ValueError("chunk_overlap must be in [0, chunk_size / 2)")
+        if self.embed_batch_size < 1 or self.torch_threads < 1:
+            raise ValueError("embed_batch_size and torch_threads must be at least 1")
+        return self

@@ -1,0 +1,49 @@
+"""One name per setting everywhere: every variable the launcher, compose and the k8s manifests set
+is a field of that service's settings object (or the standard OTEL_EXPORTER_OTLP_ENDPOINT)."""
+
+from __future__ import annotations
+
+import yaml
+
+from mcts_mesh.cli import SERVICE_ENTRY, _import
+from mcts_mesh.launcher import ENV_PREFIX
+
+STANDARD = {"OTEL_EXPORTER_OTLP_ENDPOINT"}
+K8S_NAME = {"llm-gateway": "llm_gateway"}
+
+
+def _fields(service: str) -> set[str]:
+    settings_cls = _import(SERVICE_ENTRY[service][0])
+    prefix = ENV_PREFIX[service]
+    return {prefix + name.upper() for name in settings_cls.model_fields}
+
+
+def _check(service: str, names: set[str]) -> None:
+    unknown = {n for n in names if n not in STANDARD} - _fields(service)
+    assert not unknown, f"{service}: variables that are no setting: {sorted(unknown)}"
+
+
+def test_compose_variables_are_settings(repo_root):
+    compose = yaml.safe_load((repo_root / "deploy" / "compose.yaml").read_text())
+    for name, spec in compose["services"].items():
+        if name in SERVICE_ENTRY:
+            _check(name, set(spec.get("environment", {})))
+
+
+def test_k8s_variables_are_settings(repo_root):
+    for path in sorted((repo_root / "deploy" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "Deployment":
+                service = K8S_NAME.get(doc["metadata"]["name"], doc["metadata"]["name"])
+                for container in doc["spec"]["template"]["spec"]["containers"]:
+                    _check(service, {e["name"] for e in container.get("env", [])})
+
+
+def test_launcher_variables_are_settings():
+    for service, prefix in ENV_PREFIX.items():
+        assert f"{prefix}PORT" in _fields(service)
+    for target in ("MCTS", "NEURAL", "RETRIEVAL", "LLM"):
+        assert f"ORCHESTRATOR_{target}_TARGET" in _fields("orchestrator")
+    assert "ORCHESTRATOR_REST_PORT" in _fields("orchestrator")
+    assert "RETRIEVAL_DATA_DIR" in _fields("retrieval")
+    assert "LLM_FALLBACK_ORDER" in _fields("llm_gateway")
