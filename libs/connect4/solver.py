@@ -1,0 +1,331 @@
+"""Exact Connect Four solver: negamax with alpha-beta, after Pascal Pons' "Solving Connect 4"
+(blog.gamesolver.org, parts 1-12).
+
+What it uses from the blog: the score convention of the benchmark files (below), a bitboard
+position (`libs.connect4.board`), alpha-beta negamax whose window is clamped by the score bounds
+reachable from the number of moves left, centre-first move order refined by the number of winning
+cells a move creates (threat ordering), pruning to non-losing moves, a transposition table of
+upper and lower bounds keyed by the 49-bit position key (32-bit partial keys in a table of prime
+size, exact by the Chinese remainder theorem), and iterative null-window searches that bisect the
+score interval. No opening book.
+
+Score convention (the files in ../shared/data/connect4-pons): the value for the player to move
+under perfect play, 0 for a draw, `22 - s` when the player to move wins with their `s`-th stone,
+`s - 22` when they lose to the opponent's `s`-th stone. An immediate win from a position with `n`
+stones scores `(43 - n) // 2`. Weak mode only decides the sign: its result is -1, 0 or 1.
+
+The search is a numba kernel (`njit(nogil=True)`), so solvers in different threads run in
+parallel. A node budget bounds each call; a call that runs out returns `complete=False` and no
+score instead of a guess.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from libs.connect4.board import (
+    CELLS,
+    WIDTH,
+    IllegalPosition,
+    Position,
+    can_play,
+    can_win_next,
+    column_mask,
+    is_winning_move,
+    non_losing_moves,
+    play,
+    popcount,
+    winning_cells,
+)
+
+MIN_SCORE = -(CELLS // 2) + 3
+"""Lowest score a position can have once nobody wins within two moves: -18."""
+MAX_SCORE = (CELLS + 1) // 2 - 3
+"""Highest such score: 18."""
+DEFAULT_TABLE_SIZE = 4_194_301
+"""Transposition table entries: a prime above 2**22 (about 21 MB: uint32 key + int8 value)."""
+DEFAULT_MAX_NODES = 50_000_000
+"""Default node budget of one `solve` call."""
+
+_ABORTED = 1000
+_COLUMN_ORDER = np.array([3, 2, 4, 1, 5, 0, 6], dtype=np.int64)
+_LOWER_BOUND_OFFSET = MAX_SCORE - 2 * MIN_SCORE + 2
+_UPPER_BOUND_OFFSET = 1 - MIN_SCORE
+
+
+@njit(cache=True, nogil=True)
+def _half_toward_zero(x: int) -> int:
+    return x // 2 if x >= 0 else -((-x) // 2)
+
+
+@njit(cache=True, nogil=True)
+def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, counters, order,
+             sort_moves, sort_scores):
+    """Score of a position in which the player to move cannot win at once, within [alpha, beta].
+
+    Returns the exact score when it lies inside the window, an upper bound <= alpha or a lower bound
+    >= beta otherwise (fail-soft as in Pons part 4), or _ABORTED when `counters[0]` (nodes) passed
+    `counters[1]` (budget).
+    """
+    counters[0] += 1
+    if counters[0] > counters[1]:
+        return _ABORTED
+    moves = non_losing_moves(position, mask)
+    if moves == 0:
+        return -((CELLS - num_moves) // 2)
+    if num_moves >= CELLS - 2:
+        return 0
+    low = -((CELLS - 2 - num_moves) // 2)
+    if alpha < low:
+        alpha = low
+        if alpha >= beta:
+            return alpha
+    high = (CELLS - 1 - num_moves) // 2
+    if beta > high:
+        beta = high
+        if alpha >= beta:
+            return beta
+    key = position + mask
+    size = tt_keys.shape[0]
+    slot = key % size
+    partial = key & 0xFFFFFFFF
+    stored = np.int64(tt_values[slot])
+    if stored != 0 and np.int64(tt_keys[slot]) == partial:
+        if stored > MAX_SCORE - MIN_SCORE + 1:
+            low = stored - _LOWER_BOUND_OFFSET
+            if alpha < low:
+                alpha = low
+                if alpha >= beta:
+                    return alpha
+        else:
+            high = stored - _UPPER_BOUND_OFFSET
+            if beta > high:
+                beta = high
+                if alpha >= beta:
+                    return beta
+
+    # Centre-first candidates, stably sorted by how many winning cells the move leaves us.
+    count = 0
+    for i in range(WIDTH):
+        move = moves & column_mask(order[i])
+        if move:
+            score = popcount(winning_cells(position | move, mask))
+            at = count
+            while at > 0 and sort_scores[num_moves, at - 1] < score:
+                sort_moves[num_moves, at] = sort_moves[num_moves, at - 1]
+                sort_scores[num_moves, at] = sort_scores[num_moves, at - 1]
+                at -= 1
+            sort_moves[num_moves, at] = move
+            sort_scores[num_moves, at] = score
+            count += 1
+
+    for i in range(count):
+        move = sort_moves[num_moves, i]
+        child = _negamax(position ^ mask, mask | move, num_moves + 1, -beta, -alpha, tt_keys,
+                         tt_values, counters, order, sort_moves, sort_scores)
+        if child == _ABORTED:
+            return _ABORTED
+        score = -child
+        if score >= beta:
+            tt_keys[slot] = partial
+            tt_values[slot] = score + _LOWER_BOUND_OFFSET
+            return score
+        if score > alpha:
+            alpha = score
+    tt_keys[slot] = partial
+    tt_values[slot] = alpha + _UPPER_BOUND_OFFSET
+    return alpha
+
+
+@njit(cache=True, nogil=True)
+def _solve(position, mask, num_moves, weak, tt_keys, tt_values, counters, order, sort_moves,
+           sort_scores):
+    """Exact (or, when `weak`, sign-only) score or _ABORTED; bisects with null windows (part 12)."""
+    if can_win_next(position, mask):
+        return 1 if weak else (CELLS + 1 - num_moves) // 2
+    low = -((CELLS - num_moves) // 2)
+    high = (CELLS + 1 - num_moves) // 2
+    if weak:
+        low = -1
+        high = 1
+    while low < high:
+        med = low + (high - low) // 2
+        if med <= 0 and _half_toward_zero(low) < med:
+            med = _half_toward_zero(low)
+        elif med >= 0 and _half_toward_zero(high) > med:
+            med = _half_toward_zero(high)
+        r = _negamax(position, mask, num_moves, med, med + 1, tt_keys, tt_values, counters, order,
+                     sort_moves, sort_scores)
+        if r == _ABORTED:
+            return _ABORTED
+        if r <= med:
+            high = r
+        else:
+            low = r
+    if weak:
+        # Fail-soft bounds can overshoot the [-1, 1] window; only the sign is decided.
+        return (low > 0) - (low < 0)
+    return low
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """Outcome of one `solve` call.
+
+    Attributes:
+        score: the exact score for the player to move (Pons convention; -1/0/1 in weak mode), or
+            None when the node budget ran out first.
+        nodes: negamax nodes visited.
+        complete: True when `score` is exact.
+    """
+
+    score: int | None
+    nodes: int
+    complete: bool
+
+
+@dataclass(frozen=True)
+class MoveScores:
+    """Score of each column for the player to move.
+
+    Attributes:
+        scores: 7 entries, index 0..6 = column '1'..'7': the score for the player to move after
+            playing that column (Pons convention, -1/0/1 in weak mode), None for a full column or
+            when the budget ran out before the column was solved.
+        nodes: negamax nodes visited over all columns.
+        complete: True when every playable column has a score.
+    """
+
+    scores: tuple[int | None, ...]
+    nodes: int
+    complete: bool
+
+    def best_columns(self) -> list[int]:
+        """Columns (1..7) with the highest known score; empty when none is known."""
+        known = [s for s in self.scores if s is not None]
+        if not known:
+            return []
+        top = max(known)
+        return [col + 1 for col, s in enumerate(self.scores) if s == top]
+
+
+def _as_position(position: Position | str) -> Position:
+    pos = Position.from_moves(position) if isinstance(position, str) else position
+    if pos.is_finished:
+        raise IllegalPosition("the game is over: there is nothing to solve")
+    return pos
+
+
+class Solver:
+    """An exact solver with its own transposition table (reused across calls: entries are exact
+    bounds, so reuse only speeds later calls up). One thread at a time uses a `Solver`; calls are
+    serialised by a lock, and different `Solver` objects run in parallel without the GIL.
+
+    Args:
+        table_size: transposition table entries; must be odd and above 2**17 for the partial keys to
+            be exact (a prime is best). Memory: 5 bytes per entry.
+    """
+
+    def __init__(self, table_size: int = DEFAULT_TABLE_SIZE) -> None:
+        if table_size % 2 == 0 or table_size <= 1 << 17:
+            raise ValueError("table_size must be odd and above 2**17")
+        self._tt_keys = np.zeros(table_size, dtype=np.uint32)
+        self._tt_values = np.zeros(table_size, dtype=np.int8)
+        self._sort_moves = np.zeros((CELLS + 1, WIDTH), dtype=np.int64)
+        self._sort_scores = np.zeros((CELLS + 1, WIDTH), dtype=np.int64)
+        self._counters = np.zeros(2, dtype=np.int64)
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        """Empties the transposition table."""
+        with self._lock:
+            self._tt_values[:] = 0
+
+    def _run(self, position: int, mask: int, num_moves: int, weak: bool,
+             max_nodes: int) -> tuple[int | None, int]:
+        self._counters[0] = 0
+        self._counters[1] = max_nodes
+        score = _solve(position, mask, num_moves, weak, self._tt_keys, self._tt_values,
+                       self._counters, _COLUMN_ORDER, self._sort_moves, self._sort_scores)
+        nodes = int(min(self._counters[0], max_nodes))
+        return (None if score == _ABORTED else int(score)), nodes
+
+    def solve(self, position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
+              weak: bool = False) -> SolveResult:
+        """Solves a position for the player to move.
+
+        Args:
+            position: a `Position` or a Pons move string.
+            max_nodes: node budget; past it the result has `score=None, complete=False`.
+            weak: decide win/draw/loss only (score -1, 0 or 1), usually far fewer nodes.
+        Raises:
+            IllegalPosition: malformed moves, or a finished game.
+        """
+        pos = _as_position(position)
+        with self._lock:
+            score, nodes = self._run(pos.position, pos.mask, pos.num_moves, weak, max_nodes)
+        return SolveResult(score=score, nodes=nodes, complete=score is not None)
+
+    def best_moves(self, position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
+                   weak: bool = False) -> MoveScores:
+        """Scores every column for the player to move (the negated score of the child position, or
+        the immediate-win score for a winning move), columns in centre-first order sharing
+        `max_nodes`.
+
+        Raises:
+            IllegalPosition: malformed moves, or a finished game.
+        """
+        pos = _as_position(position)
+        scores: list[int | None] = [None] * WIDTH
+        nodes = 0
+        complete = True
+        win_score = (CELLS + 1 - pos.num_moves) // 2
+        with self._lock:
+            for col in _COLUMN_ORDER:
+                col = int(col)
+                if not can_play(pos.mask, col):
+                    continue
+                if is_winning_move(pos.position, pos.mask, col):
+                    scores[col] = 1 if weak else win_score
+                    continue
+                budget = max_nodes - nodes
+                if budget <= 0:
+                    complete = False
+                    continue
+                child_position, child_mask = play(pos.position, pos.mask, col)
+                score, used = self._run(child_position, child_mask, pos.num_moves + 1, weak,
+                                        budget)
+                nodes += used
+                if score is None:
+                    complete = False
+                else:
+                    scores[col] = -score
+        return MoveScores(scores=tuple(scores), nodes=nodes, complete=complete)
+
+
+_local = threading.local()
+
+
+def default_solver() -> Solver:
+    """This thread's solver (created on first use, table of `DEFAULT_TABLE_SIZE` entries)."""
+    solver = getattr(_local, "solver", None)
+    if solver is None:
+        solver = Solver()
+        _local.solver = solver
+    return solver
+
+
+def solve(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
+          weak: bool = False) -> SolveResult:
+    """`Solver.solve` on this thread's solver; see there."""
+    return default_solver().solve(position, max_nodes, weak)
+
+
+def best_moves(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
+               weak: bool = False) -> MoveScores:
+    """`Solver.best_moves` on this thread's solver; see there."""
+    return default_solver().best_moves(position, max_nodes, weak)

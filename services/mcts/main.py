@@ -1,0 +1,65 @@
+"""Entry point of the mcts service: `mcts-mesh serve mcts` calls `build_servicers`; `main()` runs it
+standalone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
+
+from libs.server import Servicer, serve
+from libs.telemetry import setup_tracing
+from services.mcts.search import uct_search
+from services.mcts.servicer import MctsServicer
+from services.mcts.settings import MctsSettings
+
+NAME = "mcts"
+SERVICE_NAME = mcts_service_pb2.DESCRIPTOR.services_by_name["MctsService"].full_name
+
+log = logging.getLogger(__name__)
+
+
+def _warm_up() -> None:
+    """Compiles (or loads from numba's cache) every kernel a search runs, both rollout modes and the
+    threaded path, so the first request pays no JIT time."""
+    uct_search("", 64, seed=0, threads=1)
+    uct_search("4", 64, seed=0, threads=2, decisive_rollouts=False)
+
+
+async def build_servicers(
+    settings: MctsSettings,
+) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
+    """The mcts servicer and its readiness hook, which compiles the numba kernels (health turns
+    SERVING only after it)."""
+
+    async def ready() -> None:
+        await asyncio.to_thread(_warm_up)
+        log.info("mcts: kernels compiled; default %d simulations, c=%.2f, up to %d threads",
+                 settings.default_simulations, settings.exploration, settings.max_threads)
+
+    return [Servicer(mcts_service_pb2_grpc.add_MctsServiceServicer_to_server,
+                     MctsServicer(settings), SERVICE_NAME)], ready
+
+
+def main(settings: MctsSettings | None = None,
+         on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
+    """Reads `MCTS_*` settings (unless given), logs them, and serves until SIGTERM."""
+    settings = settings or MctsSettings()
+    logging.basicConfig(level=logging.INFO)
+    log.info("%s settings: %s", NAME, settings.masked())
+    provider = setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
+
+    async def run() -> None:
+        servicers, ready = await build_servicers(settings)
+        await serve(NAME, settings, servicers, ready, on_listening=on_listening)
+
+    try:
+        asyncio.run(run())
+    finally:
+        provider.shutdown()
+
+
+if __name__ == "__main__":
+    main()

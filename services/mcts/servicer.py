@@ -1,0 +1,132 @@
+"""gRPC edge of the mcts service: validates SearchRequest, runs `uct_search` in a worker thread
+within the caller's deadline, and turns the SearchResult into a SearchResponse."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from dataclasses import dataclass
+
+import grpc
+from mesh.common.v1 import common_pb2
+from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
+
+from libs.connect4.board import IllegalPosition, Position
+from libs.errors import DeadlineExceeded, InvalidArgument
+from services.mcts.search import SearchResult, SearchStopped, uct_search
+from services.mcts.settings import MctsSettings
+
+MAX_SIMULATIONS = 10_000_000
+MAX_THREADS = 64
+
+
+@dataclass(frozen=True)
+class SearchArgs:
+    """A validated request: the arguments of `uct_search`."""
+
+    moves: str
+    simulations: int
+    exploration: float
+    seed: int
+    threads: int
+
+
+def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettings) -> SearchArgs:
+    """The core's arguments for a proto request.
+
+    Raises:
+        InvalidArgument: "game" not GAME_CONNECT_FOUR; "connect_four.moves" malformed, illegal or a
+            finished game; "simulations" outside 1..10,000,000; "exploration" negative or not
+            finite; "threads" outside 1..64.
+    """
+    if request.game != mcts_service_pb2.GAME_CONNECT_FOUR:
+        raise InvalidArgument("game", f"is {mcts_service_pb2.Game.Name(request.game)}; "
+                                      "only GAME_CONNECT_FOUR is supported")
+    moves = request.connect_four.moves
+    try:
+        position = Position.from_moves(moves)
+    except IllegalPosition as error:
+        raise InvalidArgument("connect_four.moves", error.message) from error
+    if position.is_finished:
+        raise InvalidArgument("connect_four.moves", "the game is over; there is no move to search")
+    simulations = (request.simulations if request.HasField("simulations")
+                   else settings.default_simulations)
+    if not 1 <= simulations <= MAX_SIMULATIONS:
+        raise InvalidArgument("simulations", f"is {simulations}; must be in 1..{MAX_SIMULATIONS:,}")
+    exploration = request.exploration if request.HasField("exploration") else settings.exploration
+    if not (math.isfinite(exploration) and exploration >= 0):
+        raise InvalidArgument("exploration", f"is {exploration}; must be a finite number >= 0")
+    threads = request.threads if request.HasField("threads") else 1
+    if not 1 <= threads <= MAX_THREADS:
+        raise InvalidArgument("threads", f"is {threads}; must be in 1..{MAX_THREADS}")
+    return SearchArgs(moves=moves, simulations=simulations, exploration=exploration,
+                      seed=request.seed, threads=min(threads, settings.max_threads))
+
+
+def to_response(result: SearchResult) -> mcts_service_pb2.SearchResponse:
+    """The proto response; `actions` lists the legal columns (prior > 0) in increasing order, with
+    value 0 for a column the search never visited."""
+    actions = [
+        common_pb2.ActionStatistics(
+            action=col + 1,
+            visits=int(result.visits[col]),
+            value=0.0 if math.isnan(result.values[col]) else float(result.values[col]),
+            prior=float(result.priors[col]),
+        )
+        for col in range(len(result.priors))
+        if result.priors[col] > 0
+    ]
+    return mcts_service_pb2.SearchResponse(
+        best_action=result.best_action,
+        statistics=common_pb2.SearchStatistics(
+            simulations=result.simulations,
+            simulations_per_second=result.simulations_per_second,
+            tree_size=result.tree_size,
+            max_depth=result.max_depth,
+            root_value=result.root_value,
+            actions=actions,
+            elapsed_ms=result.elapsed_s * 1e3,
+            seed=result.seed,
+            threads=result.threads,
+            tree_full=result.tree_full,
+        ),
+    )
+
+
+class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
+    """mesh.mcts.v1.MctsService over `services.mcts.search.uct_search`."""
+
+    def __init__(self, settings: MctsSettings) -> None:
+        self._settings = settings
+
+    async def Search(
+        self, request: mcts_service_pb2.SearchRequest, context: grpc.aio.ServicerContext
+    ) -> mcts_service_pb2.SearchResponse:
+        """Runs the search in a worker thread (the event loop stays free).
+
+        With a deadline, the search stops `deadline_margin_s` before it and returns the simulations
+        done by then (`statistics.simulations` may be below the request's). A cancelled call stops
+        its search.
+
+        Raises:
+            InvalidArgument: see `to_search_args`.
+            DeadlineExceeded: the deadline came before any simulation finished.
+        """
+        args = to_search_args(request, self._settings)
+        remaining = context.time_remaining()
+        time_limit = (None if remaining is None
+                      else max(0.0, remaining - self._settings.deadline_margin_s))
+        stop = threading.Event()
+        try:
+            result = await asyncio.to_thread(
+                uct_search, args.moves, args.simulations, args.exploration, args.seed,
+                args.threads, self._settings.max_tree_nodes, time_limit_s=time_limit, stop=stop)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        except SearchStopped as error:
+            raise DeadlineExceeded(
+                f"the deadline left too little time for one simulation ({remaining} s)"
+            ) from error
+        return to_response(result)

@@ -1,0 +1,109 @@
+"""The search tree as a struct of preallocated arrays (as mctx's `Tree`), one row per node.
+
+Node 0 is the root. The children of a node are created together, in increasing column order, in
+one contiguous block `first_child .. first_child + num_children - 1`, so a node's statistics and its
+children's are reached by index arithmetic with no pointers or allocation. When the arrays are full
+the search stops expanding (`full` is set) and keeps simulating from the leaves it has: the tree is
+reported as it is, never overwritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+OPEN = 0
+"""`terminal` code: the game goes on at this node."""
+WON = 1
+"""`terminal` code: the move into this node made four in a row (its mover won)."""
+DRAWN = 2
+"""`terminal` code: the move into this node filled the board without four in a row."""
+
+MIN_CAPACITY = 8
+"""The root and all seven of its children fit in any tree."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Arrays of one search tree; N is the capacity (nodes).
+
+    Attributes:
+        visits: int64 [N], simulations that passed through the node.
+        value_sum: float64 [N], sum of simulation results for the player who made the move into the
+            node (the player to move at its parent): +1 win, 0 draw, -1 loss. For the root, the
+            player who moved last (the opponent of the player to move at the root).
+        prior: float32 [N], prior probability of the move into the node (uniform for UCT).
+        first_child: int32 [N], index of the first child, -1 while not expanded.
+        num_children: int32 [N], number of children, 0 while not expanded or terminal.
+        parent: int32 [N], index of the parent, -1 for the root.
+        Rows at and past `size` are unused (zero) and not part of the tree.
+        action: int8 [N], column (0..6) of the move into the node, -1 for the root.
+        terminal: int8 [N], OPEN, WON or DRAWN (see the module constants).
+        counters: int64 [3]: nodes in use, deepest node reached (plies below the root), and 1 once
+            an expansion was refused because the arrays were full.
+    """
+
+    visits: np.ndarray
+    value_sum: np.ndarray
+    prior: np.ndarray
+    first_child: np.ndarray
+    num_children: np.ndarray
+    parent: np.ndarray
+    action: np.ndarray
+    terminal: np.ndarray
+    counters: np.ndarray
+
+    @staticmethod
+    def allocate(capacity: int) -> Tree:
+        """A tree holding only the root, with room for `capacity` nodes (at least MIN_CAPACITY).
+
+        Memory: 34 bytes per node.
+        """
+        capacity = max(int(capacity), MIN_CAPACITY)
+        # Zero-filled arrays are mapped lazily by the OS; rows past `size` are never read, and the
+        # search writes every field of a node when it creates it.
+        tree = Tree(
+            visits=np.zeros(capacity, dtype=np.int64),
+            value_sum=np.zeros(capacity, dtype=np.float64),
+            prior=np.zeros(capacity, dtype=np.float32),
+            first_child=np.zeros(capacity, dtype=np.int32),
+            num_children=np.zeros(capacity, dtype=np.int32),
+            parent=np.zeros(capacity, dtype=np.int32),
+            action=np.zeros(capacity, dtype=np.int8),
+            terminal=np.zeros(capacity, dtype=np.int8),
+            counters=np.zeros(3, dtype=np.int64),
+        )
+        tree.first_child[0] = -1
+        tree.parent[0] = -1
+        tree.action[0] = -1
+        tree.prior[0] = 1.0
+        tree.counters[0] = 1
+        return tree
+
+    @property
+    def capacity(self) -> int:
+        """Nodes the arrays can hold."""
+        return int(self.visits.shape[0])
+
+    @property
+    def size(self) -> int:
+        """Nodes in use (the root included)."""
+        return int(self.counters[0])
+
+    @property
+    def max_depth(self) -> int:
+        """Deepest node reached, in plies below the root."""
+        return int(self.counters[1])
+
+    @property
+    def full(self) -> bool:
+        """True once an expansion was refused for lack of room."""
+        return bool(self.counters[2])
+
+    def children(self, node: int = 0) -> range:
+        """Indices of the children of `node` (empty while it is not expanded)."""
+        start = int(self.first_child[node])
+        if start < 0:
+            return range(0)
+        return range(start, start + int(self.num_children[node]))

@@ -1,0 +1,74 @@
+"""The exact solver against the scores of Pascal Pons' benchmark files."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.connect4.board import IllegalPosition, Position
+from libs.connect4.solver import Solver, best_moves, solve
+
+
+def sign(x: int) -> int:
+    return (x > 0) - (x < 0)
+
+
+@pytest.fixture(scope="module")
+def solver() -> Solver:
+    return Solver()
+
+
+@pytest.mark.parametrize(("name", "limit"), [("Test_L3_R1", 100), ("Test_L2_R1", 50),
+                                             ("Test_L2_R2", 4)])
+def test_strong_scores_match_pons(read_pons, solver: Solver, name: str, limit: int) -> None:
+    rows = read_pons(name, limit)
+    assert len(rows) == limit
+    wrong = [(m, s, solver.solve(m).score) for m, s in rows if solver.solve(m).score != s]
+    assert wrong == []
+
+
+@pytest.mark.parametrize(("name", "limit"), [("Test_L3_R1", 100), ("Test_L2_R1", 50)])
+def test_weak_results_match_the_sign_of_pons_scores(read_pons, name: str, limit: int) -> None:
+    fresh = Solver(table_size=(1 << 18) + 3)  # an empty table: no help from strong results
+    for moves, score in read_pons(name, limit):
+        result = fresh.solve(moves, weak=True)
+        assert result.complete
+        assert result.score == sign(score), moves
+
+
+def test_best_moves_agree_with_the_position_score(read_pons, solver: Solver) -> None:
+    for moves, score in read_pons("Test_L2_R1", 10):
+        scores = solver.best_moves(moves)
+        assert scores.complete
+        known = [s for s in scores.scores if s is not None]
+        assert max(known) == score
+        pos = Position.from_moves(moves)
+        assert [s is not None for s in scores.scores] == [pos.can_play(c) for c in range(7)]
+        for column in scores.best_columns():
+            assert -solver.solve(pos.play(column - 1)).score == score or pos.is_winning_move(
+                column - 1
+            )
+
+
+def test_immediate_win_scores_by_stones_played() -> None:
+    # First player to move with three on the bottom row: winning with the 4th stone scores 18.
+    assert solve("112233").score == 18
+    # The winning column is scored without search; the others need far more than 1,000 nodes.
+    partial = best_moves("112233", max_nodes=1_000)
+    assert partial.scores[3] == 18 and not partial.complete
+    assert partial.best_columns() == [4]
+    assert solve("112233", weak=True).score == 1
+
+
+def test_budget_ran_out_gives_no_score(read_pons) -> None:
+    moves, _ = read_pons("Test_L2_R2", 1)[0]
+    result = Solver().solve(moves, max_nodes=50)
+    assert result.score is None and not result.complete
+    assert result.nodes == 50
+    partial = Solver().best_moves(moves, max_nodes=50)
+    assert not partial.complete
+    assert any(s is None for s in partial.scores)
+
+
+def test_finished_games_are_not_solved() -> None:
+    with pytest.raises(IllegalPosition):
+        solve("1212121")
