@@ -37,9 +37,9 @@ _SERVICE_CONFIG = json.dumps(
 class TracingInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
     """A CLIENT span per unary call, with the W3C trace context injected into the call's metadata.
 
-    Unlike opentelemetry-instrumentation-grpc's aio client interceptor, which awaits the call's status
-    inside the interceptor, this one returns the call at once and ends the span when the call is done,
-    so `call.cancel()` (a caller that goes away) reaches the server and stops its work.
+    Unlike opentelemetry-instrumentation-grpc's aio client interceptor, which awaits the call's
+    status inside the interceptor, this one returns the call at once and ends the span when the call
+    is done, so `call.cancel()` (a caller that goes away) reaches the server and stops its work.
     """
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:

@@ -1,5 +1,5 @@
-"""The whole mesh on loopback: five services as child processes on free ports, exactly as `mcts-mesh up`
-starts them, exporting traces over OTLP to a collector this test runs.
+"""The whole mesh on loopback: five services as child processes on free ports, exactly as
+`mcts-mesh up` starts them, exporting traces over OTLP to a collector this test runs.
 
 Checks health, one Connect Four solve, one text query, one REST call with a bad field, and that the
 solve's trace covers every service it touched.

@@ -1,5 +1,5 @@
-"""libs.server: health follows readiness, domain errors become statuses with details, the server keeps
-serving after a bad request, and unexpected errors become INTERNAL without a stack trace."""
+"""libs.server: health follows readiness, domain errors become statuses with details, the server
+keeps serving after a bad request, and unexpected errors become INTERNAL without a stack trace."""
 
 from __future__ import annotations
 

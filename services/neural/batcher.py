@@ -1,0 +1,188 @@
+"""Dynamic batching of concurrent inference requests (as in NVIDIA Triton's dynamic batcher and
+TorchServe's batch aggregation): requests queue up, and one forward pass runs on up to `max_batch`
+rows, waiting at most `max_wait_ms` after the first queued request for others to join.
+
+Inference runs in one worker thread under `torch.inference_mode()`, so the event loop keeps
+accepting requests while a batch runs; those requests form the next batch. Each caller gets its own
+rows back; an error raised by a batch goes to the callers of that batch only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from libs.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+BatchFunction = Callable[..., tuple[np.ndarray, ...]]
+"""Runs one batch: takes arrays with a leading batch dimension B (all the same B) and returns
+arrays whose leading dimension is B too, row i answering input row i."""
+
+
+@dataclass
+class _Request:
+    inputs: tuple[np.ndarray, ...]
+    rows: int
+    future: asyncio.Future = field(repr=False)
+
+
+class DynamicBatcher:
+    """Queues `submit()` calls and runs them together through `run_batch`.
+
+    Args:
+        run_batch: the forward pass (see `BatchFunction`); called in the worker thread.
+        max_batch: most rows per call of `run_batch`; a larger request is split into chunks.
+        max_wait_ms: milliseconds the oldest queued request waits for others before its batch runs
+            (0 runs whatever is queued at once).
+        name: used in the worker thread's name and in logs.
+    Attributes:
+        forward_passes: calls of `run_batch` so far.
+        rows_run: rows passed to `run_batch` so far.
+    """
+
+    def __init__(self, run_batch: BatchFunction, max_batch: int = 256, max_wait_ms: float = 2.0,
+                 name: str = "model") -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if max_wait_ms < 0:
+            raise ValueError("max_wait_ms must be >= 0")
+        self._run_batch = run_batch
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.name = name
+        self.forward_passes = 0
+        self.rows_run = 0
+        self._pending: deque[_Request] = deque()
+        self._pending_rows = 0
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self._in_flight: list[_Request] = []
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batcher-{name}")
+
+    async def submit(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Runs `inputs` (arrays [n, ...], n >= 1, the same n) in some batch; returns the outputs'
+        n rows, in order.
+
+        Raises:
+            Unavailable: the batcher is closed.
+            Exception: whatever `run_batch` raised for a batch holding these rows.
+        """
+        if self._closed:
+            raise Unavailable(f"{self.name}: the batcher is closed")
+        rows = len(inputs[0])
+        if rows == 0 or any(len(array) != rows for array in inputs):
+            raise ValueError("inputs must share a non-zero leading dimension")
+        self._ensure_running()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for start in range(0, rows, self.max_batch):
+            chunk = tuple(array[start:start + self.max_batch] for array in inputs)
+            future = loop.create_future()
+            self._pending.append(_Request(chunk, len(chunk[0]), future))
+            self._pending_rows += len(chunk[0])
+            futures.append(future)
+        self._wakeup.set()
+        try:
+            parts = await asyncio.gather(*futures)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+
+    async def close(self) -> None:
+        """Stops the batching task; queued requests fail with `Unavailable`."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for request in [*self._in_flight, *self._pending]:
+            if not request.future.done():
+                request.future.set_exception(Unavailable(f"{self.name}: the batcher closed"))
+        self._pending.clear()
+        self._in_flight = []
+        # A batch still running in the worker finishes there; wait without blocking the loop.
+        await asyncio.to_thread(self._executor.shutdown, True)
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._wakeup = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._serve(),
+                                                                name=f"batcher-{self.name}")
+
+    async def _serve(self) -> None:
+        while True:
+            self._in_flight = await self._next_batch()
+            if self._in_flight:
+                await self._run(self._in_flight)
+            self._in_flight = []
+
+    async def _next_batch(self) -> list[_Request]:
+        loop = asyncio.get_running_loop()
+        while not self._pending:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        deadline = loop.time() + self.max_wait_s
+        while self._pending_rows < self.max_batch:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                break
+        batch: list[_Request] = []
+        rows = 0
+        while self._pending and rows + self._pending[0].rows <= self.max_batch:
+            request = self._pending.popleft()
+            self._pending_rows -= request.rows
+            if request.future.done():  # the caller went away (cancelled)
+                continue
+            batch.append(request)
+            rows += request.rows
+        return batch
+
+    async def _run(self, batch: list[_Request]) -> None:
+        inputs = tuple(np.concatenate(arrays) for arrays in zip(*(r.inputs for r in batch),
+                                                                 strict=True))
+        rows = len(inputs[0])
+        loop = asyncio.get_running_loop()
+        try:
+            outputs = await loop.run_in_executor(self._executor, self._infer, inputs)
+            if any(len(output) != rows for output in outputs):
+                raise RuntimeError(f"{self.name}: run_batch returned {[len(o) for o in outputs]} "
+                                   f"rows for {rows} inputs")
+        except Exception as error:  # noqa: BLE001 - delivered to this batch's callers
+            for request in batch:
+                if not request.future.done():
+                    request.future.set_exception(error)
+            return
+        start = 0
+        for request in batch:
+            end = start + request.rows
+            if not request.future.done():
+                request.future.set_result(tuple(output[start:end] for output in outputs))
+            start = end
+
+    def _infer(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        with torch.inference_mode():
+            outputs = self._run_batch(*inputs)
+        self.forward_passes += 1
+        self.rows_run += len(inputs[0])
+        return outputs

@@ -1,0 +1,200 @@
+"""Checkpoints as a directory: `model.safetensors` (the weights) plus `config.json` (architecture,
+config fields, training metadata, and the weights' SHA-256), so serving rebuilds a model from the
+checkpoint alone.
+
+Loading never unpickles: weights are read with `safetensors` only, and a file that is a pickle or a
+`torch.save` archive is refused with a `CheckpointError` that says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from libs.errors import FailedPrecondition
+from services.neural.models import ARCHITECTURES
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+FORMAT = "mcts-mesh-checkpoint"
+FORMAT_VERSION = 1
+VERSION_LENGTH = 12
+"""Hex digits of the weights' SHA-256 used as the model version."""
+
+_PICKLE_PROTOCOL_MARK = b"\x80"
+_ZIP_MARK = b"PK\x03\x04"  # torch.save's default format: a zip archive holding a pickle
+_PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
+
+
+class CheckpointError(FailedPrecondition):
+    """A checkpoint directory that cannot be loaded: a file missing, a pickle, corrupt weights, an
+    unknown architecture, or a config that does not match the weights. The message names the
+    path."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: the model in eval mode on `device`, and what config.json said."""
+
+    model: nn.Module
+    architecture: str
+    config: dict[str, Any]
+    metadata: dict[str, Any]
+    version: str
+    """First `VERSION_LENGTH` hex digits of the SHA-256 of model.safetensors."""
+    sha256: str
+    device: str
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomically(path: Path, write) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.chmod(temporary, 0o644)  # mkstemp makes 0600; checkpoints are read by other users
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(directory: Path | str, model: nn.Module, architecture: str,
+                    metadata: dict[str, Any] | None = None) -> str:
+    """Writes `model` (whose `config` attribute is its config dataclass) as a checkpoint directory.
+
+    Args:
+        directory: created if missing; model.safetensors and config.json are replaced atomically.
+        model: a module of `architecture`, with a dataclass `config`.
+        architecture: a key of `services.neural.models.ARCHITECTURES`, e.g. "connect4_pv".
+        metadata: JSON-serializable facts from the trainer (games, epochs, losses, wall time).
+    Returns:
+        The version: the SHA-256 prefix of the written weights.
+    Raises:
+        CheckpointError: unknown architecture, or the model's config is not a dataclass.
+    """
+    if architecture not in ARCHITECTURES:
+        raise CheckpointError(f"unknown architecture {architecture!r}; known: "
+                              f"{sorted(ARCHITECTURES)}")
+    config = getattr(model, "config", None)
+    if config is None or not dataclasses.is_dataclass(config):
+        raise CheckpointError(f"{type(model).__name__} has no dataclass `config` to save")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().to("cpu").contiguous()
+             for name, tensor in model.state_dict().items()}
+    weights = directory / WEIGHTS_FILE
+    # One header key only: safetensors writes metadata in hash-map order, and equal weights
+    # must give equal bytes (the version is their hash).
+    _write_atomically(weights, lambda path: save_file(state, str(path),
+                                                      metadata={"format": FORMAT}))
+    sha256 = file_sha256(weights)
+    document = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "architecture": architecture,
+        "config": dataclasses.asdict(config),
+        "weights": {"file": WEIGHTS_FILE, "sha256": sha256},
+        "metadata": metadata or {},
+    }
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    _write_atomically(directory / CONFIG_FILE, lambda path: path.write_text(text))
+    return sha256[:VERSION_LENGTH]
+
+
+def _read_config(directory: Path) -> dict[str, Any]:
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        pickles = sorted(p.name for p in directory.glob("*") if p.suffix in _PICKLE_SUFFIXES)
+        hint = (f"; {', '.join(pickles)} look like pickled checkpoints, which are refused "
+                f"(save as {WEIGHTS_FILE} + {CONFIG_FILE})" if pickles else "")
+        raise CheckpointError(f"{path}: missing{hint}")
+    try:
+        document = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: not valid JSON ({error})") from error
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a {FORMAT} config (\"format\" missing or different)")
+    if document.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: format_version {document.get('format_version')!r}, "
+                              f"expected {FORMAT_VERSION}")
+    for key, kind in (("architecture", str), ("config", dict), ("metadata", dict),
+                      ("weights", dict)):
+        if not isinstance(document.get(key), kind):
+            raise CheckpointError(f"{path}: field {key!r} missing or not a {kind.__name__}")
+    return document
+
+
+def _check_not_pickle(path: Path) -> None:
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    if head.startswith(_ZIP_MARK) or head.startswith(_PICKLE_PROTOCOL_MARK):
+        raise CheckpointError(f"{path}: is a pickle or torch.save archive; pickled checkpoints are "
+                              "refused (they can run code on load); save as safetensors")
+
+
+def load_checkpoint(directory: Path | str, device: str = "cpu") -> Checkpoint:
+    """Rebuilds the model of a checkpoint directory and loads its weights, without unpickling.
+
+    Args:
+        directory: holds config.json and model.safetensors.
+        device: "cpu" or "cuda[:n]"; the model is moved there and put in eval mode.
+    Raises:
+        CheckpointError: a file missing or unreadable, a pickle, weights whose SHA-256 differs from
+            config.json, an unknown architecture, config fields the architecture does not take, or
+            weights whose names or shapes do not match the architecture.
+    """
+    directory = Path(directory)
+    document = _read_config(directory)
+    weights = directory / str(document["weights"].get("file", WEIGHTS_FILE))
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing")
+    _check_not_pickle(weights)
+    sha256 = file_sha256(weights)
+    expected = document["weights"].get("sha256")
+    if expected != sha256:
+        raise CheckpointError(f"{weights}: SHA-256 {sha256[:VERSION_LENGTH]}... differs from "
+                              f"{CONFIG_FILE}'s {str(expected)[:VERSION_LENGTH]}...; the weights "
+                              "are corrupt or belong to another config")
+    architecture = ARCHITECTURES.get(document["architecture"])
+    if architecture is None:
+        raise CheckpointError(f"{directory}: unknown architecture {document['architecture']!r}; "
+                              f"known: {sorted(ARCHITECTURES)}")
+    try:
+        config = architecture.config_type(**document["config"])
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{directory}: config does not fit {architecture.name}: {error}") \
+            from error
+    try:
+        state = load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{weights}: not a readable safetensors file ({error})") from error
+    model = architecture.model_type(config)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        raise CheckpointError(f"{weights}: weights do not match {architecture.name} with config "
+                              f"{document['config']}: {error}") from error
+    model.to(torch.device(device)).eval()
+    return Checkpoint(model=model, architecture=architecture.name, config=document["config"],
+                      metadata=document["metadata"], version=sha256[:VERSION_LENGTH],
+                      sha256=sha256, device=device)

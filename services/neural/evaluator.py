@@ -1,0 +1,90 @@
+"""Evaluates Connect Four positions with the registry's policy/value networks, batching concurrent
+requests per model (one `DynamicBatcher` each). No gRPC here: the servicer validates requests and
+calls `evaluate`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from libs.errors import InvalidArgument, Unavailable
+from services.neural.batcher import DynamicBatcher
+from services.neural.models import connect4_pv
+from services.neural.registry import ModelRegistry, RegisteredModel
+
+
+class PositionEvaluator:
+    """Owns the registry once loaded and a batcher per model.
+
+    Args:
+        default_model: the model used when a request names none.
+        max_batch: most positions per forward pass.
+        max_wait_ms: how long a request waits for others to join its batch, in milliseconds.
+    """
+
+    def __init__(self, default_model: str, max_batch: int, max_wait_ms: float) -> None:
+        self.default_model = default_model
+        self.max_batch = max_batch
+        self.max_wait_ms = max_wait_ms
+        self._registry: ModelRegistry | None = None
+        self._batchers: dict[str, DynamicBatcher] = {}
+
+    def install(self, registry: ModelRegistry) -> None:
+        """Makes `registry` the one served (called by the service's ready hook)."""
+        self._registry = registry
+
+    @property
+    def registry(self) -> ModelRegistry:
+        """The loaded registry. Raises Unavailable before `install`."""
+        if self._registry is None:
+            raise Unavailable("the model registry is still loading")
+        return self._registry
+
+    def model(self, name: str) -> RegisteredModel:
+        """The model called `name` ("" is the default model).
+
+        Raises:
+            Unavailable: no registry yet, or it holds no checkpoint.
+            NotFound: no model of that name.
+        """
+        return self.registry.get(name or self.default_model)
+
+    async def evaluate(self, name: str, planes: np.ndarray, legal: np.ndarray
+                       ) -> tuple[RegisteredModel, np.ndarray, np.ndarray]:
+        """Policy and value of each position, computed in shared batches.
+
+        Args:
+            name: model name; "" is the default model.
+            planes: float32 [N, 2, 6, 7] from `libs.connect4.board.encode`, N >= 1.
+            legal: bool [N, 7] from `libs.connect4.board.legal_mask`, a True in every row.
+        Returns:
+            The model that answered, policy float32 [N, 7] (0 on illegal columns, rows sum to 1)
+            and value float32 [N] in [-1, 1] for the player to move.
+        Raises:
+            Unavailable, NotFound: see `model`.
+            InvalidArgument("model"): the model is not a Connect Four policy/value network.
+        """
+        model = self.model(name)
+        if model.architecture != connect4_pv.ARCHITECTURE:
+            raise InvalidArgument("model", f"{model.name!r} is a {model.architecture}, not a "
+                                           f"Connect Four policy/value network")
+        batcher = self._batchers.get(model.name)
+        if batcher is None:
+            module = model.module
+
+            def run_batch(batch_planes: np.ndarray, batch_legal: np.ndarray):
+                return connect4_pv.predict(module, batch_planes, batch_legal)
+
+            batcher = DynamicBatcher(run_batch, self.max_batch, self.max_wait_ms, name=model.name)
+            self._batchers[model.name] = batcher
+        policy, value = await batcher.submit(planes, legal)
+        return model, policy, value
+
+    def batcher(self, name: str) -> DynamicBatcher | None:
+        """The batcher of model `name` once it served a request (for metrics and tests)."""
+        return self._batchers.get(name or self.default_model)
+
+    async def close(self) -> None:
+        """Closes every batcher; queued requests fail with Unavailable."""
+        for batcher in self._batchers.values():
+            await batcher.close()
+        self._batchers.clear()

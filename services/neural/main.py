@@ -1,0 +1,93 @@
+"""Entry point of the neural service: `mcts-mesh serve neural` calls `build_servicers`; `main()`
+runs it standalone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import torch
+from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
+
+from libs.connect4.board import Position, encode, legal_mask
+from libs.server import Servicer, serve
+from libs.telemetry import setup_tracing
+from services.neural.evaluator import PositionEvaluator
+from services.neural.models import connect4_pv
+from services.neural.registry import ModelRegistry, select_device
+from services.neural.servicer import NeuralServicer
+from services.neural.settings import NeuralSettings
+
+NAME = "neural"
+SERVICE_NAME = neural_service_pb2.DESCRIPTOR.services_by_name["NeuralService"].full_name
+
+log = logging.getLogger(__name__)
+
+
+def _warm_up(registry: ModelRegistry) -> None:
+    start = Position.from_moves("")
+    planes, legal = encode(start)[None], legal_mask(start)[None]
+    for model in registry.list():
+        if model.architecture == connect4_pv.ARCHITECTURE:
+            connect4_pv.predict(model.module, np.repeat(planes, 2, 0), np.repeat(legal, 2, 0))
+
+
+async def build_servicers(
+    settings: NeuralSettings, evaluator: PositionEvaluator | None = None
+) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
+    """The neural servicer and its readiness hook, which loads every checkpoint of
+    `settings.models_dir` on the selected device and runs one warm-up forward pass per model.
+
+    Raises (from the hook):
+        CheckpointError: a checkpoint directory cannot be loaded.
+        FailedPrecondition: device "cuda" requested without a GPU.
+    """
+    evaluator = evaluator or PositionEvaluator(settings.default_model, settings.max_batch,
+                                               settings.max_wait_ms)
+    servicer = NeuralServicer(evaluator)
+
+    async def ready() -> None:
+        if settings.torch_threads:
+            torch.set_num_threads(settings.torch_threads)
+        device = select_device(settings.device)
+        models_dir = settings.resolved_models_dir()
+        registry = await asyncio.to_thread(ModelRegistry.load, models_dir, device)
+        await asyncio.to_thread(_warm_up, registry)
+        evaluator.install(registry)
+        log.info("neural: %d model(s) from %s on %s; default %r", len(registry), models_dir,
+                 device, settings.default_model)
+
+    return [Servicer(neural_service_pb2_grpc.add_NeuralServiceServicer_to_server, servicer,
+                     SERVICE_NAME)], ready
+
+
+def main(settings: NeuralSettings | None = None,
+         on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
+    """Reads `NEURAL_*` settings (unless given), logs them, and serves until SIGTERM.
+
+    `on_listening(ports)` is called once the service is SERVING (the launcher learns the port).
+    """
+    settings = settings or NeuralSettings()
+    logging.basicConfig(level=logging.INFO)
+    log.info("%s settings: %s", NAME, settings.masked())
+    provider = setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
+
+    async def run() -> None:
+        evaluator = PositionEvaluator(settings.default_model, settings.max_batch,
+                                      settings.max_wait_ms)
+        servicers, ready = await build_servicers(settings, evaluator)
+        try:
+            await serve(NAME, settings, servicers, ready, on_listening=on_listening)
+        finally:
+            await evaluator.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        provider.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""A small residual policy/value network for Connect Four, AlphaZero style.
+
+Reference: Silver et al., "Mastering the game of Go without human knowledge" (Nature 2017), the
+network of its Methods section ("Neural network architecture"): a convolutional stem, a tower of
+residual blocks (conv-BN-ReLU-conv-BN plus the skip), a policy head (1x1 conv to 2 planes, then a
+linear layer to one logit per action) and a value head (1x1 conv to 1 plane, a hidden linear layer,
+then a scalar squashed by tanh). Sizes are scaled down for a 7x6 board and fast CPU inference.
+
+Input planes come from `libs.connect4.board.encode`: float32 [2, 6, 7], plane 0 the stones of the
+player to move, plane 1 the opponent's. Outputs are from the point of view of the player to move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+ARCHITECTURE = "connect4_pv"
+ROWS = 6
+COLUMNS = 7
+PLANES = 2
+ILLEGAL_LOGIT = -1.0e9
+"""Logit given to illegal columns: finite, so a soft-target cross-entropy (target 0 times log
+probability) stays 0 instead of NaN, and small enough that softmax gives them exactly 0."""
+
+
+@dataclass(frozen=True)
+class Connect4PVConfig:
+    """Sizes of `Connect4PV`. The defaults give about 170k parameters."""
+
+    channels: int = 48
+    """Feature maps in the stem and every residual block."""
+    blocks: int = 4
+    """Residual blocks in the tower."""
+    value_hidden: int = 64
+    """Width of the value head's hidden layer."""
+
+    def __post_init__(self) -> None:
+        if self.channels < 1 or self.blocks < 0 or self.value_hidden < 1:
+            raise ValueError(f"invalid Connect4PVConfig {self}")
+
+
+class ResidualBlock(nn.Module):
+    """conv3x3-BN-ReLU-conv3x3-BN, plus the input, then ReLU. [B, C, 6, 7] -> [B, C, 6, 7]."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(x + y)
+
+
+class Connect4PV(nn.Module):
+    """Policy/value network: (planes [B, 2, 6, 7], legal [B, 7] bool) -> (logits [B, 7], value [B]).
+
+    Logits of illegal columns are `ILLEGAL_LOGIT`, so `softmax(logits)` is 0 there and sums to 1
+    over the legal columns. The value is tanh-squashed, in [-1, 1], for the player to move.
+    """
+
+    def __init__(self, config: Connect4PVConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config.channels
+        self.stem = nn.Sequential(
+            nn.Conv2d(PLANES, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()
+        )
+        self.tower = nn.Sequential(*[ResidualBlock(c) for _ in range(config.blocks)])
+        self.policy_conv = nn.Sequential(nn.Conv2d(c, 2, 1, bias=False), nn.BatchNorm2d(2),
+                                         nn.ReLU())
+        self.policy_fc = nn.Linear(2 * ROWS * COLUMNS, COLUMNS)
+        self.value_conv = nn.Sequential(nn.Conv2d(c, 1, 1, bias=False), nn.BatchNorm2d(1),
+                                        nn.ReLU())
+        self.value_fc1 = nn.Linear(ROWS * COLUMNS, config.value_hidden)
+        self.value_fc2 = nn.Linear(config.value_hidden, 1)
+
+    def forward(self, planes: torch.Tensor, legal: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """planes float32 [B, 2, 6, 7], legal bool [B, 7] -> logits float32 [B, 7], value [B]."""
+        x = self.tower(self.stem(planes))                          # [B, C, 6, 7]
+        p = self.policy_conv(x).flatten(1)                         # [B, 2*6*7]
+        logits = self.policy_fc(p).masked_fill(~legal, ILLEGAL_LOGIT)  # [B, 7]
+        v = self.value_conv(x).flatten(1)                          # [B, 6*7]
+        value = torch.tanh(self.value_fc2(F.relu(self.value_fc1(v)))).squeeze(1)  # [B]
+        return logits, value
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Trainable parameters of `model`."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def predict(model: Connect4PV, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray,
+                                                                              np.ndarray]:
+    """One forward pass on numpy arrays, on the model's device, without gradients.
+
+    Args:
+        planes: float32 [B, 2, 6, 7] from `libs.connect4.board.encode`.
+        legal: bool [B, 7] from `libs.connect4.board.legal_mask`; at least one True per row.
+    Returns:
+        policy float32 [B, 7] (softmax over legal columns, 0 on illegal ones, rows sum to 1) and
+        value float32 [B] in [-1, 1], both for the player to move.
+    """
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        logits, value = model(torch.as_tensor(planes, device=device),
+                              torch.as_tensor(legal, device=device))
+        policy = torch.softmax(logits.float(), dim=-1)
+    return policy.cpu().numpy(), value.float().cpu().numpy()

@@ -1,0 +1,80 @@
+"""gRPC edge of the neural service: validates requests, turns protos into calls of the
+`PositionEvaluator` and back. Errors are domain errors; libs.server maps them to status codes."""
+
+from __future__ import annotations
+
+import numpy as np
+from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
+
+from libs.connect4.board import IllegalPosition, Position, encode, legal_mask
+from libs.errors import InvalidArgument
+from services.neural.evaluator import PositionEvaluator
+from services.neural.registry import RegisteredModel
+
+MAX_POSITIONS = 1024
+
+
+def model_proto(model: RegisteredModel) -> neural_service_pb2.Model:
+    """The `Model` message of a registry entry."""
+    return neural_service_pb2.Model(
+        name=model.name, version=model.version, architecture=model.architecture,
+        parameter_count=model.parameter_count, device=model.device,
+        metadata=model.metadata_strings(),
+    )
+
+
+def parse_positions(positions) -> tuple[np.ndarray, np.ndarray]:
+    """Planes float32 [N, 2, 6, 7] and legal masks bool [N, 7] of the request's positions.
+
+    Raises:
+        InvalidArgument("positions"): none, or more than `MAX_POSITIONS`.
+        InvalidArgument("positions[i].moves"): malformed, illegal, or a finished game.
+    """
+    if not positions:
+        raise InvalidArgument("positions", "at least one position is required")
+    if len(positions) > MAX_POSITIONS:
+        raise InvalidArgument("positions", f"{len(positions)} positions; at most {MAX_POSITIONS}")
+    planes = np.empty((len(positions), 2, 6, 7), dtype=np.float32)
+    legal = np.empty((len(positions), 7), dtype=np.bool_)
+    for index, proto in enumerate(positions):
+        field = f"positions[{index}].moves"
+        try:
+            position = Position.from_moves(proto.moves)
+        except IllegalPosition as error:
+            raise InvalidArgument(field, error.message) from error
+        if position.is_finished:
+            reason = "four in a row" if position.won else "a full board"
+            raise InvalidArgument(field, f"the game is over ({reason}); nothing to evaluate")
+        planes[index] = encode(position)
+        legal[index] = legal_mask(position)
+    return planes, legal
+
+
+class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
+    """NeuralService over a `PositionEvaluator`."""
+
+    def __init__(self, evaluator: PositionEvaluator) -> None:
+        self._evaluator = evaluator
+
+    async def EvaluatePositions(self, request, context):
+        # Resolve the model first: an unknown model is NOT_FOUND whatever the positions are.
+        self._evaluator.model(request.model)
+        planes, legal = parse_positions(request.positions)
+        model, policy, value = await self._evaluator.evaluate(request.model, planes, legal)
+        evaluations = [
+            neural_service_pb2.PositionEvaluation(policy=row.tolist(), value=float(v))
+            for row, v in zip(policy, value, strict=True)
+        ]
+        return neural_service_pb2.EvaluatePositionsResponse(evaluations=evaluations,
+                                                            model=model_proto(model))
+
+    async def ListModels(self, request, context):
+        return neural_service_pb2.ListModelsResponse(
+            models=[model_proto(model) for model in self._evaluator.registry.list()]
+        )
+
+    async def GetModel(self, request, context):
+        if not request.name:
+            raise InvalidArgument("name", "a model name is required")
+        return neural_service_pb2.GetModelResponse(model=model_proto(self._evaluator.model(
+            request.name)))

@@ -1,0 +1,136 @@
+"""Checkpoints: an exact round trip; pickles, corrupt files and mismatched configs are refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from libs.connect4.board import Position, encode, legal_mask
+from services.neural.checkpoint import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PVConfig, predict
+
+
+@pytest.fixture
+def saved(tmp_path, tiny_model):
+    directory = tmp_path / "connect4-pv"
+    version = save_checkpoint(directory, tiny_model, ARCHITECTURE, {"games": 3, "loss": [1.5, 1.2]})
+    return directory, version
+
+
+def _rewrite_config(directory, change):
+    path = directory / CONFIG_FILE
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+
+
+def test_round_trip_is_exact(saved, tiny_model, positions):
+    directory, version = saved
+    checkpoint = load_checkpoint(directory)
+    assert checkpoint.architecture == ARCHITECTURE
+    assert checkpoint.config == {"channels": 8, "blocks": 1, "value_hidden": 16}
+    assert checkpoint.metadata == {"games": 3, "loss": [1.5, 1.2]}
+    assert checkpoint.version == version
+    assert version == hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
+    original = tiny_model.state_dict()
+    loaded = checkpoint.model.state_dict()
+    assert original.keys() == loaded.keys()
+    for name, tensor in original.items():
+        assert torch.equal(tensor, loaded[name]), name
+    assert not checkpoint.model.training
+    parsed = [Position.from_moves(m) for m in positions]
+    planes = np.stack([encode(p) for p in parsed])
+    legal = np.stack([legal_mask(p) for p in parsed])
+    for a, b in zip(predict(tiny_model, planes, legal), predict(checkpoint.model, planes, legal),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_saving_again_keeps_the_version_of_equal_weights(saved, tiny_model, tmp_path):
+    _, version = saved
+    assert save_checkpoint(tmp_path / "again", tiny_model, ARCHITECTURE, {}) == version
+
+
+def test_refuses_a_pickle_without_unpickling_it(saved, tiny_model, monkeypatch):
+    directory, _ = saved
+    torch.save(tiny_model.state_dict(), directory / WEIGHTS_FILE)
+    digest = hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()
+    _rewrite_config(directory, lambda d: d["weights"].update(sha256=digest))
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("torch.load must never be called")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    with pytest.raises(CheckpointError, match="pickle"):
+        load_checkpoint(directory)
+
+
+def test_refuses_a_plain_pickle(saved, tiny_model):
+    import pickle
+
+    directory, _ = saved
+    (directory / WEIGHTS_FILE).write_bytes(pickle.dumps({"weight": [1.0, 2.0]}))
+    with pytest.raises(CheckpointError, match="pickle"):
+        load_checkpoint(directory)
+
+
+def test_refuses_weights_that_differ_from_the_recorded_hash(saved):
+    directory, _ = saved
+    data = bytearray((directory / WEIGHTS_FILE).read_bytes())
+    data[-1] ^= 0xFF
+    (directory / WEIGHTS_FILE).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load_checkpoint(directory)
+
+
+def test_refuses_a_truncated_safetensors_file(saved):
+    directory, _ = saved
+    data = (directory / WEIGHTS_FILE).read_bytes()[:200]
+    (directory / WEIGHTS_FILE).write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    _rewrite_config(directory, lambda d: d["weights"].update(sha256=digest))
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        load_checkpoint(directory)
+
+
+def test_refuses_a_config_that_does_not_match_the_weights(saved):
+    directory, _ = saved
+    _rewrite_config(directory, lambda d: d["config"].update(channels=16))
+    with pytest.raises(CheckpointError, match="do not match"):
+        load_checkpoint(directory)
+
+
+def test_refuses_unknown_config_fields_and_architectures(saved):
+    directory, _ = saved
+    _rewrite_config(directory, lambda d: d["config"].update(heads=4))
+    with pytest.raises(CheckpointError, match="config does not fit"):
+        load_checkpoint(directory)
+    _rewrite_config(directory, lambda d: d.update(architecture="transformer"))
+    with pytest.raises(CheckpointError, match="unknown architecture"):
+        load_checkpoint(directory)
+
+
+def test_refuses_missing_or_invalid_config(saved):
+    directory, _ = saved
+    (directory / CONFIG_FILE).write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_checkpoint(directory)
+    (directory / CONFIG_FILE).unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_checkpoint(directory)
+
+
+def test_save_refuses_an_unknown_architecture(tmp_path, tiny_model):
+    with pytest.raises(CheckpointError, match="unknown architecture"):
+        save_checkpoint(tmp_path / "x", tiny_model, "resnet50")
+    assert Connect4PVConfig() == Connect4PVConfig(48, 4, 64)
