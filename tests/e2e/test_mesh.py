@@ -134,7 +134,11 @@ def test_rest_bad_field_is_400_naming_the_field(mesh):
     violations = [v for d in body["details"] for v in d.get("fieldViolations", [])]
     assert any(v["field"] == "connect_four.moves" for v in violations), body
     # The service keeps serving after the bad request.
-    ok = httpx.post(f"http://127.0.0.1:{mesh.rest_port}/v1/problems:solve",
-                    json={"connectFour": {"moves": "444"}, "agents": ["AGENT_CHECKER"]}, timeout=60)
+    # An end-game position of Test_L3_R1 (score -1): the checker solves it exactly.
+    ok = httpx.get(f"http://127.0.0.1:{mesh.rest_port}/v1/problems:solve",
+                   params={"connectFour.moves": "2252576253462244111563365343671351441",
+                           "agents": "AGENT_CHECKER"}, timeout=60)
     assert ok.status_code == 200, ok.text
-    assert 1 <= ok.json()["connectFour"]["column"] <= 7
+    answer = ok.json()["connectFour"]
+    assert 1 <= answer["column"] <= 7
+    assert answer["outcome"] == "OUTCOME_LOSS" and answer["score"] == -1
