@@ -8,7 +8,11 @@ The result after the move is decided by the exact solver in weak mode (`libs.con
 from __future__ import annotations
 
 from libs.connect4.board import WIDTH, IllegalPosition, Position
-from libs.connect4.solver import DEFAULT_MAX_NODES, Solver, default_solver
+from libs.connect4.solver import Solver, default_solver
+
+JUDGE_MAX_NODES = 2_000_000_000
+"""Node budget for judging a move: a guard against a hang, not a limit meant to bind (positions
+after a move in Pons' Begin-Hard file need up to about 60M nodes, 7-20 s)."""
 
 
 class SolverBudgetExhausted(Exception):
@@ -20,7 +24,7 @@ def _sign(x: int) -> int:
 
 
 def keeps_outcome(moves: str, column: int, score_before: int,
-                  max_nodes: int = DEFAULT_MAX_NODES, solver: Solver | None = None) -> bool:
+                  max_nodes: int = JUDGE_MAX_NODES, solver: Solver | None = None) -> bool:
     """True when playing `column` in the position `moves` keeps its game-theoretic result.
 
     Args:
