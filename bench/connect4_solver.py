@@ -14,21 +14,11 @@ import json
 import time
 from pathlib import Path
 
+from libs.connect4.pons import read_pons
 from libs.connect4.solver import Solver
 
 PONS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "connect4-pons"
 DEFAULT_FILES = ["Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1"]
-
-
-def read_rows(path: Path, limit: int | None) -> list[tuple[str, int]]:
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            moves, score = line.split(" ")
-            rows.append((moves, int(score)))
-        if limit is not None and len(rows) == limit:
-            break
-    return rows
 
 
 def run(rows: list[tuple[str, int]], weak: bool) -> dict[str, float]:
@@ -59,7 +49,7 @@ def main() -> None:
     print(f"{'file':<12} {'mode':<7} {'positions':>9} {'wrong':>6} {'mean ms':>9} "
           f"{'mean nodes':>11} {'nodes/s':>11}")
     for name in args.files:
-        rows = read_rows(PONS_DIR / name, args.limit)
+        rows = read_pons(PONS_DIR / name, args.limit)
         for weak in (False, True):
             row = {"file": name, "mode": "weak" if weak else "strong", **run(rows, weak)}
             out.append(row)

@@ -15,25 +15,15 @@ import time
 from pathlib import Path
 
 from libs.connect4.outcome import keeps_outcome
+from libs.connect4.pons import read_pons
 from services.mcts.search import uct_search
 
 PONS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "connect4-pons"
 
 
-def read_rows(path: Path, limit: int | None) -> list[tuple[str, int]]:
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            moves, score = line.split(" ")
-            rows.append((moves, int(score)))
-        if limit is not None and len(rows) == limit:
-            break
-    return rows
-
-
 def evaluate(path: Path, limit: int | None, simulations: int, exploration: float, seed: int,
              threads: int, decisive: bool) -> dict[str, object]:
-    rows = read_rows(path, limit)
+    rows = read_pons(path, limit)
     kept = 0
     rates = []
     started = time.perf_counter()

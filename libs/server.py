@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from libs.errors import MeshError, to_status
 from libs.settings import ServiceSettings
-from libs.telemetry import current_trace_id
+from libs.telemetry import current_trace_id, setup_tracing
 
 log = logging.getLogger(__name__)
 
@@ -227,3 +227,16 @@ async def serve(
     if stop_extra is not None:
         await stop_extra()
     await running.stop(settings.drain_grace_s)
+
+
+def run_service(name: str, settings: ServiceSettings, run: Callable[[], Awaitable[None]]) -> None:
+    """The body of every service's `main()`: logs the settings (secrets masked), sets up tracing,
+    runs the service's coroutine (which calls `serve`) to the end, then flushes spans."""
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("%s settings: %s", name, settings.masked())
+    provider = setup_tracing(name, settings.otel_exporter_otlp_endpoint)
+    try:
+        asyncio.run(run())
+    finally:
+        provider.shutdown()

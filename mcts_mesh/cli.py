@@ -146,20 +146,6 @@ def cmd_solve(args) -> int:
     return 0
 
 
-def read_pons_file(path: Path, limit: int | None) -> list[tuple[str, int]]:
-    """Pons benchmark lines `<moves> <score>`; `limit` keeps the first N."""
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        moves, score = line.split()
-        rows.append((moves, int(score)))
-        if limit is not None and len(rows) >= limit:
-            break
-    return rows
-
-
 def cmd_eval(args) -> int:
     """Sends every position of a Pons file to the orchestrator and judges the move it returns.
 
@@ -168,10 +154,11 @@ def cmd_eval(args) -> int:
     on this side, the answer comes only from the mesh.
     """
     from libs.connect4.outcome import keeps_outcome
+    from libs.connect4.pons import read_pons
 
     if args.game != "connect4":
         raise SystemExit("eval: only 'connect4' is built so far")
-    rows = read_pons_file(Path(args.file), args.limit)
+    rows = read_pons(Path(args.file), args.limit)
     channel, stub = _stub(args.target)
     kept = 0
     latencies, rates = [], []

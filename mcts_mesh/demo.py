@@ -34,12 +34,12 @@ def _connect_four(stub, data_dir: Path, per_file: int) -> None:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
     from libs.connect4.outcome import keeps_outcome
-    from mcts_mesh.cli import read_pons_file
+    from libs.connect4.pons import read_pons
 
     print("\n== Connect Four: Pons benchmark positions through OrchestratorService.SolveProblem")
     print(f"{'file':<12} {'positions':>9} {'kept':>5} {'rate':>7} {'median ms':>10} {'agents'}")
     for name in PONS_FILES:
-        rows = read_pons_file(data_dir / "connect4-pons" / name,
+        rows = read_pons(data_dir / "connect4-pons" / name,
                               min(per_file, PER_FILE_CAP.get(name, per_file)))
         kept, latencies, agents = 0, [], set()
         for moves, score in rows:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
-from libs.server import Servicer, serve
-from libs.telemetry import setup_tracing
+from libs.server import Servicer, run_service, serve
 from services.llm_gateway.gateway import Gateway, build_gateway
 from services.llm_gateway.servicer import LlmServicer
 from services.llm_gateway.settings import LlmGatewaySettings
@@ -47,9 +45,6 @@ def main(settings: LlmGatewaySettings | None = None,
     """Reads `LLM_*` settings (unless given), logs them with secrets masked, and serves until
     SIGTERM."""
     settings = settings or LlmGatewaySettings()
-    logging.basicConfig(level=logging.INFO)
-    log.info("%s settings: %s", NAME, settings.masked())
-    setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
 
     async def run() -> None:
         gateway = build_gateway(settings)
@@ -59,7 +54,7 @@ def main(settings: LlmGatewaySettings | None = None,
         finally:
             await gateway.aclose()
 
-    asyncio.run(run())
+    run_service(NAME, settings, run)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
-from libs.server import Servicer, serve
-from libs.telemetry import setup_tracing
+from libs.server import Servicer, run_service, serve
 from services.mcts.search import uct_search
 from services.mcts.servicer import MctsServicer
 from services.mcts.settings import MctsSettings
@@ -47,18 +46,12 @@ def main(settings: MctsSettings | None = None,
          on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
     """Reads `MCTS_*` settings (unless given), logs them, and serves until SIGTERM."""
     settings = settings or MctsSettings()
-    logging.basicConfig(level=logging.INFO)
-    log.info("%s settings: %s", NAME, settings.masked())
-    provider = setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
 
     async def run() -> None:
         servicers, ready = await build_servicers(settings)
         await serve(NAME, settings, servicers, ready, on_listening=on_listening)
 
-    try:
-        asyncio.run(run())
-    finally:
-        provider.shutdown()
+    run_service(NAME, settings, run)
 
 
 if __name__ == "__main__":

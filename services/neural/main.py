@@ -12,8 +12,7 @@ import torch
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
 from libs.connect4.board import Position, encode, legal_mask
-from libs.server import Servicer, serve
-from libs.telemetry import setup_tracing
+from libs.server import Servicer, run_service, serve
 from services.neural.evaluator import PositionEvaluator
 from services.neural.models import connect4_pv
 from services.neural.registry import ModelRegistry, select_device
@@ -70,9 +69,6 @@ def main(settings: NeuralSettings | None = None,
     `on_listening(ports)` is called once the service is SERVING (the launcher learns the port).
     """
     settings = settings or NeuralSettings()
-    logging.basicConfig(level=logging.INFO)
-    log.info("%s settings: %s", NAME, settings.masked())
-    provider = setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
 
     async def run() -> None:
         evaluator = PositionEvaluator(settings.default_model, settings.max_batch,
@@ -83,10 +79,7 @@ def main(settings: NeuralSettings | None = None,
         finally:
             await evaluator.close()
 
-    try:
-        asyncio.run(run())
-    finally:
-        provider.shutdown()
+    run_service(NAME, settings, run)
 
 
 if __name__ == "__main__":

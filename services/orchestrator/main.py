@@ -18,8 +18,7 @@ from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
 from libs.channels import open_channel
 from libs.connect4.solver import best_moves
-from libs.server import RunningServer, Servicer, serve
-from libs.telemetry import setup_tracing
+from libs.server import RunningServer, Servicer, run_service, serve
 from services.orchestrator.agents.checker import CheckerAgent
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
@@ -123,10 +122,7 @@ def main(settings: OrchestratorSettings | None = None,
          on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
     """Reads `ORCHESTRATOR_*` settings (unless given), logs them, and serves until SIGTERM."""
     settings = settings or OrchestratorSettings()
-    logging.basicConfig(level=logging.INFO)
-    log.info("%s settings: %s", NAME, settings.masked())
-    setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
-    asyncio.run(run(settings, on_listening))
+    run_service(NAME, settings, lambda: run(settings, on_listening))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,7 @@ from collections.abc import Awaitable, Callable
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 from qdrant_client import QdrantClient
 
-from libs.server import Servicer, serve
-from libs.telemetry import setup_tracing
+from libs.server import Servicer, run_service, serve
 from services.retrieval.edge_store import EdgeStore
 from services.retrieval.embedder import Embedder
 from services.retrieval.retriever import Retriever
@@ -73,9 +72,6 @@ def main(settings: RetrievalSettings | None = None,
     # The model ships in a package; make any accidental hub lookup fail instead of downloading.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = settings or RetrievalSettings()
-    logging.basicConfig(level=logging.INFO)
-    log.info("%s settings: %s", NAME, settings.masked())
-    provider = setup_tracing(NAME, settings.otel_exporter_otlp_endpoint)
 
     async def run() -> None:
         servicers, ready = await build_servicers(settings)
@@ -84,10 +80,7 @@ def main(settings: RetrievalSettings | None = None,
         finally:
             servicers[0].servicer.close()
 
-    try:
-        asyncio.run(run())
-    finally:
-        provider.shutdown()
+    run_service(NAME, settings, run)
 
 
 if __name__ == "__main__":

@@ -19,24 +19,13 @@ import numpy as np
 
 from libs.connect4.board import Position, encode, legal_mask
 from libs.connect4.outcome import keeps_outcome
+from libs.connect4.pons import read_pons
 from services.neural.models.connect4_pv import Connect4PV, predict
 
 DEFAULT_PONS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "connect4-pons"
 """`../shared/data/connect4-pons` beside the repository."""
 BENCHMARK_FILES = ("Test_L3_R1", "Test_L2_R1")
 DRAW_BAND = 1.0 / 3.0
-
-
-def read_pons(path: Path, lines: int) -> list[tuple[str, int]]:
-    """The first `lines` (moves, score) pairs of a Pons benchmark file."""
-    pairs = []
-    with path.open() as handle:
-        for line in handle:
-            if len(pairs) >= lines:
-                break
-            moves, score = line.split()
-            pairs.append((moves, int(score)))
-    return pairs
 
 
 def evaluate_file(model: Connect4PV, path: Path, lines: int) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from libs.connect4 import pons
+
 PONS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "connect4-pons"
 
 
@@ -14,14 +16,7 @@ def _read_pons(name: str, limit: int) -> list[tuple[str, int]]:
     path = PONS_DIR / name
     if not path.is_file():
         pytest.fail(f"benchmark file {path} is missing (expected beside the repository)")
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            moves, score = line.split(" ")
-            rows.append((moves, int(score)))
-        if len(rows) == limit:
-            break
-    return rows
+    return pons.read_pons(path, limit)
 
 
 @pytest.fixture(scope="session")
