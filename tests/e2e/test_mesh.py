@@ -7,6 +7,9 @@ solve's trace covers every service it touched.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from concurrent import futures
 
@@ -142,3 +145,66 @@ def test_rest_bad_field_is_400_naming_the_field(mesh):
     answer = ok.json()["connectFour"]
     assert 1 <= answer["column"] <= 7
     assert answer["outcome"] == "OUTCOME_LOSS" and answer["score"] == -1
+
+
+async def test_text_query_is_one_trace_across_orchestrator_retrieval_and_gateway(mesh, collector):
+    from libs.channels import open_channel
+
+    receiver, _ = collector
+    provider = TracerProvider()
+    channel = open_channel(mesh.target, tracer_provider=provider)
+    stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+    with provider.get_tracer("e2e").start_as_current_span("e2e-query") as span:
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        await stub.IngestDocuments(pb.IngestDocumentsRequest(collection="trace", documents=[
+            common_pb2.Document(id="d1", text="Qdrant stores vectors with payloads.")]),
+            timeout=120)
+        await stub.AnswerQuery(pb.AnswerQueryRequest(query="What does Qdrant store?",
+                                                     collection="trace"), timeout=60)
+    await channel.close()
+    expected = {"orchestrator", "retrieval", "llm_gateway"}
+    deadline = time.monotonic() + 30
+    services: set[str] = set()
+    while time.monotonic() < deadline and not expected <= services:
+        services = {service for tid, service, _ in receiver.spans if tid == trace_id}
+        time.sleep(0.2)
+    assert expected <= services, f"trace {trace_id} has spans from {services}, wanted {expected}"
+
+
+def _cli(mesh, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mcts_mesh.cli", "--target", mesh.target, *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_solve_and_eval_speak_to_the_orchestrator(mesh, data_dir):
+    solved = _cli(mesh, "solve", "connect4", "4453", "--agents", "mcts", "--simulations", "2000",
+                  "--json")
+    assert solved.returncode == 0, solved.stderr
+    record = json.loads(solved.stdout)
+    assert 1 <= record["move"] <= 7 and record["agents"] == ["mcts"]
+    assert record["simulations"] == 2000 and record["latency_ms"] > 0
+
+    evaluated = _cli(mesh, "eval", "connect4", str(data_dir / "connect4-pons" / "Test_L3_R1"),
+                     "--limit", "3", "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    lines = [json.loads(line) for line in evaluated.stdout.splitlines()]
+    assert len(lines) == 4 and lines[-1]["summary"] and lines[-1]["positions"] == 3
+    for line in lines[:3]:
+        assert {"moves", "move", "value", "agents", "simulations", "latency_ms",
+                "keeps_outcome"} <= set(line)
+    # A column outside 1-7 is refused with the field named, and the CLI exits non-zero.
+    bad = _cli(mesh, "solve", "connect4", "4458")
+    assert bad.returncode == 2 and "connect_four.moves" in bad.stderr
+
+
+def test_cli_ingest_and_query(mesh, tmp_path):
+    doc = tmp_path / "notes.md"
+    doc.write_text("# Tides\nTides are caused mainly by the gravitational pull of the Moon.\n")
+    ingested = _cli(mesh, "ingest", str(doc), "--collection", "cli", "--quiet")
+    assert ingested.returncode == 0, ingested.stderr
+    answered = _cli(mesh, "query", "What causes tides?", "--collection", "cli", "--json")
+    assert answered.returncode == 0, answered.stderr
+    reply = json.loads(answered.stdout)
+    assert reply["offline"] is True
+    assert reply["sources"][0]["source"].endswith("notes.md")
+    assert "gravitational pull of the Moon" in reply["answer"]
