@@ -18,5 +18,9 @@ git worktree add --detach "$tmp/prev" "$against" >/dev/null 2>&1
 mkdir -p "$tmp/prev/third_party"
 cp -r third_party/googleapis "$tmp/prev/third_party/"
 (cd "$tmp/prev" && "$OLDPWD/$BUF" build -o "$tmp/prev.binpb")
-"$BUF" breaking --against "$tmp/prev.binpb"
+# Both sides as single images (the workspace has two modules; an image has one), with the rules
+# of buf.yaml's breaking section.
+"$BUF" build -o "$tmp/current.binpb"
+"$BUF" breaking "$tmp/current.binpb" --against "$tmp/prev.binpb" \
+  --config '{"version":"v2","breaking":{"use":["FILE"]}}'
 echo "breaking: no breaking change against $against"
