@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -272,6 +273,13 @@ def cmd_serve(args) -> int:
 def cmd_up(args) -> int:
     from mcts_mesh.launcher import start_mesh
 
+    # SIGTERM and SIGINT both stop the mesh gracefully (a background job starts with SIGINT
+    # ignored; the services run in their own sessions, so only this process gets the signal).
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
     print("starting mcts, neural, retrieval, llm_gateway, orchestrator on loopback ...", flush=True)
     started = time.perf_counter()
     mesh = start_mesh(port_base=args.port_base, rest_port=args.rest_port,
