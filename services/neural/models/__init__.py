@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from services.neural.models import connect4_pv
+from services.neural.models import connect4_pv, hrm, trm
 
 
 @dataclass(frozen=True)
@@ -26,4 +26,6 @@ ARCHITECTURES: dict[str, Architecture] = {
     connect4_pv.ARCHITECTURE: Architecture(
         connect4_pv.ARCHITECTURE, connect4_pv.Connect4PVConfig, connect4_pv.Connect4PV
     ),
+    hrm.ARCHITECTURE: Architecture(hrm.ARCHITECTURE, hrm.HRMConfig, hrm.HRM),
+    trm.ARCHITECTURE: Architecture(trm.ARCHITECTURE, trm.TRMConfig, trm.TRM),
 }
