@@ -1,0 +1,49 @@
+"""Selection scores of the search core, as numba kernels tested for exact values.
+
+Values are means in [-1, 1] for the player choosing at the node (the mover into the child).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+UCT = 0
+"""Selection rule code: UCB1 (Kocsis & Szepesvari 2006)."""
+PUCT = 1
+"""Selection rule code: PUCT as in AlphaZero (Silver et al. 2018)."""
+
+
+@njit(cache=True, nogil=True)
+def ucb1(q, n, parent_visits, exploration):
+    """UCB1 score `q + c * sqrt(ln N / n)` of a child visited `n >= 1` times under a parent visited
+    `parent_visits >= 1` times (Auer et al. 2002; Kocsis & Szepesvari 2006)."""
+    return q + exploration * math.sqrt(math.log(parent_visits) / n)
+
+
+@njit(cache=True, nogil=True)
+def puct(q, n, prior, parent_visits, exploration):
+    """AlphaZero's PUCT score `q + c_puct * P * sqrt(N) / (1 + n)` (Silver et al. 2018); an
+    unvisited child has `q = 0` and `n = 0`."""
+    return q + exploration * prior * math.sqrt(parent_visits) / (1.0 + n)
+
+
+@njit(cache=True, nogil=True)
+def rave_beta(parent_visits, rave_k):
+    """Weight of the AMAF value, Gelly & Silver's "hand-selected schedule" (2007; 2011, eq. 9):
+    `beta = sqrt(k / (3 N + k))`, N the parent's visits; at N = k the AMAF and the Monte-Carlo
+    values weigh equally (beta = 1/2)."""
+    return math.sqrt(rave_k / (3.0 * parent_visits + rave_k))
+
+
+@njit(cache=True, nogil=True)
+def widened_children(num_children, parent_visits, widening_k, widening_alpha):
+    """Children open to selection under progressive widening (Coulom 2007; Couetoux et al. 2011):
+    `min(num_children, max(1, ceil(k * N^alpha)))`, N the parent's visits; all when k <= 0."""
+    if widening_k <= 0.0:
+        return num_children
+    allowed = math.ceil(widening_k * parent_visits ** widening_alpha)
+    if allowed < 1:
+        allowed = 1
+    return min(num_children, allowed)
