@@ -1,14 +1,16 @@
 """The consensus loop: an explicit state machine over agents, bounded by iterations and a deadline.
 
-    RETRIEVE -> ROUTE -> RUN_AGENTS -> AGGREGATE -> CHECK_CONSENSUS -> ITERATE -> ROUTE ...
-                                                                  \\-> SYNTHESIZE -> DONE
+    RETRIEVE -> ROUTE -> RUN_AGENTS -> [VERIFY] -> AGGREGATE -> CHECK_CONSENSUS -> ITERATE -> ROUTE
+                                                                            \\-> SYNTHESIZE -> DONE
 
 RETRIEVE runs the context agents once (retrieval for a text query; none for a game), ROUTE asks the
 router which agents run next from the ten routing features (`routing.py`), RUN_AGENTS calls them
-concurrently, AGGREGATE tallies the newest vote of every agent, CHECK_CONSENSUS ends the loop on
-agreement, on a verified answer, or when the budget (iterations, deadline, agents with something
-new to say) is spent; ITERATE doubles the simulations of the next round. SYNTHESIZE turns the tally
-into the problem's answer.
+concurrently, VERIFY (only when the loop has a verifier agent: the puzzle checker) checks the new
+answers and drops every vote for an answer it did not accept, so an unverified proposal never
+becomes the answer, AGGREGATE tallies the newest vote of every agent, CHECK_CONSENSUS ends the
+loop on agreement, on a verified answer, or when the budget (iterations, deadline, agents with
+something new to say) is spent; ITERATE doubles the simulations of the next round. SYNTHESIZE
+turns the tally into the problem's answer.
 
 Agents come in as objects (the `Agent` protocol), so the loop knows no transport: the orchestrator
 passes gRPC-backed agents, tests pass fakes. An agent that fails with a `MeshError` is left out of
@@ -53,6 +55,7 @@ class LoopState(enum.Enum):
     RETRIEVE = "retrieve"
     ROUTE = "route"
     RUN_AGENTS = "run_agents"
+    VERIFY = "verify"
     AGGREGATE = "aggregate"
     CHECK_CONSENSUS = "check_consensus"
     ITERATE = "iterate"
@@ -64,6 +67,7 @@ STEP_NAMES = {
     LoopState.RETRIEVE: "retrieve",
     LoopState.ROUTE: "route",
     LoopState.RUN_AGENTS: "agents",
+    LoopState.VERIFY: "verify",
     LoopState.AGGREGATE: "aggregate",
     LoopState.CHECK_CONSENSUS: "consensus",
     LoopState.SYNTHESIZE: "synthesize",
@@ -82,6 +86,8 @@ class Round:
         seed: seed for this round's searches (the request's seed plus iteration - 1).
         deadline: `time.monotonic()` instant by which the agent must answer.
         context: what the context agents found (retrieved passages), empty for games.
+        candidates: for a verifier only: the proposers' new answers to check, `(agent, answer)`
+            in the order the agents were routed.
     """
 
     problem: Any
@@ -90,6 +96,7 @@ class Round:
     seed: int
     deadline: float
     context: tuple = ()
+    candidates: tuple[tuple[AgentName, str], ...] = ()
 
     def remaining_s(self) -> float:
         """Seconds left before `deadline` (0 when passed)."""
@@ -122,10 +129,12 @@ class Proposal:
 
 
 class Agent(Protocol):
-    """An agent of the loop. `role` is PROPOSER (votes every round it is routed to) or CONTEXT
-    (runs once in RETRIEVE and supplies `Round.context`); `repeatable` is True when a later round
-    with more simulations can change its answer (MCTS), False for deterministic agents (the
-    network, the checker), which run once."""
+    """An agent of the loop. `role` is PROPOSER (votes every round it is routed to), CONTEXT
+    (runs once in RETRIEVE and supplies `Round.context`) or VERIFIER (runs after every round that
+    produced answers, on `Round.candidates`; it votes `verified` for the answer it accepts, or
+    abstains, and votes for answers it did not accept are dropped); `repeatable` is True when a
+    later round with more simulations can change its answer (MCTS), False for deterministic agents
+    (the network, the checker), which run once."""
 
     name: AgentName
     role: Role
@@ -208,7 +217,8 @@ class LoopResult(Generic[AnswerT]):
         consensus_reached: the loop ended on agreement or a verified answer, not on its budget.
         iterations: iterations run.
         votes: every vote cast, in order.
-        agents: agents whose votes were counted, in order of first vote.
+        agents: agents that voted, in order of first vote (in a loop with a verifier, proposers
+            whose answers it rejected too).
         timings: time per step.
         routes: every routing decision, with its feature vector (for training a learned router).
         proposals: the newest proposal of each agent that answered.
@@ -289,6 +299,8 @@ class _Run:
     routed: list[AgentName] = field(default_factory=list)
     ran: set[AgentName] = field(default_factory=set)
     last_agents: list[AgentName] = field(default_factory=list)
+    fresh: list[AgentName] = field(default_factory=list)
+    accepted: set[str] = field(default_factory=set)
     votes: list[Vote] = field(default_factory=list)
     latest: dict[AgentName, Vote] = field(default_factory=dict)
     proposals: dict[AgentName, Proposal] = field(default_factory=dict)
@@ -319,6 +331,7 @@ class ConsensusLoop(Generic[AnswerT]):
         if not any(agent.role is Role.PROPOSER for agent in agents):
             raise ValueError("the loop needs at least one proposer agent")
         self._agents = {agent.name: agent for agent in agents}
+        self._verifiers = [agent for agent in agents if agent.role is Role.VERIFIER]
         self._router = router
         self._synthesize = synthesize
         self._query_length_norm = query_length_norm
@@ -330,7 +343,8 @@ class ConsensusLoop(Generic[AnswerT]):
         Raises:
             DeadlineExceeded: the deadline passed before any agent answered.
             FailedPrecondition: every agent that ran abstained (the checker alone on a position
-                it cannot solve within its node budget).
+                it cannot solve within its node budget), or, in a loop with a verifier, no answer
+                passed verification within the budget.
             MeshError: a context agent failed (e.g. Unavailable, NotFound), or every proposer failed
                 (the first failure that is not a deadline is raised).
         """
@@ -349,6 +363,9 @@ class ConsensusLoop(Generic[AnswerT]):
                 next_state = self._route(run)
             elif state is LoopState.RUN_AGENTS:
                 await self._run_agents(problem, run)
+                next_state = LoopState.VERIFY if self._verifiers else LoopState.AGGREGATE
+            elif state is LoopState.VERIFY:
+                await self._verify(problem, run)
                 next_state = LoopState.AGGREGATE
             elif state is LoopState.AGGREGATE:
                 next_state = self._aggregate(run)
@@ -384,10 +401,11 @@ class ConsensusLoop(Generic[AnswerT]):
             failures=tuple(run.failures),
         )
 
-    def _round(self, problem: Any, run: _Run) -> Round:
+    def _round(self, problem: Any, run: _Run,
+               candidates: tuple[tuple[AgentName, str], ...] = ()) -> Round:
         return Round(problem=problem, iteration=run.iteration, simulations=run.simulations,
                      seed=(run.budget.seed + run.iteration - 1) % (1 << 64),
-                     deadline=run.budget.deadline, context=run.context)
+                     deadline=run.budget.deadline, context=run.context, candidates=candidates)
 
     async def _retrieve(self, problem: Any, run: _Run) -> None:
         """Runs every context agent once; their failures end the request (raised as they are)."""
@@ -411,8 +429,10 @@ class ConsensusLoop(Generic[AnswerT]):
         chosen = [name for name in decision.agents if name in candidates]
         if not chosen:
             if run.tally is None:
-                raise ValueError(
-                    f"the router chose no agent in the first round ({decision.reason})")
+                if len(run.routes) == 1:
+                    raise ValueError(
+                        f"the router chose no agent in the first round ({decision.reason})")
+                raise self._no_answer(run)  # every answer so far failed verification
             return LoopState.SYNTHESIZE
         run.routed = chosen
         return LoopState.RUN_AGENTS
@@ -424,6 +444,7 @@ class ConsensusLoop(Generic[AnswerT]):
             log.info("deadline passed before iteration %d ran: keeping the votes so far",
                      run.iteration)
             return
+        run.fresh = []
         round_ = self._round(problem, run)
         agents = [self._agents[name] for name in run.routed]
         outcomes = await asyncio.gather(*(self._timed(agent, round_) for agent in agents),
@@ -443,9 +464,37 @@ class ConsensusLoop(Generic[AnswerT]):
             answered.append(agent.name)
         if answered:
             run.last_agents = answered
+        run.fresh = answered
+
+    async def _verify(self, problem: Any, run: _Run) -> None:
+        """Runs the verifiers on the round's new answers, then keeps only the votes for answers a
+        verifier accepted (its own verified vote included). A verifier's failure accepts nothing."""
+        candidates = tuple((name, run.latest[name].answer) for name in run.fresh
+                           if name in run.latest and self._agents[name].role is Role.PROPOSER)
+        if candidates:
+            round_ = self._round(problem, run, candidates)
+            for verifier in self._verifiers:
+                try:
+                    proposal, latency_ms = await self._timed(verifier, round_)
+                except MeshError as error:
+                    log.warning("verifier %s failed in iteration %d: %s: %s", verifier.name,
+                                run.iteration, type(error).__name__, error.message)
+                    run.failures.append((verifier.name, error))
+                    continue
+                run.ran.add(verifier.name)
+                self._record(run, verifier.name, proposal, latency_ms)
+                if proposal.verified and proposal.answer is not None:
+                    run.accepted.add(proposal.answer)
+                    run.last_agents.append(verifier.name)
+        run.latest = {name: vote for name, vote in run.latest.items()
+                      if vote.answer in run.accepted}
 
     def _aggregate(self, run: _Run) -> LoopState:
         if not run.latest:
+            if self._verifiers:
+                # Nothing verified yet: CHECK_CONSENSUS asks again while the budget lasts.
+                run.tally = None
+                return LoopState.CHECK_CONSENSUS
             raise self._no_answer(run)
         excluded: frozenset[str] = frozenset()
         for proposal in run.proposals.values():
@@ -454,7 +503,11 @@ class ConsensusLoop(Generic[AnswerT]):
         return LoopState.CHECK_CONSENSUS
 
     def _check_consensus(self, run: _Run) -> LoopState:
-        assert run.tally is not None
+        if run.tally is None:  # verifier loops only: no answer passed verification yet
+            if run.iteration >= run.budget.max_iterations or \
+                    run.budget.deadline - time.monotonic() < MIN_ROUND_S:
+                raise self._no_answer(run)
+            return LoopState.ITERATE
         if run.tally.verified or run.tally.agreed:
             run.consensus = True
             return LoopState.SYNTHESIZE
@@ -507,15 +560,14 @@ class ConsensusLoop(Generic[AnswerT]):
                     latency_ms=latency_ms, iteration=run.iteration, rationale=proposal.rationale,
                     value=proposal.value, verified=proposal.verified)
         run.votes.append(vote)
-        if self._agents[name].role is Role.PROPOSER:
+        if self._agents[name].role is not Role.CONTEXT:
             run.latest[name] = vote
 
     def _check_time(self, run: _Run) -> None:
         if time.monotonic() >= run.budget.deadline:
             raise DeadlineExceeded("the deadline passed before any agent answered")
 
-    @staticmethod
-    def _no_answer(run: _Run) -> MeshError:
+    def _no_answer(self, run: _Run) -> MeshError:
         """The error for a run in which no proposer voted."""
         if time.monotonic() >= run.budget.deadline:
             return DeadlineExceeded("the deadline passed before any agent answered")
@@ -524,6 +576,10 @@ class ConsensusLoop(Generic[AnswerT]):
                 return error
         if run.failures:
             return run.failures[0][1]
+        if self._verifiers and run.votes:
+            reasons = "; ".join(f"{name}: {proposal.rationale}"
+                                for name, proposal in run.proposals.items())
+            return FailedPrecondition(f"no proposal passed the checker ({reasons})")
         reasons = "; ".join(f"{name}: {proposal.rationale}"
                             for name, proposal in run.proposals.items())
         return FailedPrecondition(f"no agent proposed an answer ({reasons})")

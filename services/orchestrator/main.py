@@ -23,7 +23,9 @@ from services.orchestrator.agents.checker import CheckerAgent
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
 from services.orchestrator.agents.neural import NeuralAgent
+from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.retrieval import RetrievalAgent
+from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
@@ -80,7 +82,11 @@ async def build_servicers(
         LlmAgent(llm_service_pb2_grpc.LlmServiceStub(wiring.channels["llm"]),
                  settings.llm_deadline_s, settings.max_answer_tokens),
     ]
-    servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval)
+    # Sudoku and mazes: the exact solver proposes, the checker verifies. HRM and TRM (clients of
+    # the neural service's Solve) join this list as MODEL-slot proposers when they are served.
+    puzzle_agents = [SolverAgent(settings.solver_time_budget_s), PuzzleCheckerAgent()]
+    servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval,
+                                    puzzle_agents=puzzle_agents)
 
     async def ready() -> None:
         scores = await asyncio.to_thread(best_moves, WARM_UP_MOVES, 10_000)

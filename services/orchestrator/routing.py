@@ -5,13 +5,19 @@ The features follow langgraph-multi-agent-mcts (`src/agents/meta_controller/util
 last_agent one-hot (hrm, trm, mcts), iteration, query_length, has_rag_context]. This mesh keeps the
 order, the count and the [0, 1] range, and maps the original's three agents onto roles:
 
-    original HRM slot -> the MODEL role:     the neural network (games), the LLM (text)
-    original TRM slot -> the GROUNDING role: the exact checker (games), retrieval (text)
-    original MCTS slot -> the SEARCH role:   the mcts service
+    original HRM slot -> the MODEL role:     the neural network (games), the LLM (text),
+                                             HRM and TRM (Sudoku, mazes)
+    original TRM slot -> the GROUNDING role: the exact checker (games, Sudoku, mazes),
+                                             retrieval (text)
+    original MCTS slot -> the SEARCH role:   the mcts service (games), the exact solver (Sudoku,
+                                             mazes: a search that always finds the answer)
+
+For puzzles the `mcts_value` feature stays at 0.5 (no search returns a value) and
+`last_agent_mcts` marks the solver.
 
 `FEATURE_NAMES` gives the order. A learned router (the neural service's meta-controller, a GRU over
 this vector) will implement `Router` and replace `RuleRouter`; rules take over when its confidence
-is low.
+is low. `PuzzleRouter` is the rule router of Sudoku and mazes, whose answers must pass the checker.
 """
 
 from __future__ import annotations
@@ -32,13 +38,19 @@ class AgentName(enum.StrEnum):
     CHECKER = "checker"
     RETRIEVAL = "retrieval"
     LLM = "llm"
+    SOLVER = "solver"
+    HRM = "hrm"
+    TRM = "trm"
 
 
 class Role(enum.Enum):
-    """How the loop uses an agent: PROPOSER votes in rounds; CONTEXT runs once, before routing."""
+    """How the loop uses an agent: PROPOSER votes in rounds; CONTEXT runs once, before routing;
+    VERIFIER checks the proposers' new answers after every round (the puzzle checker), and only
+    answers it accepts are counted."""
 
     PROPOSER = "proposer"
     CONTEXT = "context"
+    VERIFIER = "verifier"
 
 
 class Slot(enum.Enum):
@@ -52,9 +64,12 @@ class Slot(enum.Enum):
 AGENT_SLOT: dict[AgentName, Slot] = {
     AgentName.NEURAL: Slot.MODEL,
     AgentName.LLM: Slot.MODEL,
+    AgentName.HRM: Slot.MODEL,
+    AgentName.TRM: Slot.MODEL,
     AgentName.CHECKER: Slot.GROUNDING,
     AgentName.RETRIEVAL: Slot.GROUNDING,
     AgentName.MCTS: Slot.SEARCH,
+    AgentName.SOLVER: Slot.SEARCH,
 }
 
 FEATURE_NAMES: tuple[str, ...] = (
@@ -66,7 +81,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "last_agent_grounding",   # 5
     "last_agent_mcts",        # 6
     "iteration_norm",         # 7: iteration / max_iterations
-    "query_length_norm",      # 8: plies played / 42 (Connect Four), characters / 10,000 (text)
+    "query_length_norm",      # 8: plies / 42 (Connect Four), characters / 10,000 (text),
+                              #    blank share (Sudoku), cells / 40,000 (maze)
     "has_context",            # 9: 1 when retrieval supplied passages
 )
 NUM_FEATURES = len(FEATURE_NAMES)
@@ -183,3 +199,38 @@ class RuleRouter:
             return RoutingDecision(search, "disagreement: search again with more simulations",
                                    features)
         return RoutingDecision((), "disagreement, and no agent can change its answer", features)
+
+
+class PuzzleRouter:
+    """Rules for problems whose answer the exact checker verifies (Sudoku, mazes).
+
+    Agreement is not enough here: only the checker's acceptance (`grounding_confidence` = 1) ends
+    the loop, and an answer it rejected is never counted.
+
+    1. The grounding agent is certain (the checker accepted an answer): none.
+    2. First round: the MODEL-slot candidates (HRM, TRM: cheap learned proposals) when there are
+       any, else the SEARCH-slot ones (the exact solver).
+    3. Otherwise (the proposals failed or were rejected): the SEARCH-slot candidates, so the exact
+       solver answers when the proposals fail; none when there are none.
+    """
+
+    def route(self, features: np.ndarray, candidates: Sequence[AgentName]) -> RoutingDecision:
+        """See the class docstring. `features` is float32 [10] in `FEATURE_NAMES` order."""
+        if features.shape != (NUM_FEATURES,):
+            raise ValueError(f"features must have shape ({NUM_FEATURES},), got {features.shape}")
+        named = dict(zip(FEATURE_NAMES, features.tolist(), strict=True))
+        if named["grounding_confidence"] >= 1.0:
+            return RoutingDecision((), "the checker accepted an answer", features)
+        search = tuple(name for name in candidates if AGENT_SLOT[name] is Slot.SEARCH)
+        first_round = named["last_agent_model"] + named["last_agent_grounding"] \
+            + named["last_agent_mcts"] == 0.0
+        if first_round:
+            models = tuple(name for name in candidates if AGENT_SLOT[name] is Slot.MODEL)
+            if models:
+                return RoutingDecision(models, "first round: the learned models propose",
+                                       features)
+            return RoutingDecision(search, "first round: the exact solver", features)
+        if search:
+            return RoutingDecision(search, "no verified answer: the exact solver answers",
+                                   features)
+        return RoutingDecision((), "no verified answer, and no agent left to ask", features)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 from mesh.common.v1 import common_pb2
@@ -20,7 +21,13 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.connect4 import IllegalPosition, Position
-from libs.errors import DeadlineExceeded, InvalidArgument, Unimplemented, propagate
+from libs.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    Unimplemented,
+    propagate,
+)
 from services.orchestrator.connect_four import (
     ConnectFourAnswer,
     ConnectFourProblem,
@@ -28,8 +35,10 @@ from services.orchestrator.connect_four import (
     synthesize_connect_four,
 )
 from services.orchestrator.consensus import Agent, Budget, ConsensusLoop, LoopResult
-from services.orchestrator.routing import AgentName, Router, RuleRouter
+from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
+from services.orchestrator.routing import AgentName, PuzzleRouter, Role, Router, RuleRouter
 from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.sudoku import SudokuAnswer, parse_sudoku, synthesize_sudoku
 from services.orchestrator.text_query import (
     MAX_QUERY_CHARS,
     TextAnswer,
@@ -51,6 +60,9 @@ AGENT_TO_PROTO = {
     AgentName.CHECKER: pb.AGENT_CHECKER,
     AgentName.RETRIEVAL: pb.AGENT_RETRIEVAL,
     AgentName.LLM: pb.AGENT_LLM,
+    AgentName.SOLVER: pb.AGENT_SOLVER,
+    AgentName.HRM: pb.AGENT_HRM,
+    AgentName.TRM: pb.AGENT_TRM,
 }
 PROTO_TO_AGENT = {value: key for key, value in AGENT_TO_PROTO.items()}
 OUTCOME_TO_PROTO = {
@@ -61,6 +73,16 @@ OUTCOME_TO_PROTO = {
 }
 CONNECT_FOUR_AGENTS = (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL)
 """Agents that apply to a Connect Four position, in the order they vote (ties go to the first)."""
+PUZZLE_AGENTS = (AgentName.HRM, AgentName.TRM, AgentName.SOLVER, AgentName.CHECKER)
+"""Agents that apply to a Sudoku or a maze: the proposers in routing order (the learned models
+first, the exact solver when they fail), then the checker, which verifies every answer and takes
+part whether named or not."""
+NOT_SERVED_YET = {
+    AgentName.HRM: "HRM proposals through the neural service are not served yet",
+    AgentName.TRM: "TRM proposals through the neural service are not served yet",
+}
+"""Agents the contract names for puzzles that this release does not serve: FAILED_PRECONDITION
+(the request is valid, the service is not ready for it), not INVALID_ARGUMENT."""
 
 DEADLINE_MARGIN_S = 0.25
 """At most this much of the caller's deadline (and at most 5% of it) is kept back for answering."""
@@ -75,38 +97,50 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             neural); a request may narrow them.
         text_agents: the agents of a text query (retrieval as context, then the LLM).
         retrieval: the retrieval stub used by IngestDocuments.
-        router: picks the next agents; `RuleRouter` when None.
+        router: picks the next agents of games and text queries; `RuleRouter` when None.
+        puzzle_agents: the agents of Sudoku and maze problems: proposers (the exact solver; HRM
+            and TRM later) and the checker (a VERIFIER), which must be among them when any are.
+        puzzle_router: picks the next puzzle agents; `PuzzleRouter` when None.
     """
 
     def __init__(self, settings: OrchestratorSettings, game_agents: Sequence[Agent],
                  text_agents: Sequence[Agent],
                  retrieval: retrieval_service_pb2_grpc.RetrievalServiceStub,
-                 router: Router | None = None) -> None:
+                 router: Router | None = None, puzzle_agents: Sequence[Agent] = (),
+                 puzzle_router: Router | None = None) -> None:
         self._settings = settings
         self._game_agents = {agent.name: agent for agent in game_agents}
         self._text_agents = list(text_agents)
         self._retrieval = retrieval
         self._router = router or RuleRouter()
+        self._puzzle_agents = {agent.name: agent for agent in puzzle_agents}
+        if self._puzzle_agents and not any(agent.role is Role.VERIFIER
+                                           for agent in puzzle_agents):
+            raise ValueError("puzzle agents need the checker (a VERIFIER agent)")
+        self._puzzle_router = puzzle_router or PuzzleRouter()
 
     async def SolveProblem(self, request: pb.SolveProblemRequest,
                            context: grpc.aio.ServicerContext) -> pb.SolveProblemResponse:
-        """Runs the loop on the request's Connect Four position.
+        """Runs the loop on the request's problem: a Connect Four position, a Sudoku or a maze.
 
         Raises:
-            InvalidArgument: "problem", "connect_four.moves", "agents", "simulations",
-                "max_iterations" or "thread_id" is bad.
+            InvalidArgument: "problem", "connect_four.moves", "sudoku.puzzle", "sudoku.box_rows",
+                "sudoku.box_cols", "maze.grid", "agents", "simulations", "max_iterations" or
+                "thread_id" is bad (a Sudoku with no solution is found by the solver and reported
+                on "sudoku.puzzle" too).
+            FailedPrecondition: the request names AGENT_HRM or AGENT_TRM (not served yet), or no
+                proposal passed the checker.
             Unavailable: every agent that ran failed (their services are down).
             DeadlineExceeded: the deadline passed before any agent answered.
         """
-        problem, agents = self._validate_solve(request)
+        problem, agents, router, synthesize = self._validate_solve(request)
         validate_thread_id(request.thread_id)
         simulations = (request.simulations if request.HasField("simulations")
                        else self._settings.default_simulations)
         max_iterations = (request.max_iterations if request.HasField("max_iterations")
                           else self._settings.max_iterations)
-        loop: ConsensusLoop[ConnectFourAnswer] = ConsensusLoop(
-            [self._game_agents[name] for name in agents], self._router,
-            functools.partial(synthesize_connect_four, problem), problem.query_length_norm)
+        loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
+                                            problem.query_length_norm)
         budget = Budget(max_iterations=max_iterations, deadline=self._deadline(context),
                         simulations=simulations,
                         max_simulations=max(simulations, self._settings.max_simulations),
@@ -168,15 +202,36 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         return time.monotonic() + remaining - margin
 
     def _validate_solve(self, request: pb.SolveProblemRequest
-                        ) -> tuple[ConnectFourProblem, list[AgentName]]:
+                        ) -> tuple[Any, list[Agent], Router, Callable]:
+        """The problem, its agents, its router and its synthesizer, after validating every
+        field."""
         kind = request.WhichOneof("problem")
         if kind is None:
-            raise InvalidArgument("problem", "set exactly one problem, e.g. connect_four")
-        problem = ConnectFourProblem(parse_position(request.connect_four.moves))
-        agents = validate_agents(request.agents, CONNECT_FOUR_AGENTS)
-        missing = [name for name in agents if name not in self._game_agents]
-        if missing:
-            raise InvalidArgument("agents", f"{', '.join(missing)} is not configured here")
+            raise InvalidArgument("problem", "set exactly one problem: connect_four, sudoku or "
+                                             "maze")
+        problem: Any
+        if kind == "connect_four":
+            problem = ConnectFourProblem(parse_position(request.connect_four.moves))
+            names = validate_agents(request.agents, CONNECT_FOUR_AGENTS)
+            missing = [name for name in names if name not in self._game_agents]
+            if missing:
+                raise InvalidArgument("agents", f"{', '.join(missing)} is not configured here")
+            agents = [self._game_agents[name] for name in names]
+            router, synthesize = self._router, functools.partial(synthesize_connect_four,
+                                                                 problem)
+        else:
+            if kind == "sudoku":
+                sudoku = request.sudoku
+                problem = parse_sudoku(
+                    sudoku.puzzle,
+                    sudoku.box_rows if sudoku.HasField("box_rows") else None,
+                    sudoku.box_cols if sudoku.HasField("box_cols") else None)
+                synthesize = functools.partial(synthesize_sudoku, problem)
+            else:
+                problem = parse_maze_grid(request.maze.grid)
+                synthesize = functools.partial(synthesize_maze, problem)
+            agents = self._puzzle_agents_for(request.agents)
+            router = self._puzzle_router
         if request.HasField("simulations") and not 1 <= request.simulations <= MAX_SIMULATIONS:
             raise InvalidArgument("simulations", f"is {request.simulations}; must be in "
                                                  f"1..{MAX_SIMULATIONS:,}")
@@ -184,7 +239,35 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                 not 1 <= request.max_iterations <= MAX_ITERATIONS:
             raise InvalidArgument("max_iterations", f"is {request.max_iterations}; must be in "
                                                     f"1..{MAX_ITERATIONS}")
-        return problem, agents
+        return problem, agents, router, synthesize
+
+    def _puzzle_agents_for(self, requested: Sequence[int]) -> list[Agent]:
+        """The agents of a Sudoku or maze request: the requested proposers (all that are served
+        when none are named) and always the checker.
+
+        Raises:
+            InvalidArgument: "agents" names an agent that does not apply, or only the checker.
+            FailedPrecondition: "agents" names AGENT_HRM or AGENT_TRM (not served yet).
+        """
+        if requested:
+            names = validate_agents(requested, PUZZLE_AGENTS)
+        else:
+            names = [name for name in PUZZLE_AGENTS if name in self._puzzle_agents]
+        for name in names:
+            if name not in self._puzzle_agents:
+                reason = NOT_SERVED_YET.get(name, "it is not configured here")
+                raise FailedPrecondition(f"{pb.Agent.Name(AGENT_TO_PROTO[name])}: {reason}; "
+                                         f"use AGENT_SOLVER")
+        proposers = [self._puzzle_agents[name] for name in names
+                     if self._puzzle_agents[name].role is Role.PROPOSER]
+        if not proposers and not requested:
+            raise FailedPrecondition("no puzzle agent is configured here")
+        if not proposers:
+            raise InvalidArgument("agents", "AGENT_CHECKER only verifies answers; allow a "
+                                            "proposer too, e.g. AGENT_SOLVER")
+        verifiers = [agent for agent in self._puzzle_agents.values()
+                     if agent.role is Role.VERIFIER]
+        return proposers + verifiers
 
     def _validate_query(self, request: pb.AnswerQueryRequest) -> TextProblem:
         if not request.query.strip():
@@ -290,14 +373,11 @@ def _timings(result: LoopResult) -> list[pb.StepTiming]:
             for t in result.timings]
 
 
-def solve_response(result: LoopResult[ConnectFourAnswer], thread_id: str
-                   ) -> pb.SolveProblemResponse:
+def solve_response(result: LoopResult[ConnectFourAnswer | SudokuAnswer | MazeAnswer],
+                   thread_id: str) -> pb.SolveProblemResponse:
     """The SolveProblemResponse of a finished loop; statistics of the newest search, if any."""
     answer = result.answer
     response = pb.SolveProblemResponse(
-        connect_four=pb.ConnectFourAnswer(column=answer.column, value=answer.value,
-                                          outcome=OUTCOME_TO_PROTO[answer.outcome],
-                                          score=answer.score),
         confidence=result.tally.confidence,
         votes=_votes(result),
         agents=[AGENT_TO_PROTO[name] for name in result.agents],
@@ -306,6 +386,15 @@ def solve_response(result: LoopResult[ConnectFourAnswer], thread_id: str
         timings=_timings(result),
         thread_id=thread_id,
     )
+    if isinstance(answer, ConnectFourAnswer):
+        response.connect_four.CopyFrom(pb.ConnectFourAnswer(
+            column=answer.column, value=answer.value, outcome=OUTCOME_TO_PROTO[answer.outcome],
+            score=answer.score))
+    elif isinstance(answer, SudokuAnswer):
+        response.sudoku.CopyFrom(pb.SudokuAnswer(solution=answer.solution, valid=answer.valid))
+    else:
+        response.maze.CopyFrom(pb.MazeAnswer(grid=answer.grid, path_length=answer.path_length,
+                                             optimal=answer.optimal))
     search = result.proposals.get(AgentName.MCTS)
     if search is not None and isinstance(search.detail, common_pb2.SearchStatistics):
         response.search_statistics.CopyFrom(search.detail)

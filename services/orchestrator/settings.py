@@ -38,6 +38,9 @@ class OrchestratorSettings(ServiceSettings):
     """Consensus-loop iterations of a text query (one draft today, so one is used)."""
     checker_max_nodes: int = 2_000_000
     """Node budget of the exact checker's solver per request (negamax nodes)."""
+    solver_time_budget_s: float = 10.0
+    """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
+    deadline shortens it)."""
     neural_model: str = ""
     """Model of the neural service to ask; empty means its default model."""
 
@@ -72,7 +75,8 @@ class OrchestratorSettings(ServiceSettings):
         if not 1 <= self.default_top_k <= 20:
             raise ValueError("default_top_k must be in 1..20")
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
-                     self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s)
+                     self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
+                     self.solver_time_budget_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
         return self

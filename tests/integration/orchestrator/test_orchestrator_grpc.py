@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import httpx
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
@@ -18,9 +19,11 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.connect4 import Position
+from libs.puzzles.sudoku import check_solution, parse_puzzle
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
 from services.orchestrator.main import Wiring, build_servicers
+from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
 from services.orchestrator.settings import OrchestratorSettings
 
 SLOW_MOVES = "1"  # the fake mcts searches this position for 30 s
@@ -256,3 +259,126 @@ async def test_tiny_deadline_gives_deadline_exceeded_and_the_server_keeps_servin
                                      timeout=0.5)
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     await assert_still_serving(mesh.stub)
+
+
+# Sudoku and mazes: the exact solver proposes, the checker verifies.
+
+NORVIG_TOP95_FIRST = ("4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2....."
+                      "1.4......")
+MAZE = "#########\n#S  #   #\n# # # # #\n# #   #G#\n#########"
+MAZE_SHORTEST = "#########\n#Soo#ooo#\n# #o#o#o#\n# #ooo#G#\n#########"
+
+
+def sudoku_request(puzzle: str, **fields) -> pb.SolveProblemRequest:
+    return pb.SolveProblemRequest(sudoku=pb.SudokuProblem(puzzle=puzzle), **fields)
+
+
+def field_of(error: grpc.aio.AioRpcError) -> str:
+    bad = error_details_pb2.BadRequest()
+    assert rpc_status.from_call(error).details[0].Unpack(bad)
+    return bad.field_violations[0].field
+
+
+async def test_sudoku_solve_returns_a_valid_solution_with_votes_and_agents(mesh):
+    response = await mesh.stub.SolveProblem(sudoku_request(NORVIG_TOP95_FIRST, thread_id="s-1"),
+                                            timeout=30)
+    solution = response.sudoku.solution
+    assert response.sudoku.valid and len(solution) == 81
+    assert check_solution(parse_puzzle(NORVIG_TOP95_FIRST), parse_puzzle(solution)).valid
+    assert list(response.agents) == [pb.AGENT_SOLVER, pb.AGENT_CHECKER]
+    assert [(v.agent, v.proposal) for v in response.votes] == [
+        (pb.AGENT_SOLVER, solution), (pb.AGENT_CHECKER, solution)]
+    assert response.votes[1].rationale.startswith("solver's answer is valid")
+    assert response.confidence == 1.0 and response.consensus_reached
+    assert response.iterations == 1 and response.thread_id == "s-1"
+    assert "verify" in {t.step for t in response.timings}
+    assert not mesh.fakes["mcts"].requests  # no game agent took part
+
+
+async def test_six_by_six_sudoku_with_explicit_boxes(mesh):
+    puzzle = "1.3..." "......" "......" "......" "......" ".....2"
+    response = await mesh.stub.SolveProblem(pb.SolveProblemRequest(
+        sudoku=pb.SudokuProblem(puzzle=puzzle, box_rows=2, box_cols=3)), timeout=30)
+    solution = response.sudoku.solution
+    assert response.sudoku.valid and solution[0] == "1" and solution[-1] == "2"
+    rows = [solution[i:i + 6] for i in range(0, 36, 6)]
+    assert all(sorted(row) == list("123456") for row in rows)
+    assert all(sorted(col) == list("123456") for col in zip(*rows, strict=True))
+
+
+async def test_maze_solve_returns_an_optimal_path(mesh):
+    response = await mesh.stub.SolveProblem(pb.SolveProblemRequest(
+        maze=pb.MazeProblem(grid=MAZE)), timeout=30)
+    assert response.maze.grid == MAZE_SHORTEST
+    assert response.maze.path_length == 12 and response.maze.optimal
+    assert list(response.agents) == [pb.AGENT_SOLVER, pb.AGENT_CHECKER]
+    assert response.votes[1].rationale == "solver's answer is optimal: 12 steps"
+
+
+@pytest.mark.parametrize(("request_", "field", "words"), [
+    (sudoku_request("." * 80), "sudoku.puzzle", "80 characters"),
+    (sudoku_request("." * 40 + "x" + "." * 40), "sudoku.puzzle", "'x' is not"),
+    (sudoku_request("." * 49), "sudoku.puzzle", "N = 7 is not supported"),
+    (sudoku_request("5" + "." * 7 + "5" + "." * 72), "sudoku.puzzle",
+     "contradictory givens: digit 5 twice in row 1"),
+    (sudoku_request("12345678." + "." * 8 + "9" + "." * 63), "sudoku.puzzle",
+     "has no solution"),
+    (pb.SolveProblemRequest(sudoku=pb.SudokuProblem(puzzle="." * 36, box_rows=3, box_cols=3)),
+     "sudoku.box_rows", "do not tile"),
+    (pb.SolveProblemRequest(maze=pb.MazeProblem(grid="#####\n#S G#\n####")), "maze.grid",
+     "ragged rows"),
+    (pb.SolveProblemRequest(maze=pb.MazeProblem(grid="#####\n#S*G#\n#####")), "maze.grid",
+     "'*' is not"),
+    (pb.SolveProblemRequest(maze=pb.MazeProblem(grid="#####\n#SSG#\n#####")), "maze.grid",
+     "has 2 S"),
+    (pb.SolveProblemRequest(maze=pb.MazeProblem(grid="#####\n#S  #\n#####")), "maze.grid",
+     "has 0 G"),
+    (sudoku_request(NORVIG_TOP95_FIRST, agents=[pb.AGENT_MCTS]), "agents", "does not apply"),
+    (pb.SolveProblemRequest(maze=pb.MazeProblem(grid=MAZE), agents=[pb.AGENT_CHECKER]),
+     "agents", "only verifies"),
+])
+async def test_bad_puzzles_give_invalid_argument_naming_the_field(mesh, request_, field, words):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await mesh.stub.SolveProblem(request_, timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_of(caught.value) == field
+    assert words in caught.value.details()
+    await assert_still_serving(mesh.stub)
+
+
+async def test_hrm_and_trm_are_named_but_not_served_yet(mesh):
+    for agent in (pb.AGENT_HRM, pb.AGENT_TRM):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await mesh.stub.SolveProblem(sudoku_request(NORVIG_TOP95_FIRST,
+                                                        agents=[agent, pb.AGENT_SOLVER]),
+                                         timeout=30)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "not served yet" in caught.value.details()
+
+
+async def test_rest_front_solves_a_sudoku_and_maps_bad_puzzles_to_400(mesh):
+    app = build_rest_app(f"127.0.0.1:{mesh.orchestrator.port}",
+                         RestSettings(port=0, default_deadline_s=30.0))
+    rest = await serve_rest(app, "127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}",
+                                     timeout=30) as client:
+            reply = await client.post("/v1/problems:solve",
+                                      json={"sudoku": {"puzzle": NORVIG_TOP95_FIRST}})
+            assert reply.status_code == 200, reply.text
+            body = reply.json()
+            assert body["sudoku"]["valid"] is True and len(body["sudoku"]["solution"]) == 81
+            assert body["agents"] == ["AGENT_SOLVER", "AGENT_CHECKER"]
+            assert "connectFour" not in body
+            reply = await client.post("/v1/problems:solve", json={"maze": {"grid": MAZE}})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["maze"] == {"grid": MAZE_SHORTEST, "pathLength": 12,
+                                            "optimal": True}
+            reply = await client.post("/v1/problems:solve",
+                                      json={"sudoku": {"puzzle": "5.......5" + "." * 72}})
+            assert reply.status_code == 400
+            violation = reply.json()["details"][0]["fieldViolations"][0]
+            assert violation["field"] == "sudoku.puzzle"
+            assert violation["description"].startswith("contradictory givens: digit 5 twice")
+    finally:
+        await rest.stop()

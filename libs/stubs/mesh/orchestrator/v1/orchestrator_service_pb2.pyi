@@ -17,6 +17,9 @@ class Agent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AGENT_CHECKER: _ClassVar[Agent]
     AGENT_RETRIEVAL: _ClassVar[Agent]
     AGENT_LLM: _ClassVar[Agent]
+    AGENT_SOLVER: _ClassVar[Agent]
+    AGENT_HRM: _ClassVar[Agent]
+    AGENT_TRM: _ClassVar[Agent]
 
 class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -30,26 +33,33 @@ AGENT_NEURAL: Agent
 AGENT_CHECKER: Agent
 AGENT_RETRIEVAL: Agent
 AGENT_LLM: Agent
+AGENT_SOLVER: Agent
+AGENT_HRM: Agent
+AGENT_TRM: Agent
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_WIN: Outcome
 OUTCOME_DRAW: Outcome
 OUTCOME_LOSS: Outcome
 
 class SolveProblemRequest(_message.Message):
-    __slots__ = ("connect_four", "agents", "simulations", "max_iterations", "seed", "thread_id")
+    __slots__ = ("connect_four", "sudoku", "maze", "agents", "simulations", "max_iterations", "seed", "thread_id")
     CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
+    SUDOKU_FIELD_NUMBER: _ClassVar[int]
+    MAZE_FIELD_NUMBER: _ClassVar[int]
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     connect_four: _common_pb2.ConnectFourPosition
+    sudoku: SudokuProblem
+    maze: MazeProblem
     agents: _containers.RepeatedScalarFieldContainer[Agent]
     simulations: int
     max_iterations: int
     seed: int
     thread_id: str
-    def __init__(self, connect_four: _Optional[_Union[_common_pb2.ConnectFourPosition, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., simulations: _Optional[int] = ..., max_iterations: _Optional[int] = ..., seed: _Optional[int] = ..., thread_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, connect_four: _Optional[_Union[_common_pb2.ConnectFourPosition, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuProblem, _Mapping]] = ..., maze: _Optional[_Union[MazeProblem, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., simulations: _Optional[int] = ..., max_iterations: _Optional[int] = ..., seed: _Optional[int] = ..., thread_id: _Optional[str] = ...) -> None: ...
 
 class AgentVote(_message.Message):
     __slots__ = ("agent", "proposal", "confidence", "latency_ms", "iteration", "rationale")
@@ -79,6 +89,40 @@ class ConnectFourAnswer(_message.Message):
     score: int
     def __init__(self, column: _Optional[int] = ..., value: _Optional[float] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., score: _Optional[int] = ...) -> None: ...
 
+class SudokuProblem(_message.Message):
+    __slots__ = ("puzzle", "box_rows", "box_cols")
+    PUZZLE_FIELD_NUMBER: _ClassVar[int]
+    BOX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    BOX_COLS_FIELD_NUMBER: _ClassVar[int]
+    puzzle: str
+    box_rows: int
+    box_cols: int
+    def __init__(self, puzzle: _Optional[str] = ..., box_rows: _Optional[int] = ..., box_cols: _Optional[int] = ...) -> None: ...
+
+class MazeProblem(_message.Message):
+    __slots__ = ("grid",)
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    grid: str
+    def __init__(self, grid: _Optional[str] = ...) -> None: ...
+
+class SudokuAnswer(_message.Message):
+    __slots__ = ("solution", "valid")
+    SOLUTION_FIELD_NUMBER: _ClassVar[int]
+    VALID_FIELD_NUMBER: _ClassVar[int]
+    solution: str
+    valid: bool
+    def __init__(self, solution: _Optional[str] = ..., valid: _Optional[bool] = ...) -> None: ...
+
+class MazeAnswer(_message.Message):
+    __slots__ = ("grid", "path_length", "optimal")
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    PATH_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    OPTIMAL_FIELD_NUMBER: _ClassVar[int]
+    grid: str
+    path_length: int
+    optimal: bool
+    def __init__(self, grid: _Optional[str] = ..., path_length: _Optional[int] = ..., optimal: _Optional[bool] = ...) -> None: ...
+
 class StepTiming(_message.Message):
     __slots__ = ("step", "iteration", "elapsed_ms")
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -90,8 +134,10 @@ class StepTiming(_message.Message):
     def __init__(self, step: _Optional[str] = ..., iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
 
 class SolveProblemResponse(_message.Message):
-    __slots__ = ("connect_four", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id")
+    __slots__ = ("connect_four", "sudoku", "maze", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id")
     CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
+    SUDOKU_FIELD_NUMBER: _ClassVar[int]
+    MAZE_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     VOTES_FIELD_NUMBER: _ClassVar[int]
     AGENTS_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +147,8 @@ class SolveProblemResponse(_message.Message):
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     connect_four: ConnectFourAnswer
+    sudoku: SudokuAnswer
+    maze: MazeAnswer
     confidence: float
     votes: _containers.RepeatedCompositeFieldContainer[AgentVote]
     agents: _containers.RepeatedScalarFieldContainer[Agent]
@@ -109,7 +157,7 @@ class SolveProblemResponse(_message.Message):
     consensus_reached: bool
     timings: _containers.RepeatedCompositeFieldContainer[StepTiming]
     thread_id: str
-    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ...) -> None: ...
 
 class AnswerQueryRequest(_message.Message):
     __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id")

@@ -61,14 +61,22 @@ class OrchestratorServiceServicer:
     """
 
     def SolveProblem(self, request, context):
-        """Solves a problem with a checker (a Connect Four position today): agents
-        propose, the checker scores, the loop iterates until consensus or its
-        budget ends.
+        """Solves a problem with a checker (a Connect Four position, a Sudoku grid,
+        a maze): agents propose, the checker scores or verifies, the loop
+        iterates until consensus or its budget ends. A Sudoku or maze answer is
+        always one the exact checker verified.
         Errors: INVALID_ARGUMENT naming the field for a malformed, illegal or
-        finished position, simulations outside 1..10,000,000, max_iterations
-        outside 1..10, or a thread id outside ^[a-zA-Z0-9_-]{1,100}$;
-        UNAVAILABLE when every agent it needs is down; DEADLINE_EXCEEDED when the
-        deadline ends first.
+        finished position ("connect_four.moves"), a Sudoku grid of the wrong
+        size, with characters outside '.', '0', '1'..'N', an unsupported N or box
+        shape, contradictory givens (reported as such) or no solution
+        ("sudoku.puzzle", "sudoku.box_rows"), a maze with ragged rows, characters
+        outside '#', ' ', 'S', 'G', not exactly one S and one G, or G unreachable
+        ("maze.grid"), agents that do not apply to the problem ("agents"),
+        simulations outside 1..10,000,000, max_iterations outside 1..10, or a
+        thread id outside ^[a-zA-Z0-9_-]{1,100}$; FAILED_PRECONDITION when the
+        request names AGENT_HRM or AGENT_TRM (not served yet), or when no
+        proposal passed the checker; UNAVAILABLE when every agent it needs is
+        down; DEADLINE_EXCEEDED when the deadline ends first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

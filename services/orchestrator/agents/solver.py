@@ -1,0 +1,50 @@
+"""The exact solver agent for puzzles (Sudoku, mazes): in-process, in a worker thread.
+
+It proposes the answer of the puzzle's own exact solver (`Puzzle.solve`: constraint propagation
+and depth-first search for Sudoku, breadth-first search for mazes). Deterministic, so it runs once
+per request; in `PuzzleRouter`'s terms it is the SEARCH agent that answers when the learned models'
+proposals fail. Its answers still pass the checker like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.orchestrator.consensus import Proposal, Round
+from services.orchestrator.puzzle import Puzzle
+from services.orchestrator.routing import AgentName, Role
+
+
+class SolverAgent:
+    """Solves the round's puzzle exactly within a time budget.
+
+    Args:
+        time_budget_s: seconds the agent waits for the solver (the round's deadline shortens it).
+            The search runs in a worker thread, which Python cannot stop: on timeout the agent
+            abstains and the thread finishes on its own (9x9 Sudoku and 200x200 mazes take
+            milliseconds to a fraction of a second, so the thread is short-lived).
+    """
+
+    name = AgentName.SOLVER
+    role = Role.PROPOSER
+    repeatable = False
+
+    def __init__(self, time_budget_s: float) -> None:
+        if time_budget_s <= 0:
+            raise ValueError("time_budget_s must be positive")
+        self._time_budget_s = time_budget_s
+
+    async def propose(self, round_: Round) -> Proposal:
+        """The exact answer with confidence 1, or an abstention when the budget ran out.
+
+        Raises:
+            InvalidArgument: the puzzle provably has no solution (from `Puzzle.solve`).
+        """
+        puzzle: Puzzle = round_.problem
+        budget = min(self._time_budget_s, round_.remaining_s())
+        try:
+            async with asyncio.timeout(budget):
+                solved = await asyncio.to_thread(puzzle.solve)
+        except TimeoutError:
+            return Proposal(None, 0.0, f"not solved within {budget:.2f} s")
+        return Proposal(solved.answer, 1.0, solved.rationale)
