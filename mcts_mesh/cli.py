@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
-AGENT_NAMES = ("mcts", "neural", "checker", "retrieval", "llm")
+AGENT_NAMES = ("mcts", "neural", "checker", "retrieval", "llm", "solver", "hrm", "trm")
 
 # service word -> (settings class, entry-point module)
 SERVICE_ENTRY = {
@@ -123,17 +123,21 @@ def _outcome_name(value: int) -> str:
 
 
 def cmd_solve(args) -> int:
-    if args.game != "connect4":
-        raise SystemExit("solve: only 'connect4' is built so far")
+    from mcts_mesh import puzzle_commands
+
     channel, stub = _stub(args.target)
     started = time.perf_counter()
     try:
-        response = stub.SolveProblem(_solve_request(args.moves, args), timeout=args.deadline)
+        if args.game == "sudoku":
+            return puzzle_commands.solve_sudoku(stub, args)
+        if args.game == "maze":
+            return puzzle_commands.solve_maze(stub, args)
+        response = stub.SolveProblem(_solve_request(args.problem, args), timeout=args.deadline)
     except grpc.RpcError as error:
         return _fail(error)
     finally:
         channel.close()
-    record = _answer_record(args.moves, response, (time.perf_counter() - started) * 1e3)
+    record = _answer_record(args.problem, response, (time.perf_counter() - started) * 1e3)
     if args.json:
         print(json.dumps(record))
     else:
@@ -157,8 +161,14 @@ def cmd_eval(args) -> int:
     from libs.connect4.outcome import keeps_outcome
     from libs.connect4.pons import read_pons
 
-    if args.game != "connect4":
-        raise SystemExit("eval: only 'connect4' is built so far")
+    if args.game == "sudoku":
+        from mcts_mesh.puzzle_commands import eval_sudoku
+
+        channel, stub = _stub(args.target)
+        try:
+            return eval_sudoku(stub, args)
+        finally:
+            channel.close()
     rows = read_pons(Path(args.file), args.limit)
     channel, stub = _stub(args.target)
     kept = 0
@@ -346,17 +356,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     solve = sub.add_parser("solve", help="ask the orchestrator to solve a problem")
-    solve.add_argument("game", choices=["connect4"])
-    solve.add_argument("moves", help="columns 1-7 played from the empty board, e.g. 4453")
+    solve.add_argument("game", choices=["connect4", "sudoku", "maze"])
+    solve.add_argument("problem", help="connect4: columns 1-7 played from the empty board, e.g. "
+                       "4453; sudoku: N*N characters, '.' or '0' blank; maze: a file (or text) of "
+                       "rows of '#', ' ', 'S', 'G'")
     for p in (solve,):
-        p.add_argument("--agents", default=None, help="comma list of mcts,neural,checker")
+        p.add_argument("--agents", default=None,
+                       help="comma list: mcts,neural,checker (connect4); solver,checker (puzzles)")
         p.add_argument("--simulations", type=int, default=None)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--json", action="store_true")
     solve.set_defaults(func=cmd_solve)
 
-    evaluate = sub.add_parser("eval", help="evaluate the mesh on a Pons benchmark file")
-    evaluate.add_argument("game", choices=["connect4"])
+    evaluate = sub.add_parser("eval", help="evaluate the mesh on a benchmark file (Pons positions, "
+                              "or Sudoku puzzles one per line)")
+    evaluate.add_argument("game", choices=["connect4", "sudoku"])
     evaluate.add_argument("file")
     evaluate.add_argument("--limit", type=int, default=None)
     evaluate.add_argument("--agents", default=None, help="comma list of mcts,neural,checker")
