@@ -208,3 +208,20 @@ def test_cli_ingest_and_query(mesh, tmp_path):
     assert reply["offline"] is True
     assert reply["sources"][0]["source"].endswith("notes.md")
     assert "gravitational pull of the Moon" in reply["answer"]
+
+
+def test_cli_solve_and_eval_sudoku(mesh, data_dir, tmp_path):
+    puzzle = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
+    solved = _cli(mesh, "solve", "sudoku", puzzle, "--json")
+    assert solved.returncode == 0, solved.stderr
+    record = json.loads(solved.stdout)
+    assert record["valid"] and record["answered_by"] == "solver"
+    assert all(given in (".", cell) for given, cell in zip(puzzle, record["solution"], strict=True))
+
+    evaluated = _cli(mesh, "eval", "sudoku",
+                     str(data_dir / "sudoku-norvig" / "py_sudoku-hardest.txt"), "--limit", "3",
+                     "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    lines = [json.loads(line) for line in evaluated.stdout.splitlines()]
+    assert lines[-1]["summary"] and lines[-1]["valid"] == 3
+    assert {"puzzle", "solution", "valid", "agents", "latency_ms"} <= set(lines[0])
