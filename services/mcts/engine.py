@@ -2,9 +2,10 @@
 root Dirichlet noise and a temperature for the final move, compiled with numba.
 
 One simulation descends from the root by the selection rule (`services.mcts.selection`), expands a
-leaf the second time it is reached (the root at once), evaluates it with one uniformly random
-rollout to the end of the game, and backs the result up (sign flipped at every ply for two-player
-games: each node stores values for the player who moved into it).
+leaf the second time it is reached (the root at once), evaluates it with one rollout to the end
+of the game (the game's own rollout policy when it has one, else uniformly random moves), and
+backs the result up (sign flipped at every ply for two-player games: each node stores values for
+the player who moved into it).
 
 - UCT: UCB1 `Q + c * sqrt(ln N / n)`, unvisited children first in child order.
 - PUCT: `Q + c_puct * P * sqrt(N) / (1 + n)` (AlphaZero), Q = 0 for an unvisited child, priors from
@@ -24,27 +25,43 @@ Time per phase is reported as work counts, not clock time (a clock read inside t
 cost more than the work it measures): selection steps (edges descended), expanded nodes (children
 created), rollout plies and backup steps (nodes updated).
 
-The kernel's random generator is xorshift64* seeded from `seed`; Dirichlet noise and the
-temperature draw use numpy's PCG64 seeded from `seed`: the same seed and inputs give the same tree
-and the same move.
+The kernel's random generator is xorshift64* seeded from `seed` (`services.mcts.xorshift`);
+Dirichlet noise and the temperature draw use numpy's PCG64 seeded from `seed`: the same seed and
+inputs give the same tree and the same move (with no deadline or stop event).
+
+The kernel releases the GIL, so trees grown in different threads run in parallel: `grow_parallel`
+is root parallelisation (Chaslot, Winands & van den Herik 2008), independent trees with seeds
+`seed, seed + 1, ...`. A deadline or a stop event is checked every CHUNK_SIMULATIONS simulations.
+
+The game's numba functions are passed to the kernel as arguments; numba types each one by its
+identity and compiles one specialisation of the kernel per game, with the calls inlined, so a game
+module costs no run-time dispatch. The kernel runs without reference counting (numba's `_nrt=False`
+option: all its arrays come from the caller): the atomic reference counts of the arrays handed to
+the inlined game functions would otherwise take about a third of its time. Numba cannot reuse its
+on-disk cache for a kernel typed by function arguments, so each process compiles the kernel once
+per game on its first search (seconds; services warm it up before they report SERVING).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit
 
 from services.mcts.game import MAX_ACTIONS, Game
-from services.mcts.search import _random_below, _rng_state
-from services.mcts.selection import PUCT, UCT, puct, rave_beta, ucb1, widened_children
+from services.mcts.selection import PUCT, UCT, puct, rave_beta, ucb1_from_log, widened_children
 from services.mcts.tree import MIN_CAPACITY, Tree
+from services.mcts.xorshift import random_below, rng_state
 
 DEFAULT_MAX_NODES = 1_000_000
 """Default node capacity of one tree."""
+CHUNK_SIMULATIONS = 4096
+"""Simulations per kernel call when a deadline or a stop event has to be checked in between."""
 
 SELECT, EXPAND, ROLLOUT, BACKUP = 0, 1, 2, 3
 """Indices of the phase work counters (see the module doc)."""
@@ -83,12 +100,14 @@ class SearchConfig:
 class Grown:
     """A tree after `grow`: the `Tree` arrays, AMAF statistics per node (int64 [N] visits,
     float64 [N] value sums, same layout as `Tree.visits` / `Tree.value_sum`), and the phase work
-    counters int64 [4] indexed by SELECT, EXPAND, ROLLOUT, BACKUP."""
+    counters int64 [4] indexed by SELECT, EXPAND, ROLLOUT, BACKUP; `simulations` run (fewer than
+    asked when a deadline or a stop event ended the search)."""
 
     tree: Tree
     amaf_visits: np.ndarray
     amaf_value_sum: np.ndarray
     phases: np.ndarray
+    simulations: int
 
 
 @dataclass(frozen=True)
@@ -126,14 +145,29 @@ class GameSearchResult:
     simulations_per_second: float
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def select_child(node, visits, value_sum, prior, first_child, num_children, amaf_visits,
                  amaf_value_sum, rule, exploration, widening_k, widening_alpha, rave_k):
     """Index of the child of `node` (expanded) chosen by the rule; see the module doc."""
     start = first_child[node]
     parent_n = visits[node]
     count = widened_children(num_children[node], parent_n, widening_k, widening_alpha)
+    if rule == UCT and rave_k <= 0.0:
+        # Plain UCT, the common case: the first unvisited child, else the best UCB1 score.
+        log_parent_n = math.log(max(parent_n, 1))
+        best = start
+        best_score = -np.inf
+        for child in range(start, start + count):
+            n = visits[child]
+            if n == 0:
+                return child
+            score = ucb1_from_log(value_sum[child] / n, n, log_parent_n, exploration)
+            if score > best_score:
+                best_score = score
+                best = child
+        return best
     beta = rave_beta(parent_n, rave_k) if rave_k > 0.0 else 0.0
+    log_parent_n = math.log(max(parent_n, 1)) if rule == UCT else 0.0
     best = start
     best_score = -np.inf
     for child in range(start, start + count):
@@ -147,30 +181,28 @@ def select_child(node, visits, value_sum, prior, first_child, num_children, amaf
         if rule == PUCT:
             score = puct(q, n, prior[child], parent_n, exploration)
         else:
-            score = ucb1(q, max(n, 1), max(parent_n, 1), exploration)
+            score = ucb1_from_log(q, max(n, 1), log_parent_n, exploration)
         if score > best_score:
             best_score = score
             best = child
     return best
 
 
-@njit(cache=True, nogil=True)
-def expand(node, state, visits, value_sum, prior, first_child, num_children, parent, action,
-           terminal, counters, amaf_visits, amaf_value_sum, actions, action_priors, legal_actions,
-           priors):
-    """Creates the children of `node` (whose game goes on, in `state`) by decreasing prior.
+@njit(cache=True, nogil=True, inline="always")
+def expand(node, count, actions, action_priors, visits, value_sum, prior, first_child,
+           num_children, parent, action, terminal, counters, amaf_visits, amaf_value_sum, rave):
+    """Creates the children of `node` for its `count` legal `actions` (int64 [>= count]) with
+    their `action_priors` (float64 [>= count]), by decreasing prior; sorts both in place. The
+    AMAF statistics are reset only when `rave` is set (otherwise never read: their untouched
+    zero pages cost no memory).
 
     Returns:
         the number of children created; 0 when the arrays are full (`counters[2]` is set then).
     """
-    count = legal_actions(state, actions)
-    if count == 0:
-        return 0
     size = counters[0]
     if size + count > visits.shape[0]:
         counters[2] = 1
         return 0
-    priors(state, actions, count, action_priors)
     # Insertion sort by decreasing prior, stable: equal priors keep the game's action order.
     for i in range(1, count):
         a = actions[i]
@@ -186,8 +218,9 @@ def expand(node, state, visits, value_sum, prior, first_child, num_children, par
         child = size + i
         visits[child] = 0
         value_sum[child] = 0.0
-        amaf_visits[child] = 0
-        amaf_value_sum[child] = 0.0
+        if rave:
+            amaf_visits[child] = 0
+            amaf_value_sum[child] = 0.0
         prior[child] = action_priors[i]
         first_child[child] = -1
         num_children[child] = 0
@@ -200,23 +233,49 @@ def expand(node, state, visits, value_sum, prior, first_child, num_children, par
     return count
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True, inline="always")
+def uniform_rollout(state, rng, moves, ply, actions, legal_actions, play, outcome):
+    """The rollout of a game without its own (see `services.mcts.game`): uniformly random legal
+    actions until the game ends, recorded in `moves[ply:]`; `actions` is a scratch buffer
+    (int64 [MAX_ACTIONS]). Returns (the result for the last mover, the ply after the last move)."""
+    ended = False
+    while not ended:
+        count = legal_actions(state, actions)
+        move = actions[random_below(rng, count)]
+        moves[ply] = move
+        ended = play(state, move)
+        ply += 1
+    return outcome(state, rng), ply
+
+
+# No reference counting (`_nrt=False`): every array comes from the caller, and the atomic reference
+# counts of the arrays passed to the inlined functions would take a third of the time. Not cached:
+# numba's cache never matches a kernel typed by function arguments in a new process (see the
+# module doc), it would only pile up files.
+@njit(nogil=True, _nrt=False)
 def run_simulations(visits, value_sum, prior, first_child, num_children, parent, action, terminal,
                     counters, amaf_visits, amaf_value_sum, phases, root_state, simulations, rule,
-                    exploration, widening_k, widening_alpha, rave_k, players, max_plies, rng,
-                    legal_actions, play, outcome, priors):
+                    exploration, widening_k, widening_alpha, rave_k, players, rng, state, actions,
+                    action_priors, path, moves, seen, legal_actions, play, outcome, priors,
+                    rollout):
     """Runs `simulations` simulations in place on a tree whose root holds `root_state` (a state
-    whose game goes on). `terminal[node]` is 1 once the move into the node is known to end the
-    game. See the module doc for the rules and `Grown` for the arrays."""
-    state = root_state.copy()
-    actions = np.empty(MAX_ACTIONS, dtype=np.int64)
-    action_priors = np.empty(MAX_ACTIONS, dtype=np.float64)
-    path = np.empty(max_plies + 1, dtype=np.int64)
-    moves = np.empty(max_plies + 1, dtype=np.int64)
-    # seen[side, a] == sim + 1: `side` played `a` at or below the ply being backed up.
-    seen = np.zeros((2, MAX_ACTIONS), dtype=np.int64)
+    whose game goes on); `terminal[node]` is 1 once the move into the node is known to end the
+    game. See the module doc for the rules and `Grown` for the arrays. Scratch arrays: `state`
+    (like `root_state`), `actions` (int64 [MAX_ACTIONS]), `action_priors` (float64
+    [MAX_ACTIONS]), `path` and `moves` (int64 [max_plies + 1]), `seen` (int64 [2, MAX_ACTIONS]).
+    The game's functions (`rollout` None for uniformly random rollouts) are arguments: numba
+    compiles one specialisation per game, with direct calls inlined."""
+    record = rave_k > 0.0
+    selection_steps = 0
+    expanded_nodes = 0
+    rollout_plies = 0
+    backup_steps = 0
+    for side in range(seen.shape[0]):
+        for a in range(seen.shape[1]):
+            seen[side, a] = 0
     for sim in range(simulations):
-        state[:] = root_state
+        for i in range(state.shape[0]):
+            state[i] = root_state[i]
         node = 0
         depth = 0
         ended = False
@@ -230,16 +289,20 @@ def run_simulations(visits, value_sum, prior, first_child, num_children, parent,
             terminal[node] = ended
             depth += 1
             path[depth] = node
-            phases[0] += 1
+            selection_steps += 1
         if not ended and (node == 0 or visits[node] > 0):
-            created = expand(node, state, visits, value_sum, prior, first_child, num_children,
-                             parent, action, terminal, counters, amaf_visits, amaf_value_sum,
-                             actions, action_priors, legal_actions, priors)
+            count = legal_actions(state, actions)
+            created = 0
+            if count > 0:
+                priors(state, actions, count, action_priors)
+                created = expand(node, count, actions, action_priors, visits, value_sum,
+                                 prior, first_child, num_children, parent, action, terminal,
+                                 counters, amaf_visits, amaf_value_sum, record)
             if created > 0:
-                phases[1] += created
-                node = select_child(node, visits, value_sum, prior, first_child, num_children,
-                                    amaf_visits, amaf_value_sum, rule, exploration, widening_k,
-                                    widening_alpha, rave_k)
+                expanded_nodes += created
+                node = select_child(node, visits, value_sum, prior, first_child,
+                                    num_children, amaf_visits, amaf_value_sum, rule,
+                                    exploration, widening_k, widening_alpha, rave_k)
                 moves[depth] = action[node]
                 ended = play(state, action[node])
                 terminal[node] = ended
@@ -247,41 +310,48 @@ def run_simulations(visits, value_sum, prior, first_child, num_children, parent,
                 path[depth] = node
         if depth > counters[1]:
             counters[1] = depth
-        # Evaluation: one random rollout, result for the player who moved into `node`.
+        # Evaluation: one rollout; `value` is for the player who made the last move.
         plies = depth
-        while not ended:
-            count = legal_actions(state, actions)
-            move = actions[_random_below(rng, count)]
-            moves[plies] = move
-            ended = play(state, move)
-            plies += 1
-            phases[2] += 1
-        value = outcome(state, rng)
+        if ended:
+            value = outcome(state, rng)
+        else:
+            if rollout is None:
+                value, plies = uniform_rollout(state, rng, moves, depth, actions, legal_actions,
+                                               play, outcome)
+            else:
+                value, plies = rollout(state, rng, moves, depth, record)
+        rollout_plies += plies - depth
+        # Now for the player who moved into `node`.
         if players == 2 and (plies - depth) % 2 == 1:
             value = -value
         # Backup, with the AMAF update of every child of a path node whose action its player
         # played at that ply or later.
         stamp = sim + 1
-        if rave_k > 0.0:
+        if record:
             for ply in range(depth, plies):
                 seen[ply % players, moves[ply]] = stamp
         for d in range(depth, -1, -1):
             node = path[d]
             visits[node] += 1
             value_sum[node] += value
-            phases[3] += 1
+            backup_steps += 1
             if players == 2:
                 value = -value
-            if rave_k > 0.0 and num_children[node] > 0:
+            if record and num_children[node] > 0:
                 side = d % players
                 if d < depth:
                     seen[side, moves[d]] = stamp
-                # `value` is now for the player to move at `node`, the mover into its children.
+                # `value` is now for the player to move at `node`, the mover into its
+                # children.
                 start = first_child[node]
                 for child in range(start, start + num_children[node]):
                     if seen[side, action[child]] == stamp:
                         amaf_visits[child] += 1
                         amaf_value_sum[child] += value
+    phases[0] += selection_steps
+    phases[1] += expanded_nodes
+    phases[2] += rollout_plies
+    phases[3] += backup_steps
 
 
 def _validate(game: Game, state: np.ndarray, simulations: int, config: SearchConfig) -> None:
@@ -309,11 +379,34 @@ def _validate(game: Game, state: np.ndarray, simulations: int, config: SearchCon
         raise ValueError("temperature must be a finite number >= 0")
 
 
+def _run_chunks(run, simulations: int, deadline: float | None,
+                stop: threading.Event | None) -> int:
+    """Calls `run(n)` until `simulations` are done or the deadline (time.monotonic seconds) passes
+    or `stop` is set, checked every CHUNK_SIMULATIONS; returns the simulations done."""
+    chunk = simulations if deadline is None and stop is None else CHUNK_SIMULATIONS
+    done = 0
+    while done < simulations:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        if stop is not None and stop.is_set():
+            break
+        n = min(chunk, simulations - done)
+        run(n)
+        done += n
+    return done
+
+
 def grow(game: Game, state: np.ndarray, simulations: int,
-         config: SearchConfig = SearchConfig()) -> Grown:
+         config: SearchConfig = SearchConfig(), *, deadline: float | None = None,
+         stop: threading.Event | None = None) -> Grown:
     """Builds a search tree from `state` (int64 [S], a game that goes on) with `simulations`
     simulations; see the module doc for the options.
 
+    Args:
+        deadline: `time.monotonic()` seconds after which no new chunk of simulations starts.
+        stop: an event that stops the search the same way (cancellation).
+    Returns:
+        the tree; `Grown.simulations` says how many simulations ran (0 when stopped at once).
     Raises:
         ValueError: a finished game, a state of the wrong shape, simulations < 1, or an option out
             of range.
@@ -325,19 +418,30 @@ def grow(game: Game, state: np.ndarray, simulations: int,
     amaf_visits = np.zeros(capacity, dtype=np.int64)
     amaf_value_sum = np.zeros(capacity, dtype=np.float64)
     phases = np.zeros(4, dtype=np.int64)
-    rng = _rng_state(config.seed)
+    rng = rng_state(config.seed)
     args = (tree.visits, tree.value_sum, tree.prior, tree.first_child, tree.num_children,
             tree.parent, tree.action, tree.terminal, tree.counters, amaf_visits, amaf_value_sum,
             phases, state)
     options = (PUCT if config.rule == "puct" else UCT, float(config.exploration),
                float(config.widening_k or 0.0), float(config.widening_alpha),
-               float(config.rave_k or 0.0), game.players, game.max_plies, rng, game.legal_actions,
-               game.play, game.outcome, game.priors)
-    remaining = simulations
+               float(config.rave_k or 0.0), game.players, rng)
+    # Scratch arrays of the kernel: the state, legal actions and their priors, the path and the
+    # actions of a simulation, and the AMAF marks `seen[side, a] == sim + 1` (`side` played `a`
+    # at or below the ply being backed up).
+    scratch = (np.empty_like(state), np.empty(MAX_ACTIONS, dtype=np.int64),
+               np.empty(MAX_ACTIONS, dtype=np.float64),
+               np.empty(game.max_plies + 1, dtype=np.int64),
+               np.empty(game.max_plies + 1, dtype=np.int64),
+               np.zeros((2, MAX_ACTIONS), dtype=np.int64))
+
+    def run(n: int) -> None:
+        run_simulations(*args, n, *options, *scratch, game.legal_actions, game.play,
+                        game.outcome, game.priors, game.rollout)
+
+    done = 0
     if config.dirichlet_alpha is not None:
         # The first simulation expands the root; the noise then goes on the root's priors.
-        run_simulations(*args, 1, *options)
-        remaining -= 1
+        done = _run_chunks(run, 1, deadline, stop)
         children = tree.children(0)
         if len(children) > 0:
             noise = np.random.default_rng(config.seed).dirichlet(
@@ -345,10 +449,44 @@ def grow(game: Game, state: np.ndarray, simulations: int,
             mixed = ((1 - config.dirichlet_epsilon) * tree.prior[children.start:children.stop]
                      + config.dirichlet_epsilon * noise)
             tree.prior[children.start:children.stop] = mixed
-    if remaining > 0:
-        run_simulations(*args, remaining, *options)
+    if done < simulations and (done > 0 or config.dirichlet_alpha is None):
+        done += _run_chunks(run, simulations - done, deadline, stop)
     return Grown(tree=tree, amaf_visits=amaf_visits, amaf_value_sum=amaf_value_sum,
-                 phases=phases)
+                 phases=phases, simulations=done)
+
+
+def split_simulations(total: int, parts: int) -> list[int]:
+    """`total` simulations split as evenly as possible into `parts` (the first ones get more)."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def grow_parallel(game: Game, state: np.ndarray, simulations: int,
+                  config: SearchConfig = SearchConfig(), threads: int = 1, *,
+                  deadline: float | None = None,
+                  stop: threading.Event | None = None) -> list[Grown]:
+    """Root parallelisation (Chaslot, Winands & van den Herik 2008): `threads` independent trees
+    (`min(threads, simulations)` of them) grown in parallel threads, tree i with seed
+    `config.seed + i` and `split_simulations(simulations, threads)[i]` simulations.
+
+    Returns:
+        the trees, in seed order; merge them at the root by summing visits and values.
+    Raises:
+        ValueError: threads < 1, or as `grow`.
+    """
+    if threads < 1:
+        raise ValueError("threads must be at least 1")
+    if simulations < 1:
+        raise ValueError("simulations must be at least 1")
+    threads = min(threads, simulations)
+    per_tree = split_simulations(simulations, threads)
+    if threads == 1:
+        return [grow(game, state, simulations, config, deadline=deadline, stop=stop)]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mcts") as pool:
+        futures = [pool.submit(grow, game, state, per_tree[i],
+                               replace(config, seed=config.seed + i), deadline=deadline,
+                               stop=stop)
+                   for i in range(threads)]
+        return [future.result() for future in futures]
 
 
 def search(game: Game, state: np.ndarray, simulations: int,
@@ -391,7 +529,7 @@ def search(game: Game, state: np.ndarray, simulations: int,
         values=values,
         priors=priors,
         root_value=float(value_sums.sum() / total) if total else 0.0,
-        simulations=simulations,
+        simulations=grown.simulations,
         tree_size=tree.size,
         max_depth=tree.max_depth,
         tree_full=tree.full,
@@ -400,5 +538,5 @@ def search(game: Game, state: np.ndarray, simulations: int,
         rollout_plies=int(grown.phases[ROLLOUT]),
         backup_steps=int(grown.phases[BACKUP]),
         elapsed_s=elapsed,
-        simulations_per_second=simulations / elapsed if elapsed > 0 else 0.0,
+        simulations_per_second=grown.simulations / elapsed if elapsed > 0 else 0.0,
     )

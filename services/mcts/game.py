@@ -10,10 +10,15 @@ The functions' contracts (all `njit(cache=True, nogil=True)`):
         the order in which progressive widening introduces children when priors tie.
     play(state, action) -> bool: plays a legal action in place; True when the game is now over.
     outcome(state, rng) -> float: result of a finished game in [-1, 1] for the player who made the
-        last move; `rng` (uint64 [1], xorshift64* state, see `services.mcts.engine.next_random`)
+        last move; `rng` (uint64 [1], xorshift64* state, see `services.mcts.xorshift`)
         serves games whose outcome is random (bandits), the others ignore it.
     priors(state, actions, count, out) -> None: writes the prior probability of each of the
         `count` legal `actions` to `out` (float64 [num_actions]), summing to 1.
+    rollout(state, rng, moves, ply, record) -> (float, int), optional: the game's own rollout
+        policy. Plays from `state` (a game that goes on; it may be left changed) to the end, writes
+        the actions played to `moves[ply], moves[ply + 1], ...` when `record` is True (RAVE needs
+        them), and returns the result for the player who made the last move (as `outcome`) and the
+        ply after that move. Without one the engine plays uniformly random legal actions.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Game:
         initial_state: returns the start state, int64 [S].
         legal_actions, play, outcome, priors: the numba functions described in the module doc.
         encode: state int64 [S] -> float32 features for a network (shape documented by the game).
+        rollout: the game's rollout policy (module doc), None for uniformly random rollouts.
     """
 
     name: str
@@ -54,3 +60,4 @@ class Game:
     outcome: Callable
     priors: Callable
     encode: Callable[[np.ndarray], np.ndarray]
+    rollout: Callable | None = None

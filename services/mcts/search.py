@@ -1,22 +1,20 @@
-"""UCT (Kocsis & Szepesvari 2006) with random rollouts for Connect Four, compiled with numba.
+"""UCT (Kocsis & Szepesvari 2006) for Connect Four: the Connect Four front of the search core.
 
-One simulation descends from the root choosing the child with the highest UCB1 score
-`Q + c * sqrt(ln N / n)` (an unvisited child first), expands a leaf the second time it is reached
-(the root at once), evaluates the new node with one random rollout, and backs the result up with
-the sign flipped at every ply (negamax form: each node stores values for the player who moved into
-it). A move that makes four in a row is a terminal node worth +1 to its mover, a move that fills
-the board a draw (0); terminals are never expanded and need no rollout.
+`uct_search` runs `services.mcts.engine` on the game module `services.mcts.games.connect4` with
+the UCT rule: one simulation descends by UCB1 `Q + c * sqrt(ln N / n)` (an unvisited child first),
+expands a leaf the second time it is reached (the root at once), evaluates the new node with one
+random rollout, and backs the result up with the sign flipped at every ply (negamax form: each
+node stores values for the player who moved into it). A move that makes four in a row is a
+terminal node worth +1 to its mover, a move that fills the board a draw (0).
 
 Rollouts play uniformly random legal moves with "decisive and anti-decisive moves" (Teytaud &
-Teytaud 2010, "On the huge benefit of decisive moves in Monte-Carlo tree search algorithms"): a
-player who can make four in a row does, and a player facing an immediate threat blocks it. This is
-on by default (`decisive_rollouts=True`); with it off the rollouts are plain uniform random.
+Teytaud 2010): a player who can make four in a row does, and a player facing an immediate threat
+blocks it. This is on by default (`decisive_rollouts=True`); with it off the rollouts are plain
+uniform random.
 
-The select / expand / rollout / backup loop is one `njit(nogil=True, cache=True)` kernel on the
-arrays of `services.mcts.tree.Tree`, with its own xorshift64* generator state, so a seed fixes the
-whole tree, and searches in different threads run in parallel. `threads > 1` is root
-parallelisation (Chaslot, Winands & van den Herik 2008): independent trees with seeds
-`seed, seed + 1, ...`, merged at the root by summing visits and values.
+`threads > 1` is root parallelisation (Chaslot, Winands & van den Herik 2008): independent trees
+with seeds `seed, seed + 1, ...` in parallel threads (the kernel releases the GIL), merged at the
+root by summing visits and values.
 """
 
 from __future__ import annotations
@@ -24,178 +22,21 @@ from __future__ import annotations
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
-from libs.connect4.board import (
-    CELLS,
-    WIDTH,
-    IllegalPosition,
-    Position,
-    column_mask,
-    completing_cells,
-    popcount,
-    possible,
-    winning_cells,
-)
-from services.mcts.tree import DRAWN, OPEN, WON, Tree
+from libs.connect4.board import WIDTH, IllegalPosition, Position
+from services.mcts.engine import SearchConfig, grow_parallel, split_simulations
+from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
 
 DEFAULT_MAX_NODES = 2_000_000
-"""Default node capacity of one tree (about 68 MB) when `max_nodes` is not given."""
-CHUNK_SIMULATIONS = 4096
-"""Simulations per kernel call when a time limit or a stop event has to be checked in between."""
-
-_MULTIPLIER = np.uint64(2685821657736338717)
+"""Default node capacity of one tree (about 100 MB with the AMAF arrays) when `max_nodes` is not
+given."""
 
 
 class SearchStopped(Exception):
     """The time limit passed, or the stop event was set, before any simulation finished."""
-
-
-@njit(cache=True, nogil=True)
-def _next_random(rng):
-    """xorshift64* (Vigna 2016): advances `rng[0]` (uint64 state) and returns 64 random bits."""
-    x = rng[0]
-    x ^= x >> np.uint64(12)
-    x ^= x << np.uint64(25)
-    x ^= x >> np.uint64(27)
-    rng[0] = x
-    return x * _MULTIPLIER
-
-
-@njit(cache=True, nogil=True)
-def _random_below(rng, n):
-    """A uniform integer in [0, n) for n <= 2**31."""
-    return np.int64(_next_random(rng) >> np.uint64(33)) % n
-
-
-@njit(cache=True, nogil=True)
-def rollout(position, mask, num_moves, rng, decisive):
-    """Plays random moves to the end of the game from a position whose game is not over.
-
-    Returns:
-        +1.0 when the player to move at the start wins, -1.0 when they lose, 0.0 for a draw.
-    """
-    sign = 1.0
-    mine = position
-    theirs = position ^ mask
-    # Cells completing four for each side: they change only when that side moves.
-    mine_wins = completing_cells(mine)
-    theirs_wins = completing_cells(theirs)
-    while num_moves < CELLS:
-        moves = possible(mask)
-        if mine_wins & moves:
-            if decisive:
-                return sign
-        threats = theirs_wins & moves
-        if decisive and threats:
-            move = threats & -threats
-        else:
-            pick = _random_below(rng, popcount(moves))
-            for _ in range(pick):
-                moves &= moves - 1
-            move = moves & -moves
-            if mine_wins & move:
-                return sign
-        mine |= move
-        mask |= move
-        mine_wins = completing_cells(mine)
-        mine, theirs = theirs, mine
-        mine_wins, theirs_wins = theirs_wins, mine_wins
-        num_moves += 1
-        sign = -sign
-    return 0.0
-
-
-@njit(cache=True, nogil=True)
-def run_simulations(visits, value_sum, prior, first_child, num_children, parent, action, terminal,
-                    counters, root_position, root_mask, root_moves, simulations, exploration, rng,
-                    decisive):
-    """Runs `simulations` UCT simulations on a tree (see `Tree` for the arrays) in place.
-
-    The root (node 0) must hold an unfinished position given by `root_position`, `root_mask`
-    (bitboards, `libs.connect4.board` layout) and `root_moves` (stones on the board).
-    """
-    capacity = visits.shape[0]
-    for _ in range(simulations):
-        node = 0
-        position = root_position
-        mask = root_mask
-        num_moves = root_moves
-        depth = 0
-        # Selection: UCB1 among the children, unvisited children first (in column order).
-        while num_children[node] > 0:
-            start = first_child[node]
-            log_n = math.log(visits[node])
-            best = start
-            best_score = -np.inf
-            for child in range(start, start + num_children[node]):
-                n = visits[child]
-                if n == 0:
-                    best = child
-                    break
-                score = value_sum[child] / n + exploration * math.sqrt(log_n / n)
-                if score > best_score:
-                    best_score = score
-                    best = child
-            node = best
-            move = possible(mask) & column_mask(action[node])
-            position, mask = position ^ mask, mask | move
-            num_moves += 1
-            depth += 1
-        # Expansion: the root at once, any other open leaf on its second visit.
-        if terminal[node] == OPEN and (node == 0 or visits[node] > 0):
-            moves = possible(mask)
-            count = popcount(moves)
-            size = counters[0]
-            if size + count > capacity:
-                counters[2] = 1
-            else:
-                wins = winning_cells(position, mask) & moves
-                k = 0
-                for col in range(WIDTH):
-                    if moves & column_mask(col):
-                        child = size + k
-                        visits[child] = 0
-                        value_sum[child] = 0.0
-                        prior[child] = 1.0 / count
-                        first_child[child] = -1
-                        num_children[child] = 0
-                        parent[child] = node
-                        action[child] = col
-                        if wins & column_mask(col):
-                            terminal[child] = WON
-                        elif num_moves + 1 == CELLS:
-                            terminal[child] = DRAWN
-                        else:
-                            terminal[child] = OPEN
-                        k += 1
-                counters[0] = size + count
-                first_child[node] = size
-                num_children[node] = count
-                node = size
-                move = moves & column_mask(action[node])
-                position, mask = position ^ mask, mask | move
-                num_moves += 1
-                depth += 1
-        if depth > counters[1]:
-            counters[1] = depth
-        # Evaluation, for the player who moved into `node`.
-        if terminal[node] == WON:
-            value = 1.0
-        elif terminal[node] == DRAWN:
-            value = 0.0
-        else:
-            value = -rollout(position, mask, num_moves, rng, decisive)
-        # Backup, negamax style.
-        while node >= 0:
-            visits[node] += 1
-            value_sum[node] += value
-            value = -value
-            node = parent[node]
 
 
 @dataclass(frozen=True)
@@ -234,39 +75,6 @@ class SearchResult:
     threads: int
 
 
-def _rng_state(seed: int) -> np.ndarray:
-    """splitmix64 of the seed: a nonzero xorshift state for any seed (0 included)."""
-    z = (seed + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    z ^= z >> 31
-    return np.array([z or 1], dtype=np.uint64)
-
-
-def _search_tree(root: Position, simulations: int, exploration: float, seed: int, capacity: int,
-                 decisive: bool, deadline: float | None,
-                 stop: threading.Event | None) -> tuple[Tree, int]:
-    tree = Tree.allocate(capacity)
-    rng = _rng_state(seed)
-    chunk = simulations if deadline is None and stop is None else CHUNK_SIMULATIONS
-    done = 0
-    while done < simulations:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        if stop is not None and stop.is_set():
-            break
-        n = min(chunk, simulations - done)
-        run_simulations(tree.visits, tree.value_sum, tree.prior, tree.first_child,
-                        tree.num_children, tree.parent, tree.action, tree.terminal, tree.counters,
-                        root.position, root.mask, root.num_moves, n, exploration, rng, decisive)
-        done += n
-    return tree, done
-
-
-def _split(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
 def uct_search(
     moves: str,
     simulations: int,
@@ -293,7 +101,8 @@ def uct_search(
             create, so a small search allocates little.
         decisive_rollouts: rollouts take immediate wins and block immediate losses.
         time_limit_s: wall-clock seconds after which the trees stop (checked every
-            CHUNK_SIMULATIONS simulations); the result then reports the simulations done.
+            `services.mcts.engine.CHUNK_SIMULATIONS` simulations); the result then reports the
+            simulations done.
         stop: an event that stops the search the same way (cancellation).
     Returns:
         SearchResult (see there).
@@ -314,30 +123,24 @@ def uct_search(
     if max_nodes is not None and max_nodes < 1:
         raise ValueError("max_nodes must be at least 1")
     threads = min(threads, simulations)
-    per_tree = _split(simulations, threads)
+    per_tree = split_simulations(simulations, threads)
     capacity = min(DEFAULT_MAX_NODES if max_nodes is None else max_nodes, 7 * per_tree[0] + 8)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    config = SearchConfig(rule="uct", exploration=exploration, max_nodes=capacity, seed=seed)
+    game = GAME if decisive_rollouts else UNIFORM_GAME
 
     started = time.perf_counter()
-    if threads == 1:
-        runs = [_search_tree(root, simulations, exploration, seed, capacity, decisive_rollouts,
-                             deadline, stop)]
-    else:
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="uct") as pool:
-            futures = [
-                pool.submit(_search_tree, root, per_tree[i], exploration, seed + i, capacity,
-                            decisive_rollouts, deadline, stop)
-                for i in range(threads)
-            ]
-            runs = [future.result() for future in futures]
+    runs = grow_parallel(game, from_position(root), simulations, config, threads,
+                         deadline=deadline, stop=stop)
     elapsed = time.perf_counter() - started
 
-    done = sum(n for _, n in runs)
+    done = sum(grown.simulations for grown in runs)
     if done == 0:
         raise SearchStopped("the search was stopped before any simulation finished")
     visits = np.zeros(WIDTH, dtype=np.int64)
     value_sums = np.zeros(WIDTH, dtype=np.float64)
-    for tree, _ in runs:
+    for grown in runs:
+        tree = grown.tree
         for child in tree.children(0):
             col = int(tree.action[child])
             visits[col] += tree.visits[child]
@@ -350,6 +153,7 @@ def uct_search(
     values[seen] = value_sums[seen] / visits[seen]
     best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf, -col))
     total_visits = int(visits.sum())
+    trees = [grown.tree for grown in runs]
     return SearchResult(
         best_action=best + 1,
         visits=visits,
@@ -357,11 +161,11 @@ def uct_search(
         priors=priors,
         root_value=float(value_sums.sum() / total_visits) if total_visits else 0.0,
         simulations=done,
-        tree_size=sum(tree.size for tree, _ in runs),
-        max_depth=max(tree.max_depth for tree, _ in runs),
+        tree_size=sum(tree.size for tree in trees),
+        max_depth=max(tree.max_depth for tree in trees),
         elapsed_s=elapsed,
         simulations_per_second=done / elapsed if elapsed > 0 else 0.0,
-        tree_full=any(tree.full for tree, _ in runs),
+        tree_full=any(tree.full for tree in trees),
         seed=seed,
         threads=threads,
     )

@@ -19,7 +19,13 @@ PUCT = 1
 def ucb1(q, n, parent_visits, exploration):
     """UCB1 score `q + c * sqrt(ln N / n)` of a child visited `n >= 1` times under a parent visited
     `parent_visits >= 1` times (Auer et al. 2002; Kocsis & Szepesvari 2006)."""
-    return q + exploration * math.sqrt(math.log(parent_visits) / n)
+    return ucb1_from_log(q, n, math.log(parent_visits), exploration)
+
+
+@njit(cache=True, nogil=True)
+def ucb1_from_log(q, n, log_parent_visits, exploration):
+    """`ucb1` given `ln N`: selection computes the logarithm once per node, not once per child."""
+    return q + exploration * math.sqrt(log_parent_visits / n)
 
 
 @njit(cache=True, nogil=True)

@@ -1,10 +1,10 @@
 """The search tree as a struct of preallocated arrays (as mctx's `Tree`), one row per node.
 
-Node 0 is the root. The children of a node are created together, in increasing column order, in
-one contiguous block `first_child .. first_child + num_children - 1`, so a node's statistics and its
-children's are reached by index arithmetic with no pointers or allocation. When the arrays are full
-the search stops expanding (`full` is set) and keeps simulating from the leaves it has: the tree is
-reported as it is, never overwritten.
+Node 0 is the root. The children of a node are created together, by decreasing prior (ties in the
+game's action order), in one contiguous block `first_child .. first_child + num_children - 1`, so
+a node's statistics and its children's are reached by index arithmetic with no pointers or
+allocation. When the arrays are full the search stops expanding (`full` is set) and keeps
+simulating from the leaves it has: the tree is reported as it is, never overwritten.
 """
 
 from __future__ import annotations
@@ -14,14 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 OPEN = 0
-"""`terminal` code: the game goes on at this node."""
-WON = 1
-"""`terminal` code: the move into this node made four in a row (its mover won)."""
-DRAWN = 2
-"""`terminal` code: the move into this node filled the board without four in a row."""
+"""`terminal` code: the game goes on at this node (or the node was never reached)."""
+ENDED = 1
+"""`terminal` code: the move into this node ended the game."""
 
 MIN_CAPACITY = 8
-"""The root and all seven of its children fit in any tree."""
+"""The root and all seven of its children (Connect Four) fit in any tree."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +36,9 @@ class Tree:
         num_children: int32 [N], number of children, 0 while not expanded or terminal.
         parent: int32 [N], index of the parent, -1 for the root.
         Rows at and past `size` are unused (zero) and not part of the tree.
-        action: int8 [N], column (0..6) of the move into the node, -1 for the root.
-        terminal: int8 [N], OPEN, WON or DRAWN (see the module constants).
+        action: int8 [N], the game's action of the move into the node (a Connect Four column
+            0..6), -1 for the root.
+        terminal: int8 [N], OPEN or ENDED (see the module constants).
         counters: int64 [3]: nodes in use, deepest node reached (plies below the root), and 1 once
             an expansion was refused because the arrays were full.
     """

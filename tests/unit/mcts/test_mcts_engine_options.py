@@ -9,7 +9,7 @@ from numba import njit
 
 from services.mcts.engine import SearchConfig, grow, search
 from services.mcts.game import Game
-from services.mcts.search import _next_random
+from services.mcts.xorshift import next_random
 
 ARMS = 60
 BEST_ARM = 2
@@ -20,7 +20,7 @@ ARM_WIN = np.array([0.5 if a != BEST_ARM else 0.8 for a in range(ARMS)]) - np.li
 
 @njit(cache=True, nogil=True)
 def _uniform(rng):
-    return np.float64(_next_random(rng) >> np.uint64(11)) * 2.0 ** -53
+    return np.float64(next_random(rng) >> np.uint64(11)) * 2.0 ** -53
 
 
 @njit(cache=True, nogil=True)

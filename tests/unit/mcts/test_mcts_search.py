@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 
 from libs.connect4.board import IllegalPosition, Position
-from services.mcts.search import SearchStopped, _search_tree, uct_search
+from services.mcts.engine import SearchConfig, grow
+from services.mcts.games.connect4 import GAME, from_position
+from services.mcts.search import SearchStopped, uct_search
 from services.mcts.tree import OPEN, Tree
+
+
+def grow_tree(moves: str, simulations: int, seed: int, capacity: int) -> tuple[Tree, int]:
+    """The tree `uct_search` grows (one thread, decisive rollouts) and the simulations run."""
+    grown = grow(GAME, from_position(Position.from_moves(moves)), simulations,
+                 SearchConfig(exploration=2.0, seed=seed, max_nodes=capacity))
+    return grown.tree, grown.simulations
 
 
 def check_tree(tree: Tree, simulations: int) -> None:
@@ -58,15 +67,14 @@ def test_root_parallel_threads_are_reproducible_and_conserve_simulations() -> No
 
 @pytest.mark.parametrize("moves", ["", "4453", "2252576253462244111563365343671"])
 def test_visits_are_conserved_in_the_tree(moves: str) -> None:
-    tree, done = _search_tree(Position.from_moves(moves), 5_000, 2.0, 3, 100_000, True, None,
-                              None)
+    tree, done = grow_tree(moves, 5_000, 3, 100_000)
     assert done == 5_000
     assert not tree.full
     check_tree(tree, 5_000)
 
 
 def test_a_full_tree_is_reported_and_stays_consistent() -> None:
-    tree, done = _search_tree(Position.from_moves(""), 3_000, 2.0, 0, 60, True, None, None)
+    tree, done = grow_tree("", 3_000, 0, 60)
     assert tree.full and tree.size <= 60
     check_tree(tree, 3_000)
     result = uct_search("", 3_000, max_nodes=60)
