@@ -1,0 +1,323 @@
+"""The HRM / TRM trainer: deep supervision with ACT on an endless stream of generated puzzles.
+
+References (read, not copied): sapientinc/HRM `pretrain.py` and TinyRecursiveModels `pretrain.py`
+(one optimizer step per segment on a persistent batch carry, AdamATan2 for the network and
+sign-SGD for the puzzle embeddings, linear warm-up to a constant learning rate, EMA of the
+weights for evaluation and checkpoints in TRM), with the ACT logic in `act.py`.
+
+Per step: halted slots of the batch carry are refilled from `PuzzleStream` (fresh generated
+puzzles, freshly augmented), one segment runs with gradients, the loss is backpropagated, the
+dense gradients clipped by global norm, AdamATan2 and sign-SGD step, and the EMA is updated.
+Metrics per step go to `metrics.jsonl` in the output directory (one JSON object a line, "kind"
+"train" or "eval"); held-out evaluations use the EMA copy; checkpoints (safetensors + JSON via
+`services.neural.checkpoint`) hold the EMA weights. CUDA runs under bf16 autocast; CPU in float32.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from services.neural.checkpoint import save_checkpoint
+from services.neural.models import ARCHITECTURES as MODEL_ARCHITECTURES
+from services.neural.models.presets import get_preset
+from services.neural.models.reasoning_layers import count_parameters
+from services.neural.training.act import (
+    ACTLoss,
+    act_loss,
+    initial_carry,
+    replace_halted,
+    run_segment,
+)
+from services.neural.training.ema import WeightEMA
+from services.neural.training.optim import (
+    AdamATan2,
+    SparseSignSGD,
+    set_learning_rate,
+    warmup_constant,
+)
+from services.neural.training.reasoning_data import (
+    MazeTask,
+    PuzzleBatch,
+    PuzzleStream,
+    SudokuTask,
+    held_out_set,
+)
+from services.neural.training.reasoning_eval import Evaluation, evaluate
+
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_DIR = "checkpoint"
+ARCHITECTURES = ("hrm", "trm")
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Everything a run needs besides the model and the task.
+
+    steps: optimizer steps (one per segment); time_limit_s: stop earlier after this many seconds
+    of training (evaluation time excluded; None: no limit). lr / puzzle_emb_lr: after warm-up;
+    weight decays are decoupled. ema_rate: None disables the EMA (HRM's reference has none).
+    halt_max_steps / halt_exploration_prob: None takes the model config's. eval_segments: None
+    takes halt_max_steps. eval_every: steps between held-out evaluations (0: only at the end).
+    """
+
+    steps: int = 1000
+    batch_size: int = 64
+    seed: int = 0
+    lr: float = 1e-3
+    puzzle_emb_lr: float = 1e-3
+    weight_decay: float = 0.1
+    puzzle_emb_weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 100
+    grad_clip: float = 1.0
+    ema_rate: float | None = 0.999
+    halt_max_steps: int | None = None
+    halt_exploration_prob: float | None = None
+    eval_every: int = 500
+    eval_puzzles: int = 1000
+    eval_segments: int | None = None
+    eval_batch_size: int = 256
+    time_limit_s: float | None = None
+    device: str = "cpu"
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """A finished run: steps done, seconds of training, the last step's metrics, and the final
+    held-out evaluations (EMA weights) in both modes."""
+
+    steps: int
+    train_seconds: float
+    last_metrics: dict[str, float]
+    paper: Evaluation
+    act: Evaluation
+    checkpoint: Path | None
+    metrics_file: Path | None
+    evaluated_model: nn.Module
+
+
+def _split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(dense parameters, puzzle-embedding tables)."""
+    sparse, dense = [], []
+    for name, parameter in model.named_parameters():
+        (sparse if name.split(".")[-2:-1] == ["puzzle_emb"] else dense).append(parameter)
+    return dense, sparse
+
+
+def _step_metrics(halted: torch.Tensor, steps: torch.Tensor, loss: ACTLoss) -> dict[str, float]:
+    """Metrics of the examples that halted this step (as the references report), plus losses."""
+    count = int(halted.sum())
+    metrics = {"loss": float(loss.total.detach()), "token_loss": float(loss.token),
+               "q_halt_loss": float(loss.q_halt), "q_continue_loss": float(loss.q_continue),
+               "halted": count,
+               "batch_cell_accuracy": float(loss.cell_correct.float().mean()),
+               "batch_exact_accuracy": float(loss.sequence_correct.float().mean())}
+    if count:
+        cells = loss.cell_correct[halted].float().mean()
+        metrics.update(cell_accuracy=float(cells),
+                       exact_accuracy=float(loss.sequence_correct[halted].float().mean()),
+                       mean_segments=float(steps[halted].float().mean()))
+    return metrics
+
+
+class _MetricsLog:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is not None:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+def train(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
+          settings: TrainingSettings, output_dir: Path | str | None = None,
+          metadata: dict[str, Any] | None = None,
+          held_out: PuzzleBatch | None = None) -> TrainingResult:
+    """Trains `model` (HRM or TRM, vocabulary and sequence length matching `task`) in place.
+
+    Args:
+        model: a freshly built or partly trained HRM / TRM.
+        architecture: "hrm" or "trm" (written into the checkpoint).
+        task: what the stream generates.
+        settings: the run's settings.
+        output_dir: metrics.jsonl and checkpoint/ go here; None writes nothing.
+        metadata: extra JSON facts for the checkpoint (preset name, ...).
+        held_out: evaluation set; None generates `settings.eval_puzzles` with a seed derived
+            from `settings.seed`, excluded from the training stream.
+    Returns:
+        `TrainingResult`; the final evaluations use the EMA weights when the EMA is on.
+    Raises:
+        ValueError: model and task disagree on vocabulary or length, or bad settings.
+    """
+    config = model.config
+    if config.vocab_size != task.vocab_size or config.seq_len != task.seq_len:
+        raise ValueError(f"model (vocab {config.vocab_size}, length {config.seq_len}) does not "
+                         f"fit the task (vocab {task.vocab_size}, length {task.seq_len})")
+    if settings.batch_size < 1 or settings.steps < 0:
+        raise ValueError(f"invalid batch_size {settings.batch_size} or steps {settings.steps}")
+    device = torch.device(settings.device)
+    model.to(device).train()
+    halt_max_steps = settings.halt_max_steps or config.halt_max_steps
+    exploration = (config.halt_exploration_prob if settings.halt_exploration_prob is None
+                   else settings.halt_exploration_prob)
+    eval_segments = settings.eval_segments or halt_max_steps
+    output = Path(output_dir) if output_dir is not None else None
+    log = _MetricsLog(output / METRICS_FILE if output is not None else None)
+
+    if held_out is None:
+        held_out = held_out_set(task, settings.eval_puzzles, settings.seed + 1)
+    stream = PuzzleStream(task, settings.seed, exclude=held_out)
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
+
+    dense, sparse = _split_parameters(model)
+    optimizer = AdamATan2(dense, lr=settings.lr, betas=settings.betas,
+                          weight_decay=settings.weight_decay)
+    sparse_optimizer = (SparseSignSGD(sparse, lr=settings.puzzle_emb_lr,
+                                      weight_decay=settings.puzzle_emb_weight_decay)
+                        if sparse else None)
+    ema = WeightEMA(model, settings.ema_rate) if settings.ema_rate is not None else None
+
+    def evaluation_model() -> nn.Module:
+        return ema.averaged_copy(model) if ema is not None else model
+
+    run_metadata = {**(metadata or {}), "architecture": architecture, "task": asdict(task),
+                    "task_kind": type(task).__name__,
+                    "settings": {k: v for k, v in asdict(settings).items() if k != "progress"},
+                    "parameters": count_parameters(model), "ema": ema is not None}
+
+    def checkpoint(evaluated: nn.Module, step: int, results: dict[str, Any]) -> Path | None:
+        if output is None:
+            return None
+        directory = output / CHECKPOINT_DIR
+        save_checkpoint(directory, evaluated, architecture,
+                        {**run_metadata, "step": step, "metrics": results})
+        return directory
+
+    placeholder = PuzzleBatch(torch.zeros(settings.batch_size, task.seq_len, dtype=torch.int32),
+                              torch.zeros(settings.batch_size, task.seq_len, dtype=torch.int64),
+                              torch.zeros(settings.batch_size, dtype=torch.int32)).to(device)
+    carry = initial_carry(model, placeholder)
+    train_seconds = 0.0
+    last: dict[str, float] = {}
+    step = 0
+    bar = tqdm(total=settings.steps, desc=f"train {architecture}", unit="step",
+               disable=not settings.progress)
+    while step < settings.steps:
+        if settings.time_limit_s is not None and train_seconds >= settings.time_limit_s:
+            break
+        started = time.perf_counter()
+        fresh = stream.take(int(carry.halted.sum())).to(device)
+        carry = replace_halted(model, carry, fresh)
+        lr = warmup_constant(step, settings.lr, settings.warmup_steps)
+        set_learning_rate(optimizer, lr)
+        if sparse_optimizer is not None:
+            set_learning_rate(sparse_optimizer,
+                              warmup_constant(step, settings.puzzle_emb_lr,
+                                              settings.warmup_steps))
+        carry, result = run_segment(model, carry, halt_max_steps, exploration, generator)
+        loss = act_loss(result, carry.batch.labels)
+        optimizer.zero_grad(set_to_none=True)
+        if sparse_optimizer is not None:
+            sparse_optimizer.zero_grad(set_to_none=True)
+        loss.total.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(dense, settings.grad_clip)
+        optimizer.step()
+        if sparse_optimizer is not None:
+            sparse_optimizer.step()
+        if ema is not None:
+            ema.update(model)
+        step += 1
+        elapsed = time.perf_counter() - started
+        train_seconds += elapsed
+        last = _step_metrics(carry.halted, carry.steps, loss)
+        last.update(lr=lr, grad_norm=float(grad_norm), step_time_s=elapsed)
+        if not math.isfinite(last["loss"]):
+            raise FloatingPointError(f"loss became {last['loss']} at step {step}")
+        log.write({"kind": "train", "step": step, "train_seconds": train_seconds, **last})
+        bar.update(1)
+        bar.set_postfix(loss=f"{last['loss']:.3f}", exact=f"{last.get('exact_accuracy', 0):.2f}")
+        if settings.eval_every and step % settings.eval_every == 0 and step < settings.steps:
+            evaluated = evaluation_model()
+            result_eval = evaluate(evaluated, held_out, eval_segments, "paper",
+                                   settings.eval_batch_size)
+            record = {"kind": "eval", "step": step, "train_seconds": train_seconds,
+                      **result_eval.as_dict()}
+            log.write(record)
+            bar.write(f"step {step}: held-out exact {result_eval.exact_accuracy:.3f} "
+                      f"cell {result_eval.cell_accuracy:.3f}")
+            checkpoint(evaluated, step, {"paper": result_eval.as_dict()})
+    bar.close()
+
+    evaluated = evaluation_model()
+    paper = evaluate(evaluated, held_out, eval_segments, "paper", settings.eval_batch_size)
+    act = evaluate(evaluated, held_out, eval_segments, "act", settings.eval_batch_size)
+    for final in (paper, act):
+        log.write({"kind": "eval", "step": step, "train_seconds": train_seconds, "final": True,
+                   **final.as_dict()})
+    directory = checkpoint(evaluated, step, {"paper": paper.as_dict(), "act": act.as_dict(),
+                                             "train_seconds": train_seconds,
+                                             "puzzles_generated": stream.generated})
+    return TrainingResult(steps=step, train_seconds=train_seconds, last_metrics=last,
+                          paper=paper, act=act, checkpoint=directory,
+                          metrics_file=log.path, evaluated_model=evaluated)
+
+
+def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int = 20000,
+                    batch_size: int = 64, blanks: int = 16, seed: int = 0,
+                    eval_every: int = 500, eval_puzzles: int = 1000,
+                    time_limit_s: float | None = None, *, lr: float = 1e-3,
+                    warmup_steps: int = 100, weight_decay: float = 0.1,
+                    ema_rate: float | None = None, eval_segments: int | None = None,
+                    device: str = "cpu", progress: bool = True) -> dict[str, Any]:
+    """Trains preset `preset` of architecture `model` ("trm" or "hrm") on generated Sudoku (the
+    grid size read from the preset's sequence length) with `blanks` blanks; the CLI's
+    `mcts-mesh train trm|hrm --preset ...`.
+
+    `ema_rate` None means 0.999 for TRM and no EMA for HRM (as the references). Writes
+    `output_dir/metrics.jsonl` and the checkpoint `output_dir/checkpoint/`. Returns a JSON-ready
+    summary: steps, train_seconds, checkpoint, metrics_file, parameters, and the final held-out
+    evaluations ("paper" and "act", each with exact_by_segment and segment_gain).
+
+    Raises:
+        ValueError: `model` not "trm"/"hrm", or it is not the preset's architecture, or the
+            preset is not a square Sudoku model.
+        services.neural.models.presets.UnknownPreset: unknown preset.
+    """
+    if model not in ARCHITECTURES:
+        raise ValueError(f"unknown model {model!r}; expected one of {ARCHITECTURES}")
+    chosen = get_preset(preset)
+    if chosen.architecture != model:
+        raise ValueError(f"preset {preset!r} is a {chosen.architecture} preset, not {model}")
+    size = math.isqrt(chosen.config.seq_len)
+    task = SudokuTask(size=size, blanks=blanks)
+    if size * size != chosen.config.seq_len or chosen.config.vocab_size != task.vocab_size:
+        raise ValueError(f"preset {preset!r} is not a Sudoku model")
+    if ema_rate is None:
+        ema_rate = 0.999 if model == "trm" else None
+    settings = replace(TrainingSettings(), steps=steps, batch_size=batch_size, seed=seed,
+                       lr=lr, puzzle_emb_lr=lr, warmup_steps=warmup_steps,
+                       weight_decay=weight_decay, ema_rate=ema_rate, eval_every=eval_every,
+                       eval_puzzles=eval_puzzles, eval_segments=eval_segments,
+                       time_limit_s=time_limit_s, device=device, progress=progress)
+    torch.manual_seed(seed)
+    network = MODEL_ARCHITECTURES[model].model_type(chosen.config)
+    result = train(network, model, task, settings, output_dir, metadata={"preset": preset})
+    return {"model": model, "preset": preset, "steps": result.steps,
+            "train_seconds": result.train_seconds, "parameters": count_parameters(network),
+            "checkpoint": str(result.checkpoint), "metrics_file": str(result.metrics_file),
+            "last_metrics": result.last_metrics, "paper": result.paper.as_dict(),
+            "act": result.act.as_dict()}

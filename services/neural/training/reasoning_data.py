@@ -1,0 +1,204 @@
+"""Training data for HRM and TRM: token encodings of Sudoku grids and mazes, an endless seeded
+stream of generated puzzles with on-the-fly augmentation, and a fixed held-out set.
+
+Token layouts follow the reference dataset builders (sapientinc/HRM
+`dataset/build_sudoku_dataset.py` and `dataset/build_maze_dataset.py`), where id 0 is padding:
+- Sudoku N x N: a cell value v (0 blank, 1..N digit) becomes token v + 1, so blank is 1 and the
+  digits are 2..N+1; the vocabulary has N + 2 ids (8 for 6x6, 11 for 9x9). Inputs are the puzzle,
+  labels the solution, every cell supervised (givens included, as in the references).
+- Mazes: the grid already holds ids 1..5 for the characters `# SGo` (`libs.puzzles.maze`), so
+  inputs are the question and labels the answer (vocabulary 6).
+
+A batch is `PuzzleBatch`: inputs int32 [B, L], labels int64 [B, L] (L cells, row-major), and
+puzzle identifiers int32 [B] (all 0: generated Sudoku and mazes share one identifier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from libs.puzzles import maze as maze_lib
+from libs.puzzles import sudoku as sudoku_lib
+
+SUDOKU_TOKEN_OFFSET = 1
+"""Added to cell values (0 blank, 1..N digits) so that token 0 stays free for padding."""
+
+
+def sudoku_vocab_size(size: int) -> int:
+    """Token ids of an N x N Sudoku: padding, blank, and N digits."""
+    return size + 1 + SUDOKU_TOKEN_OFFSET
+
+
+def encode_sudoku(grid: np.ndarray) -> np.ndarray:
+    """[N, N] int grid (0 blank, 1..N) -> int32 [N*N] tokens (1 blank, 2..N+1 digits)."""
+    return np.asarray(grid, dtype=np.int32).reshape(-1) + SUDOKU_TOKEN_OFFSET
+
+
+def decode_sudoku(tokens: np.ndarray | torch.Tensor, size: int) -> np.ndarray:
+    """int [N*N] tokens -> int8 [N, N] grid; padding (0) and blank (1) both decode to 0 (blank)."""
+    values = np.asarray(tokens, dtype=np.int64).reshape(size, size) - SUDOKU_TOKEN_OFFSET
+    return np.clip(values, 0, size).astype(np.int8)
+
+
+def encode_maze(grid: np.ndarray) -> np.ndarray:
+    """[H, W] maze token grid (`libs.puzzles.maze` ids 1..5) -> int32 [H*W] tokens (unchanged)."""
+    return np.asarray(grid, dtype=np.int32).reshape(-1)
+
+
+def decode_maze(tokens: np.ndarray | torch.Tensor, height: int, width: int) -> np.ndarray:
+    """int [H*W] tokens -> uint8 [H, W] maze grid."""
+    return np.asarray(tokens, dtype=np.int64).reshape(height, width).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class PuzzleBatch:
+    """Examples as tensors: inputs int32 [B, L], labels int64 [B, L], puzzle_identifiers int32
+    [B]."""
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    puzzle_identifiers: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def to(self, device: torch.device | str) -> PuzzleBatch:
+        return PuzzleBatch(self.inputs.to(device), self.labels.to(device),
+                           self.puzzle_identifiers.to(device))
+
+    def slice(self, start: int, stop: int) -> PuzzleBatch:
+        return PuzzleBatch(self.inputs[start:stop], self.labels[start:stop],
+                           self.puzzle_identifiers[start:stop])
+
+
+def _batch(inputs: list[np.ndarray], labels: list[np.ndarray], seq_len: int) -> PuzzleBatch:
+    if not inputs:
+        return PuzzleBatch(torch.zeros(0, seq_len, dtype=torch.int32),
+                           torch.zeros(0, seq_len, dtype=torch.int64),
+                           torch.zeros(0, dtype=torch.int32))
+    stacked_inputs = torch.from_numpy(np.stack(inputs).astype(np.int32))
+    stacked_labels = torch.from_numpy(np.stack(labels).astype(np.int64))
+    return PuzzleBatch(stacked_inputs, stacked_labels,
+                       torch.zeros(len(inputs), dtype=torch.int32))
+
+
+@dataclass(frozen=True)
+class SudokuTask:
+    """Generated N x N Sudoku with exactly `blanks` blanks and a unique solution."""
+
+    size: int = 6
+    blanks: int = 16
+
+    @property
+    def shape(self) -> sudoku_lib.BoxShape:
+        return sudoku_lib.box_shape_for(self.size)
+
+    @property
+    def seq_len(self) -> int:
+        return self.size * self.size
+
+    @property
+    def vocab_size(self) -> int:
+        return sudoku_vocab_size(self.size)
+
+    def generate(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One (inputs, labels) pair of int32 [L] token arrays."""
+        puzzle, solution = sudoku_lib.generate(self.shape, self.blanks, rng)
+        return encode_sudoku(puzzle), encode_sudoku(solution)
+
+    def augment(self, inputs: np.ndarray, labels: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """The same random validity-preserving relabelling (`random_augmentation`) applied to
+        both arrays."""
+        augmentation = sudoku_lib.random_augmentation(self.shape, rng)
+        n = self.size
+        grids = [(a - SUDOKU_TOKEN_OFFSET).reshape(n, n).astype(np.int8) for a in (inputs, labels)]
+        puzzle, solution = (encode_sudoku(augmentation.apply(grid)) for grid in grids)
+        return puzzle, solution
+
+
+@dataclass(frozen=True)
+class MazeTask:
+    """Generated mazes on a `rows x cols` lattice (grid (2 rows + 1) x (2 cols + 1)) with BFS
+    shortest-path labels; no augmentation (the references do not augment mazes)."""
+
+    rows: int = 4
+    cols: int = 4
+    extra_openings: int = 2
+    min_path_length: int = 4
+
+    @property
+    def height(self) -> int:
+        return 2 * self.rows + 1
+
+    @property
+    def width(self) -> int:
+        return 2 * self.cols + 1
+
+    @property
+    def seq_len(self) -> int:
+        return self.height * self.width
+
+    @property
+    def vocab_size(self) -> int:
+        return len(maze_lib.CHARSET) + 1
+
+    def generate(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        question, answer = maze_lib.generate_maze(self.rows, self.cols, rng, self.extra_openings,
+                                                  self.min_path_length)
+        return encode_maze(question), encode_maze(answer)
+
+    def augment(self, inputs: np.ndarray, labels: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return inputs, labels
+
+
+Task = SudokuTask | MazeTask
+
+
+def held_out_set(task: Task, count: int, seed: int) -> PuzzleBatch:
+    """`count` generated puzzles (not augmented), the same for the same `seed`; the evaluation
+    set. Duplicates are skipped, so the puzzles are distinct."""
+    rng = np.random.default_rng([seed, 1])
+    seen: set[bytes] = set()
+    inputs, labels = [], []
+    while len(inputs) < count:
+        puzzle, solution = task.generate(rng)
+        if puzzle.tobytes() in seen:
+            continue
+        seen.add(puzzle.tobytes())
+        inputs.append(puzzle)
+        labels.append(solution)
+    return _batch(inputs, labels, task.seq_len)
+
+
+class PuzzleStream:
+    """An endless seeded stream of fresh training examples: each one a newly generated puzzle
+    under a fresh random augmentation. Puzzles whose inputs appear in `exclude` (the held-out
+    set) are skipped, so evaluation never sees a training puzzle.
+
+    `take(k)` returns the next k examples as a `PuzzleBatch`; the sequence depends only on `seed`.
+    """
+
+    def __init__(self, task: Task, seed: int, exclude: PuzzleBatch | None = None) -> None:
+        self.task = task
+        self.rng = np.random.default_rng([seed, 0])
+        self.excluded: set[bytes] = set()
+        if exclude is not None:
+            self.excluded = {row.astype(np.int32).tobytes() for row in exclude.inputs.numpy()}
+        self.generated = 0
+
+    def _next(self) -> tuple[np.ndarray, np.ndarray]:
+        while True:
+            puzzle, solution = self.task.generate(self.rng)
+            puzzle, solution = self.task.augment(puzzle, solution, self.rng)
+            if puzzle.astype(np.int32).tobytes() not in self.excluded:
+                self.generated += 1
+                return puzzle, solution
+
+    def take(self, count: int) -> PuzzleBatch:
+        pairs = [self._next() for _ in range(count)]
+        return _batch([p for p, _ in pairs], [s for _, s in pairs], self.task.seq_len)
