@@ -316,14 +316,24 @@ def cmd_up(args) -> int:
 
 
 def cmd_train(args) -> int:
-    if args.what != "connect4-pv":
-        raise SystemExit("train: only 'connect4-pv' is built so far")
-    from services.neural.training.connect4_selfplay import train_connect4_pv
+    if args.what == "connect4-pv":
+        from services.neural.training.connect4_selfplay import train_connect4_pv
 
-    report = train_connect4_pv(output_dir=Path(args.output), games=args.games,
-                               simulations=args.simulations, epochs=args.epochs, seed=args.seed,
-                               workers=args.workers)
-    print(json.dumps(report, indent=2))
+        report = train_connect4_pv(output_dir=Path(args.output or "models/connect4-pv"),
+                                   games=args.games, simulations=args.simulations,
+                                   epochs=args.epochs, seed=args.seed, workers=args.workers)
+    else:
+        from services.neural.training.reasoning import train_reasoning
+
+        if not args.preset:
+            raise SystemExit(f"train {args.what}: --preset is required "
+                             "(e.g. trm-mlp-cpu-sudoku6, hrm-cpu-sudoku6)")
+        report = train_reasoning(args.what, args.preset,
+                                 Path(args.output or f"models/{args.preset}"), steps=args.steps,
+                                 batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
+                                 eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
+                                 time_limit_s=args.time_limit_s, lr=args.lr)
+    print(json.dumps(report, indent=2, default=str))
     return 0
 
 
@@ -394,13 +404,22 @@ def build_parser() -> argparse.ArgumentParser:
     query.set_defaults(func=cmd_query)
 
     train = sub.add_parser("train", help="train a model (writes a checkpoint the service loads)")
-    train.add_argument("what", choices=["connect4-pv"])
-    train.add_argument("--output", default="models/connect4-pv")
+    train.add_argument("what", choices=["connect4-pv", "trm", "hrm"])
+    train.add_argument("--output", default=None,
+                       help="checkpoint folder (default models/connect4-pv or models/<preset>)")
     train.add_argument("--games", type=int, default=1000)
     train.add_argument("--simulations", type=int, default=3000)
     train.add_argument("--epochs", type=int, default=4)
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--workers", type=int, default=2)
+    train.add_argument("--workers", type=int, default=2, help="connect4-pv: self-play threads")
+    train.add_argument("--preset", default=None, help="trm/hrm: a model preset")
+    train.add_argument("--steps", type=int, default=20000, help="trm/hrm: optimizer steps")
+    train.add_argument("--batch-size", type=int, default=64, help="trm/hrm")
+    train.add_argument("--blanks", type=int, default=16, help="trm/hrm: blanks per 6x6 puzzle")
+    train.add_argument("--eval-every", type=int, default=500, help="trm/hrm: steps")
+    train.add_argument("--eval-puzzles", type=int, default=1000, help="trm/hrm: held-out puzzles")
+    train.add_argument("--time-limit-s", type=float, default=None, help="trm/hrm: training seconds")
+    train.add_argument("--lr", type=float, default=1e-3, help="trm/hrm: learning rate")
     train.set_defaults(func=cmd_train)
     return parser
 
