@@ -24,7 +24,7 @@ from libs.puzzles.maze import (
     solve_maze,
 )
 from services.orchestrator.consensus import Proposal, Tally
-from services.orchestrator.puzzle import Solved, Verdict
+from services.orchestrator.puzzle import Solved, Verdict, verified
 from services.orchestrator.routing import AgentName
 
 GRID_FIELD = "maze.grid"
@@ -139,7 +139,5 @@ def synthesize_maze(problem: MazeProblem, tally: Tally, proposals: dict[AgentNam
         ValueError: the tally's answer fails the checker (the loop counts only verified answers,
             so this is a bug).
     """
-    verdict = problem.check(tally.answer)
-    if not verdict.accepted:
-        raise ValueError(f"tally answer failed the checker: {verdict.reason}")
+    verdict = verified(problem, tally.answer)
     return MazeAnswer(tally.answer, verdict.path_length, True)

@@ -62,3 +62,16 @@ class Puzzle(Protocol):
     def check(self, answer: str) -> Verdict:
         """Checks a proposed answer string exactly; a malformed string is rejected, not raised."""
         ...
+
+
+def verified(problem: Puzzle, answer: str) -> Verdict:
+    """The checker's verdict on the loop's final answer, which must be accepted.
+
+    Raises:
+        ValueError: the answer fails the checker (the loop counts only verified answers, so this is
+            a bug).
+    """
+    verdict = problem.check(answer)
+    if not verdict.accepted:
+        raise ValueError(f"tally answer failed the checker: {verdict.reason}")
+    return verdict

@@ -26,7 +26,7 @@ from libs.puzzles.sudoku import (
     solve,
 )
 from services.orchestrator.consensus import Proposal, Tally
-from services.orchestrator.puzzle import Solved, Verdict
+from services.orchestrator.puzzle import Solved, Verdict, verified
 from services.orchestrator.routing import AgentName
 
 PUZZLE_FIELD = "sudoku.puzzle"
@@ -172,7 +172,5 @@ def synthesize_sudoku(problem: SudokuProblem, tally: Tally, proposals: dict[Agen
         ValueError: the tally's answer fails the checker (the loop counts only verified answers,
             so this is a bug).
     """
-    verdict = problem.check(tally.answer)
-    if not verdict.accepted:
-        raise ValueError(f"tally answer failed the checker: {verdict.reason}")
+    verified(problem, tally.answer)
     return SudokuAnswer(tally.answer, True)

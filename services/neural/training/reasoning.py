@@ -207,10 +207,12 @@ def train(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
                         {**run_metadata, "step": step, "metrics": results})
         return directory
 
-    placeholder = PuzzleBatch(torch.zeros(settings.batch_size, task.seq_len, dtype=torch.int32),
-                              torch.zeros(settings.batch_size, task.seq_len, dtype=torch.int64),
-                              torch.zeros(settings.batch_size, dtype=torch.int32)).to(device)
-    carry = initial_carry(model, placeholder)
+    # Every row starts halted, so the first segment replaces the whole batch with real puzzles;
+    # this batch only gives the carry its shapes.
+    empty = PuzzleBatch(torch.zeros(settings.batch_size, task.seq_len, dtype=torch.int32),
+                        torch.zeros(settings.batch_size, task.seq_len, dtype=torch.int64),
+                        torch.zeros(settings.batch_size, dtype=torch.int32)).to(device)
+    carry = initial_carry(model, empty)
     train_seconds = 0.0
     last: dict[str, float] = {}
     step = 0
