@@ -174,7 +174,8 @@ class _Schemas:
         if descriptor.full_name in _WELL_KNOWN:
             return dict(_WELL_KNOWN[descriptor.full_name])
         if descriptor.full_name not in self.components:
-            self.components[descriptor.full_name] = {}  # placeholder breaks recursion
+            # Registered before its fields, so a recursive field refers to it instead of recursing.
+            self.components[descriptor.full_name] = {}
             properties = {field.json_name: self.field(field) for field in descriptor.fields}
             self.components[descriptor.full_name] = {"type": "object", "properties": properties}
         return {"$ref": f"#/components/schemas/{descriptor.full_name}"}
