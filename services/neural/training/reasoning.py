@@ -64,7 +64,8 @@ class TrainingSettings:
 
     steps: optimizer steps (one per segment); time_limit_s: stop earlier after this many seconds
     of training (evaluation time excluded; None: no limit). lr / puzzle_emb_lr: after warm-up;
-    weight decays are decoupled. ema_rate: None disables the EMA (HRM's reference has none).
+    weight decays are decoupled. ema_rate: None disables the EMA (HRM's reference has none);
+    ema_warmup: cap the EMA decay at (1 + t) / (10 + t) (`ema.WeightEMA`).
     halt_max_steps / halt_exploration_prob: None takes the model config's. eval_segments: None
     takes halt_max_steps. eval_every: steps between held-out evaluations (0: only at the end).
     """
@@ -80,6 +81,7 @@ class TrainingSettings:
     warmup_steps: int = 100
     grad_clip: float = 1.0
     ema_rate: float | None = 0.999
+    ema_warmup: bool = True
     halt_max_steps: int | None = None
     halt_exploration_prob: float | None = None
     eval_every: int = 500
@@ -189,7 +191,8 @@ def train(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
     sparse_optimizer = (SparseSignSGD(sparse, lr=settings.puzzle_emb_lr,
                                       weight_decay=settings.puzzle_emb_weight_decay)
                         if sparse else None)
-    ema = WeightEMA(model, settings.ema_rate) if settings.ema_rate is not None else None
+    ema = (WeightEMA(model, settings.ema_rate, settings.ema_warmup)
+           if settings.ema_rate is not None else None)
 
     def evaluation_model() -> nn.Module:
         return ema.averaged_copy(model) if ema is not None else model

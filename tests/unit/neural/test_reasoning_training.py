@@ -147,6 +147,26 @@ def test_weight_ema_update_and_copy():
     assert not averaged.training and not averaged.weight.requires_grad
 
 
+def test_weight_ema_warmup_follows_the_num_updates_schedule():
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(0.0)
+    ema = WeightEMA(model, rate=0.999, warmup=True)
+    assert [ema.decay(t) for t in (1, 2, 8991, 20000)] == pytest.approx(
+        [2 / 11, 3 / 12, 0.999, 0.999])
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    plain = WeightEMA(torch.nn.Linear(1, 1, bias=False).requires_grad_(False).apply(
+        lambda m: m.weight.fill_(0.0) if isinstance(m, torch.nn.Linear) else None), rate=0.999)
+    for _ in range(600):
+        ema.update(model)
+        plain.update(model)
+    # The share of the initial 0.0 left after 600 updates toward 1.0: 0.999^600 = 55% without the
+    # warm-up, the product of (1 + t) / (10 + t) (below 1e-6) with it.
+    assert 1 - plain.averaged_copy(model).weight.item() == pytest.approx(0.999 ** 600, rel=1e-3)
+    assert 1 - ema.averaged_copy(model).weight.item() < 1e-6
+
+
 # --- data ----------------------------------------------------------------------------------
 
 
