@@ -1,11 +1,21 @@
 from mesh.common.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class HaltingMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HALTING_MODE_UNSPECIFIED: _ClassVar[HaltingMode]
+    HALTING_MODE_PAPER: _ClassVar[HaltingMode]
+    HALTING_MODE_ACT: _ClassVar[HaltingMode]
+HALTING_MODE_UNSPECIFIED: HaltingMode
+HALTING_MODE_PAPER: HaltingMode
+HALTING_MODE_ACT: HaltingMode
 
 class EvaluatePositionsRequest(_message.Message):
     __slots__ = ("model", "positions")
@@ -31,8 +41,44 @@ class EvaluatePositionsResponse(_message.Message):
     model: Model
     def __init__(self, evaluations: _Optional[_Iterable[_Union[PositionEvaluation, _Mapping]]] = ..., model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...
 
+class SolveRequest(_message.Message):
+    __slots__ = ("model", "grid", "halting_mode", "max_segments")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    HALTING_MODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    grid: str
+    halting_mode: HaltingMode
+    max_segments: int
+    def __init__(self, model: _Optional[str] = ..., grid: _Optional[str] = ..., halting_mode: _Optional[_Union[HaltingMode, str]] = ..., max_segments: _Optional[int] = ...) -> None: ...
+
+class SegmentPrediction(_message.Message):
+    __slots__ = ("grid", "halt_probability")
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    HALT_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    grid: str
+    halt_probability: float
+    def __init__(self, grid: _Optional[str] = ..., halt_probability: _Optional[float] = ...) -> None: ...
+
+class SolveResponse(_message.Message):
+    __slots__ = ("grid", "segments", "segments_used", "halt_probability", "latency_ms", "model")
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_USED_FIELD_NUMBER: _ClassVar[int]
+    HALT_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    grid: str
+    segments: _containers.RepeatedCompositeFieldContainer[SegmentPrediction]
+    segments_used: int
+    halt_probability: float
+    latency_ms: float
+    model: Model
+    def __init__(self, grid: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[SegmentPrediction, _Mapping]]] = ..., segments_used: _Optional[int] = ..., halt_probability: _Optional[float] = ..., latency_ms: _Optional[float] = ..., model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...
+
 class Model(_message.Message):
-    __slots__ = ("name", "version", "architecture", "parameter_count", "device", "metadata")
+    __slots__ = ("name", "version", "architecture", "parameter_count", "device", "metadata", "task")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -46,13 +92,15 @@ class Model(_message.Message):
     PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     architecture: str
     parameter_count: int
     device: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., architecture: _Optional[str] = ..., parameter_count: _Optional[int] = ..., device: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    task: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., architecture: _Optional[str] = ..., parameter_count: _Optional[int] = ..., device: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., task: _Optional[str] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()

@@ -41,6 +41,11 @@ class NeuralServiceStub:
                 request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.EvaluatePositionsRequest.SerializeToString,
                 response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.EvaluatePositionsResponse.FromString,
                 _registered_method=True)
+        self.Solve = channel.unary_unary(
+                '/mesh.neural.v1.NeuralService/Solve',
+                request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.SolveRequest.SerializeToString,
+                response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.SolveResponse.FromString,
+                _registered_method=True)
         self.ListModels = channel.unary_unary(
                 '/mesh.neural.v1.NeuralService/ListModels',
                 request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ListModelsRequest.SerializeToString,
@@ -69,6 +74,20 @@ class NeuralServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Solve(self, request, context):
+        """Solves a grid puzzle (Sudoku, maze) with a recursive reasoning model (HRM
+        or TRM): runs segments of the model's deep-supervision loop on the grid
+        and returns the prediction after each. Concurrent calls to the same model
+        are batched together on the device.
+        Errors: INVALID_ARGUMENT for a missing model or grid, a grid of the wrong
+        size, characters outside the model's alphabet, or max_segments outside
+        1..64; NOT_FOUND for an unknown model; FAILED_PRECONDITION when the model
+        is not a reasoning model; UNAVAILABLE while no checkpoint is loaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListModels(self, request, context):
         """Lists the models in the registry.
         """
@@ -91,6 +110,11 @@ def add_NeuralServiceServicer_to_server(servicer, server):
                     servicer.EvaluatePositions,
                     request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.EvaluatePositionsRequest.FromString,
                     response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.EvaluatePositionsResponse.SerializeToString,
+            ),
+            'Solve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Solve,
+                    request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.SolveRequest.FromString,
+                    response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.SolveResponse.SerializeToString,
             ),
             'ListModels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModels,
@@ -132,6 +156,33 @@ class NeuralService:
             '/mesh.neural.v1.NeuralService/EvaluatePositions',
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.EvaluatePositionsRequest.SerializeToString,
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.EvaluatePositionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Solve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.neural.v1.NeuralService/Solve',
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.SolveRequest.SerializeToString,
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.SolveResponse.FromString,
             options,
             channel_credentials,
             insecure,
