@@ -1,7 +1,8 @@
 """`mcts-mesh`: the one command line of the project.
 
-`up` and `serve` run services; `train` runs a training job; every other command is a client of the
-orchestrator's public gRPC API (`--target`), never an in-process shortcut.
+`up` and `serve` run services; `train` runs a training job; `puzzles` writes puzzle files; every
+other command is a client of the orchestrator's public gRPC API (`--target`), never an in-process
+shortcut.
 """
 
 from __future__ import annotations
@@ -161,12 +162,12 @@ def cmd_eval(args) -> int:
     from libs.connect4.outcome import keeps_outcome
     from libs.connect4.pons import read_pons
 
-    if args.game == "sudoku":
-        from mcts_mesh.puzzle_commands import eval_sudoku
+    if args.game in ("sudoku", "maze"):
+        from mcts_mesh.puzzle_commands import eval_maze, eval_sudoku
 
         channel, stub = _stub(args.target)
         try:
-            return eval_sudoku(stub, args)
+            return (eval_sudoku if args.game == "sudoku" else eval_maze)(stub, args)
         finally:
             channel.close()
     rows = read_pons(Path(args.file), args.limit)
@@ -327,13 +328,38 @@ def cmd_train(args) -> int:
 
         if not args.preset:
             raise SystemExit(f"train {args.what}: --preset is required "
-                             "(e.g. trm-mlp-cpu-sudoku6, hrm-cpu-sudoku6)")
+                             "(e.g. trm-mlp-cpu-sudoku6, hrm-cpu-sudoku6, trm-mlp-cpu-maze9)")
         report = train_reasoning(args.what, args.preset,
                                  Path(args.output or f"models/{args.preset}"), steps=args.steps,
                                  batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
                                  eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
-                                 time_limit_s=args.time_limit_s, lr=args.lr)
+                                 time_limit_s=args.time_limit_s, lr=args.lr, task=args.task)
     print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def cmd_puzzles_heldout(args) -> int:
+    from mcts_mesh.puzzle_commands import held_out
+
+    return held_out(args)
+
+
+def cmd_models_presets(args) -> int:
+    from services.neural.models.presets import PRESETS, preset_parameter_counts
+
+    counts = preset_parameter_counts()
+    rows = [{"name": preset.name, "architecture": preset.architecture,
+             "parameters": counts[preset.name], "vocab_size": preset.config.vocab_size,
+             "seq_len": preset.config.seq_len, "description": preset.description}
+            for preset in PRESETS.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(row["name"]) for row in rows)
+    print(f"{'preset':<{width}}  arch  {'parameters':>12}  vocab  seq_len  description")
+    for row in rows:
+        print(f"{row['name']:<{width}}  {row['architecture']:<4}  {row['parameters']:>12,}  "
+              f"{row['vocab_size']:>5}  {row['seq_len']:>7}  {row['description']}")
     return 0
 
 
@@ -369,21 +395,25 @@ def build_parser() -> argparse.ArgumentParser:
     solve.add_argument("game", choices=["connect4", "sudoku", "maze"])
     solve.add_argument("problem", help="connect4: columns 1-7 played from the empty board, e.g. "
                        "4453; sudoku: N*N characters, '.' or '0' blank; maze: a file (or text) of "
-                       "rows of '#', ' ', 'S', 'G'")
+                       "rows of '#', ' ', 'S', 'G', or one line with the rows joined by '/'")
     for p in (solve,):
         p.add_argument("--agents", default=None,
-                       help="comma list: mcts,neural,checker (connect4); solver,checker (puzzles)")
+                       help="comma list: mcts,neural,checker (connect4); hrm,trm,solver "
+                            "(puzzles; default: the models served for the grid, then solver)")
         p.add_argument("--simulations", type=int, default=None)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--json", action="store_true")
     solve.set_defaults(func=cmd_solve)
 
-    evaluate = sub.add_parser("eval", help="evaluate the mesh on a benchmark file (Pons positions, "
-                              "or Sudoku puzzles one per line)")
-    evaluate.add_argument("game", choices=["connect4", "sudoku"])
+    evaluate = sub.add_parser("eval", help="evaluate the mesh on a benchmark file (Pons positions; "
+                              "Sudoku: one puzzle per line or HRM CSV; maze: one maze per line, "
+                              "rows joined by '/', or HRM CSV)")
+    evaluate.add_argument("game", choices=["connect4", "sudoku", "maze"])
     evaluate.add_argument("file")
     evaluate.add_argument("--limit", type=int, default=None)
-    evaluate.add_argument("--agents", default=None, help="comma list of mcts,neural,checker")
+    evaluate.add_argument("--agents", default=None,
+                          help="comma list: mcts,neural,checker (connect4); hrm,trm,solver "
+                               "(puzzles; default: the models served for the grid, then solver)")
     evaluate.add_argument("--simulations", type=int, default=None)
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--json", action="store_true")
@@ -415,12 +445,42 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--preset", default=None, help="trm/hrm: a model preset")
     train.add_argument("--steps", type=int, default=20000, help="trm/hrm: optimizer steps")
     train.add_argument("--batch-size", type=int, default=64, help="trm/hrm")
-    train.add_argument("--blanks", type=int, default=16, help="trm/hrm: blanks per 6x6 puzzle")
+    train.add_argument("--blanks", type=int, default=16, help="trm/hrm: blanks per Sudoku puzzle")
+    train.add_argument("--task", choices=["sudoku", "maze"], default=None,
+                       help="trm/hrm: what to generate (default: from the preset's vocabulary and "
+                            "length; trm-mlp-cpu-maze9 trains on 9x9-grid mazes)")
     train.add_argument("--eval-every", type=int, default=500, help="trm/hrm: steps")
     train.add_argument("--eval-puzzles", type=int, default=1000, help="trm/hrm: held-out puzzles")
     train.add_argument("--time-limit-s", type=float, default=None, help="trm/hrm: training seconds")
     train.add_argument("--lr", type=float, default=1e-3, help="trm/hrm: learning rate")
     train.set_defaults(func=cmd_train)
+
+    puzzles = sub.add_parser("puzzles", help="write puzzle files (no orchestrator involved)")
+    puzzles_sub = puzzles.add_subparsers(dest="puzzles_command", required=True)
+    heldout = puzzles_sub.add_parser(
+        "heldout", help="write the trainer's held-out set, held_out_set(task, count, seed), for "
+                        "`eval sudoku|maze` (a training run with --seed T evaluates on seed T+1)")
+    heldout.add_argument("kind", choices=["sudoku", "maze"])
+    heldout.add_argument("--count", type=int, default=1000)
+    heldout.add_argument("--seed", type=int, default=1,
+                         help="held_out_set's seed (default 1: the set of `train --seed 0`)")
+    heldout.add_argument("--size", type=int, default=6, help="sudoku: N")
+    heldout.add_argument("--blanks", type=int, default=16, help="sudoku: blanks per puzzle")
+    heldout.add_argument("--rows", type=int, default=4, help="maze: lattice rows (grid 2r+1)")
+    heldout.add_argument("--cols", type=int, default=4, help="maze: lattice columns (grid 2c+1)")
+    heldout.add_argument("--extra-openings", type=int, default=2, help="maze: walls removed")
+    heldout.add_argument("--min-path-length", type=int, default=4, help="maze: S-G steps")
+    heldout.add_argument("--format", choices=["csv", "lines"], default="csv",
+                         help="csv: HRM CSV with answers (default); lines: one puzzle a line")
+    heldout.add_argument("--output", default=None, help="file to write (default stdout)")
+    heldout.set_defaults(func=cmd_puzzles_heldout)
+
+    models = sub.add_parser("models", help="model presets (HRM, TRM)")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    presets = models_sub.add_parser("presets", help="list every HRM/TRM preset with its "
+                                    "parameter count (as the papers count)")
+    presets.add_argument("--json", action="store_true")
+    presets.set_defaults(func=cmd_models_presets)
     return parser
 
 

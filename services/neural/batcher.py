@@ -186,3 +186,75 @@ class DynamicBatcher:
         self.forward_passes += 1
         self.rows_run += len(inputs[0])
         return outputs
+
+
+@dataclass
+class _PoolEntry:
+    version: str
+    batcher: DynamicBatcher
+    in_flight: int = 0
+    retired: bool = False
+
+
+class BatcherPool:
+    """One `DynamicBatcher` per served model, replaced when the model's version changes.
+
+    When a model is reloaded, the next request for it starts a batcher on the new module; the old
+    batcher keeps answering the requests already submitted to it and is closed once the last of
+    them returns, so a reload never fails a request in flight. Use from one event loop.
+
+    Args:
+        max_batch, max_wait_ms: passed to every `DynamicBatcher`.
+    """
+
+    def __init__(self, max_batch: int, max_wait_ms: float) -> None:
+        self.max_batch = max_batch
+        self.max_wait_ms = max_wait_ms
+        self._entries: dict[str, _PoolEntry] = {}
+        self._closing: set[asyncio.Task] = set()
+
+    async def submit(self, name: str, version: str, run_batch: BatchFunction,
+                     *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """`DynamicBatcher.submit(*inputs)` on the batcher of model `name` at `version`.
+
+        `run_batch` (the forward pass of that version's module) starts the batcher when none
+        serves that version yet; otherwise the running batcher's own function is used.
+        Raises: as `DynamicBatcher.submit`.
+        """
+        entry = self._entries.get(name)
+        if entry is None or entry.version != version:
+            if entry is not None:
+                self._retire(entry)
+            entry = _PoolEntry(version, DynamicBatcher(run_batch, self.max_batch,
+                                                       self.max_wait_ms, name=name))
+            self._entries[name] = entry
+        entry.in_flight += 1
+        try:
+            return await entry.batcher.submit(*inputs)
+        finally:
+            entry.in_flight -= 1
+            if entry.retired and entry.in_flight == 0:
+                self._close_later(entry.batcher)
+
+    def get(self, name: str) -> DynamicBatcher | None:
+        """The current batcher of model `name`, once it served a request (metrics, tests)."""
+        entry = self._entries.get(name)
+        return entry.batcher if entry is not None else None
+
+    def _retire(self, entry: _PoolEntry) -> None:
+        entry.retired = True
+        if entry.in_flight == 0:
+            self._close_later(entry.batcher)
+
+    def _close_later(self, batcher: DynamicBatcher) -> None:
+        task = asyncio.get_running_loop().create_task(batcher.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        """Closes every batcher; requests still queued fail with `Unavailable`."""
+        entries, self._entries = list(self._entries.values()), {}
+        for entry in entries:
+            await entry.batcher.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

@@ -38,9 +38,9 @@ _PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
 
 
 class CheckpointError(FailedPrecondition):
-    """A checkpoint directory that cannot be loaded: a file missing, a pickle, corrupt weights, an
-    unknown architecture, or a config that does not match the weights. The message names the
-    path."""
+    """A checkpoint directory that cannot be loaded: a file missing, a pickle, corrupt weights
+    (unreadable, a SHA-256 mismatch, NaN or infinite values), an unknown architecture, or a
+    config that does not match the weights. The message names the path."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,12 @@ def _read_config(directory: Path) -> dict[str, Any]:
 
 def _check_not_pickle(path: Path) -> None:
     with path.open("rb") as handle:
-        head = handle.read(4)
+        head = handle.read(9)
+    # A safetensors file is an 8-byte little-endian header size, then the JSON header. The size's
+    # low bytes may look like a pickle's (a 1,408-byte header starts 80 05, pickle protocol 5's
+    # mark), so the JSON brace decides first.
+    if head[8:9] == b"{":
+        return
     if head.startswith(_ZIP_MARK) or head.startswith(_PICKLE_PROTOCOL_MARK):
         raise CheckpointError(f"{path}: is a pickle or torch.save archive; pickled checkpoints are "
                               "refused (they can run code on load); save as safetensors")
@@ -160,8 +165,9 @@ def load_checkpoint(directory: Path | str, device: str = "cpu") -> Checkpoint:
         device: "cpu" or "cuda[:n]"; the model is moved there and put in eval mode.
     Raises:
         CheckpointError: a file missing or unreadable, a pickle, weights whose SHA-256 differs from
-            config.json, an unknown architecture, config fields the architecture does not take, or
-            weights whose names or shapes do not match the architecture.
+            config.json, an unknown architecture, config fields the architecture does not take,
+            a NaN or infinite weight, or weights whose names or shapes do not match the
+            architecture.
     """
     directory = Path(directory)
     document = _read_config(directory)
@@ -188,6 +194,9 @@ def load_checkpoint(directory: Path | str, device: str = "cpu") -> Checkpoint:
         state = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{weights}: not a readable safetensors file ({error})") from error
+    for key, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{weights}: tensor {key!r} holds NaN or infinite values")
     model = architecture.model_type(config)
     try:
         model.load_state_dict(state, strict=True)

@@ -1,13 +1,13 @@
 """Evaluates Connect Four positions with the registry's policy/value networks, batching concurrent
-requests per model (one `DynamicBatcher` each). No gRPC here: the servicer validates requests and
-calls `evaluate`."""
+requests per model (one `DynamicBatcher` each, replaced when the model is reloaded). No gRPC here:
+the servicer validates requests and calls `evaluate`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from libs.errors import InvalidArgument, Unavailable
-from services.neural.batcher import DynamicBatcher
+from services.neural.batcher import BatcherPool, DynamicBatcher
 from services.neural.models import connect4_pv
 from services.neural.registry import ModelRegistry, RegisteredModel
 
@@ -26,7 +26,7 @@ class PositionEvaluator:
         self.max_batch = max_batch
         self.max_wait_ms = max_wait_ms
         self._registry: ModelRegistry | None = None
-        self._batchers: dict[str, DynamicBatcher] = {}
+        self._batchers = BatcherPool(max_batch, max_wait_ms)
 
     def install(self, registry: ModelRegistry) -> None:
         """Makes `registry` the one served (called by the service's ready hook)."""
@@ -67,16 +67,13 @@ class PositionEvaluator:
         if model.architecture != connect4_pv.ARCHITECTURE:
             raise InvalidArgument("model", f"{model.name!r} is a {model.architecture}, not a "
                                            f"Connect Four policy/value network")
-        batcher = self._batchers.get(model.name)
-        if batcher is None:
-            module = model.module
+        module = model.module
 
-            def run_batch(batch_planes: np.ndarray, batch_legal: np.ndarray):
-                return connect4_pv.predict(module, batch_planes, batch_legal)
+        def run_batch(batch_planes: np.ndarray, batch_legal: np.ndarray):
+            return connect4_pv.predict(module, batch_planes, batch_legal)
 
-            batcher = DynamicBatcher(run_batch, self.max_batch, self.max_wait_ms, name=model.name)
-            self._batchers[model.name] = batcher
-        policy, value = await batcher.submit(planes, legal)
+        policy, value = await self._batchers.submit(model.name, model.version, run_batch, planes,
+                                                    legal)
         return model, policy, value
 
     def batcher(self, name: str) -> DynamicBatcher | None:
@@ -85,6 +82,4 @@ class PositionEvaluator:
 
     async def close(self) -> None:
         """Closes every batcher; queued requests fail with Unavailable."""
-        for batcher in self._batchers.values():
-            await batcher.close()
-        self._batchers.clear()
+        await self._batchers.close()

@@ -7,17 +7,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-import numpy as np
 import torch
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
-from libs.connect4.board import Position, encode, legal_mask
 from libs.server import Servicer, run_service, serve
 from services.neural.evaluator import PositionEvaluator
-from services.neural.models import connect4_pv
+from services.neural.reasoning_solver import ReasoningSolver
 from services.neural.registry import ModelRegistry, select_device
 from services.neural.servicer import NeuralServicer
 from services.neural.settings import NeuralSettings
+from services.neural.warmup import warm_up
 
 NAME = "neural"
 SERVICE_NAME = neural_service_pb2.DESCRIPTOR.services_by_name["NeuralService"].full_name
@@ -26,18 +25,17 @@ log = logging.getLogger(__name__)
 
 
 def _warm_up(registry: ModelRegistry) -> None:
-    start = Position.from_moves("")
-    planes, legal = encode(start)[None], legal_mask(start)[None]
     for model in registry.list():
-        if model.architecture == connect4_pv.ARCHITECTURE:
-            connect4_pv.predict(model.module, np.repeat(planes, 2, 0), np.repeat(legal, 2, 0))
+        warm_up(model)
 
 
 async def build_servicers(
-    settings: NeuralSettings, evaluator: PositionEvaluator | None = None
+    settings: NeuralSettings, evaluator: PositionEvaluator | None = None,
+    solver: ReasoningSolver | None = None,
 ) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
     """The neural servicer and its readiness hook, which loads every checkpoint of
-    `settings.models_dir` on the selected device and runs one warm-up forward pass per model.
+    `settings.models_dir` on the selected device and runs one warm-up forward pass per model
+    (Connect Four networks and HRM/TRM alike).
 
     Raises (from the hook):
         CheckpointError: a checkpoint directory cannot be loaded.
@@ -45,7 +43,9 @@ async def build_servicers(
     """
     evaluator = evaluator or PositionEvaluator(settings.default_model, settings.max_batch,
                                                settings.max_wait_ms)
-    servicer = NeuralServicer(evaluator)
+    solver = solver or ReasoningSolver(lambda: evaluator.registry, settings.max_batch,
+                                       settings.max_wait_ms)
+    servicer = NeuralServicer(evaluator, solver)
 
     async def ready() -> None:
         if settings.torch_threads:
@@ -73,11 +73,14 @@ def main(settings: NeuralSettings | None = None,
     async def run() -> None:
         evaluator = PositionEvaluator(settings.default_model, settings.max_batch,
                                       settings.max_wait_ms)
-        servicers, ready = await build_servicers(settings, evaluator)
+        solver = ReasoningSolver(lambda: evaluator.registry, settings.max_batch,
+                                 settings.max_wait_ms)
+        servicers, ready = await build_servicers(settings, evaluator, solver)
         try:
             await serve(NAME, settings, servicers, ready, on_listening=on_listening)
         finally:
             await evaluator.close()
+            await solver.close()
 
     run_service(NAME, settings, run)
 

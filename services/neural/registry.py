@@ -1,13 +1,21 @@
-"""The model registry: every checkpoint directory under a models folder, loaded once at start-up.
+"""The model registry: every checkpoint directory under a models folder, loaded at start-up and
+reloaded one at a time on request.
 
 A model's name is its directory's name (`models/connect4-pv/` serves "connect4-pv"); its version is
-the SHA-256 prefix of its weights (see `services.neural.checkpoint`).
+the SHA-256 prefix of its weights (see `services.neural.checkpoint`). A reasoning model (HRM, TRM)
+also has a task ("sudoku-6x6", "maze-9x9") read from its checkpoint's metadata
+(`services.neural.reasoning_task`); a game network has none.
+
+A reload builds the new model completely (and warms it up) before it replaces the old entry, so a
+corrupt or mismatched checkpoint leaves the previous model serving.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +24,11 @@ import torch
 from torch import nn
 
 from libs.errors import FailedPrecondition, NotFound, Unavailable
-from services.neural.checkpoint import load_checkpoint
+from services.neural.checkpoint import CheckpointError, load_checkpoint
+from services.neural.models import hrm, trm
+from services.neural.reasoning_task import GridTask, TaskError, task_from_metadata
+
+REASONING_ARCHITECTURES = (hrm.ARCHITECTURE, trm.ARCHITECTURE)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +45,18 @@ class RegisteredModel:
     metadata: dict[str, Any]
     config: dict[str, Any]
     module: nn.Module
+    task: GridTask | None = None
+    """What a reasoning model solves; None for a game network."""
+
+    @property
+    def task_name(self) -> str:
+        """The task's name ("sudoku-6x6"), or "" for a game network."""
+        return self.task.name if self.task is not None else ""
+
+    @property
+    def is_reasoning(self) -> bool:
+        """Whether the model is an HRM or a TRM."""
+        return self.architecture in REASONING_ARCHITECTURES
 
     def metadata_strings(self) -> dict[str, str]:
         """`metadata` with every value as a string (JSON for anything but a string)."""
@@ -56,12 +80,57 @@ def select_device(requested: Literal["auto", "cpu", "cuda"]) -> str:
     return "cpu"
 
 
-class ModelRegistry:
-    """Name -> `RegisteredModel`. Build one with `ModelRegistry.load(models_dir, device)`."""
+def load_model(directory: Path, device: str) -> RegisteredModel:
+    """Loads the checkpoint directory `directory` as the model named after it.
 
-    def __init__(self, models: dict[str, RegisteredModel], models_dir: Path | None = None) -> None:
+    Raises:
+        CheckpointError: the checkpoint cannot be loaded (see `load_checkpoint`), or a reasoning
+            model's task is missing, malformed, or does not fit its config (vocabulary, length).
+    """
+    checkpoint = load_checkpoint(directory, device=device)
+    task = None
+    if checkpoint.architecture in REASONING_ARCHITECTURES:
+        try:
+            task = task_from_metadata(checkpoint.metadata)
+        except TaskError as error:
+            raise CheckpointError(f"{directory}: {error}") from error
+        if task is not None:
+            config = checkpoint.model.config
+            if (config.vocab_size, config.seq_len) != (task.vocab_size, task.cells):
+                raise CheckpointError(
+                    f"{directory}: task {task.name} needs vocab_size {task.vocab_size} and "
+                    f"seq_len {task.cells}; the config has {config.vocab_size} and "
+                    f"{config.seq_len}")
+    model = RegisteredModel(
+        name=directory.name,
+        version=checkpoint.version,
+        architecture=checkpoint.architecture,
+        parameter_count=sum(p.numel() for p in checkpoint.model.parameters() if p.requires_grad),
+        device=device,
+        metadata=checkpoint.metadata,
+        config=checkpoint.config,
+        module=checkpoint.model,
+        task=task,
+    )
+    log.info("loaded model %s version %s (%s%s, %d parameters) on %s", model.name, model.version,
+             model.architecture, f", {model.task_name}" if task else "", model.parameter_count,
+             device)
+    return model
+
+
+class ModelRegistry:
+    """Name -> `RegisteredModel`. Build one with `ModelRegistry.load(models_dir, device)`.
+
+    `reload` replaces the whole name -> model dict by a new one (one reference assignment), so
+    requests never see a half-loaded model.
+    """
+
+    def __init__(self, models: dict[str, RegisteredModel], models_dir: Path | None = None,
+                 device: str = "cpu") -> None:
         self._models = dict(models)
         self.models_dir = models_dir
+        self.device = device
+        self._reload_lock = threading.Lock()
 
     @classmethod
     def load(cls, models_dir: Path, device: str) -> ModelRegistry:
@@ -75,28 +144,14 @@ class ModelRegistry:
         models: dict[str, RegisteredModel] = {}
         if not models_dir.is_dir():
             log.warning("models folder %s does not exist: no model loaded", models_dir)
-            return cls(models, models_dir)
+            return cls(models, models_dir, device)
         for directory in sorted(models_dir.iterdir()):
             if not directory.is_dir() or directory.name.startswith("."):
                 continue
-            checkpoint = load_checkpoint(directory, device=device)
-            models[directory.name] = RegisteredModel(
-                name=directory.name,
-                version=checkpoint.version,
-                architecture=checkpoint.architecture,
-                parameter_count=sum(p.numel() for p in checkpoint.model.parameters()
-                                    if p.requires_grad),
-                device=device,
-                metadata=checkpoint.metadata,
-                config=checkpoint.config,
-                module=checkpoint.model,
-            )
-            log.info("loaded model %s version %s (%s, %d parameters) on %s", directory.name,
-                     checkpoint.version, checkpoint.architecture,
-                     models[directory.name].parameter_count, device)
+            models[directory.name] = load_model(directory, device)
         if not models:
             log.warning("models folder %s holds no checkpoint", models_dir)
-        return cls(models, models_dir)
+        return cls(models, models_dir, device)
 
     def get(self, name: str) -> RegisteredModel:
         """The model called `name`.
@@ -113,9 +168,48 @@ class ModelRegistry:
                            f"{sorted(self._models)}")
         return model
 
+    def find(self, name: str) -> RegisteredModel | None:
+        """The model called `name`, or None."""
+        return self._models.get(name)
+
+    def reload(self, name: str,
+               warm_up: Callable[[RegisteredModel], None] | None = None) -> RegisteredModel:
+        """Re-reads `models_dir/name` and serves it under `name` (a new name adds a model).
+
+        The new model is loaded and `warm_up` run on it before it replaces the old entry; if
+        either fails, the registry is unchanged. Reloads run one at a time. Blocking: call it
+        from a worker thread.
+        Raises:
+            NotFound: the registry has no models folder, or `models_dir/name` is not a directory.
+            CheckpointError: the checkpoint is corrupt or mismatched (see `load_model`), or the
+                warm-up forward pass failed on it.
+        """
+        if self.models_dir is None:
+            raise NotFound("the registry has no models folder to reload from")
+        if not name or Path(name).name != name or name.startswith("."):
+            raise NotFound(f"{name!r} is not a checkpoint directory name")
+        directory = self.models_dir / name
+        if not directory.is_dir():
+            raise NotFound(f"no checkpoint directory {directory}")
+        with self._reload_lock:
+            model = load_model(directory, self.device)
+            if warm_up is not None:
+                try:
+                    warm_up(model)
+                except (RuntimeError, ValueError) as error:
+                    raise CheckpointError(f"{directory}: the warm-up forward pass failed: "
+                                          f"{error}") from error
+            previous = self._models.get(name)
+            # Copy on write: readers iterating the old dict never see it change size.
+            self._models = {**self._models, name: model}
+        log.info("reloaded model %s: version %s (was %s)", name, model.version,
+                 previous.version if previous is not None else "not loaded")
+        return model
+
     def list(self) -> list[RegisteredModel]:
         """Every loaded model, by name."""
-        return [self._models[name] for name in sorted(self._models)]
+        models = self._models
+        return [models[name] for name in sorted(models)]
 
     def __len__(self) -> int:
         return len(self._models)

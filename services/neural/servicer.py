@@ -1,7 +1,11 @@
 """gRPC edge of the neural service: validates requests, turns protos into calls of the
-`PositionEvaluator` and back. Errors are domain errors; libs.server maps them to status codes."""
+`PositionEvaluator` (Connect Four), the `ReasoningSolver` (HRM/TRM on grids) and the registry's
+reload, and back. Errors are domain errors; libs.server maps them to status codes."""
 
 from __future__ import annotations
+
+import asyncio
+import re
 
 import numpy as np
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
@@ -9,9 +13,18 @@ from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 from libs.connect4.board import IllegalPosition, Position, encode, legal_mask
 from libs.errors import InvalidArgument
 from services.neural.evaluator import PositionEvaluator
+from services.neural.reasoning_solver import ReasoningSolver, Solution
 from services.neural.registry import RegisteredModel
+from services.neural.warmup import warm_up
 
 MAX_POSITIONS = 1024
+HALTING_MODES = {
+    neural_service_pb2.HALTING_MODE_UNSPECIFIED: "paper",
+    neural_service_pb2.HALTING_MODE_PAPER: "paper",
+    neural_service_pb2.HALTING_MODE_ACT: "act",
+}
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+"""A checkpoint directory name ReloadModel accepts: no path separators, not hidden."""
 
 
 def model_proto(model: RegisteredModel) -> neural_service_pb2.Model:
@@ -19,8 +32,19 @@ def model_proto(model: RegisteredModel) -> neural_service_pb2.Model:
     return neural_service_pb2.Model(
         name=model.name, version=model.version, architecture=model.architecture,
         parameter_count=model.parameter_count, device=model.device,
-        metadata=model.metadata_strings(),
+        metadata=model.metadata_strings(), task=model.task_name,
     )
+
+
+def solve_response(solution: Solution) -> neural_service_pb2.SolveResponse:
+    """The `SolveResponse` of a solved request."""
+    return neural_service_pb2.SolveResponse(
+        grid=solution.grid,
+        segments=[neural_service_pb2.SegmentPrediction(grid=s.grid,
+                                                       halt_probability=s.halt_probability)
+                  for s in solution.segments],
+        segments_used=solution.segments_used, halt_probability=solution.halt_probability,
+        latency_ms=solution.latency_ms, model=model_proto(solution.model))
 
 
 def parse_positions(positions) -> tuple[np.ndarray, np.ndarray]:
@@ -51,10 +75,11 @@ def parse_positions(positions) -> tuple[np.ndarray, np.ndarray]:
 
 
 class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
-    """NeuralService over a `PositionEvaluator`."""
+    """NeuralService over a `PositionEvaluator` and a `ReasoningSolver` sharing one registry."""
 
-    def __init__(self, evaluator: PositionEvaluator) -> None:
+    def __init__(self, evaluator: PositionEvaluator, solver: ReasoningSolver) -> None:
         self._evaluator = evaluator
+        self._solver = solver
 
     async def EvaluatePositions(self, request, context):
         # Resolve the model first: an unknown model is NOT_FOUND whatever the positions are.
@@ -78,3 +103,21 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
             raise InvalidArgument("name", "a model name is required")
         return neural_service_pb2.GetModelResponse(model=model_proto(self._evaluator.model(
             request.name)))
+
+    async def Solve(self, request, context):
+        mode = HALTING_MODES.get(request.halting_mode)
+        if mode is None:
+            raise InvalidArgument("halting_mode", f"unknown halting mode {request.halting_mode}")
+        max_segments = request.max_segments if request.HasField("max_segments") else None
+        solution = await self._solver.solve(request.model, request.grid, mode, max_segments)
+        return solve_response(solution)
+
+    async def ReloadModel(self, request, context):
+        if not request.name:
+            raise InvalidArgument("name", "a model name is required")
+        if not MODEL_NAME.match(request.name):
+            raise InvalidArgument("name", f"{request.name!r} is not a checkpoint directory name "
+                                          "(letters, digits, '.', '_', '-'; no path)")
+        registry = self._evaluator.registry
+        model = await asyncio.to_thread(registry.reload, request.name, warm_up)
+        return neural_service_pb2.ReloadModelResponse(model=model_proto(model))

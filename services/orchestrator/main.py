@@ -24,9 +24,11 @@ from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
 from services.orchestrator.agents.neural import NeuralAgent
 from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
+from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningModels
 from services.orchestrator.agents.retrieval import RetrievalAgent
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.routing import AgentName
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 
@@ -82,9 +84,18 @@ async def build_servicers(
         LlmAgent(llm_service_pb2_grpc.LlmServiceStub(wiring.channels["llm"]),
                  settings.llm_deadline_s, settings.max_answer_tokens),
     ]
-    # Sudoku and mazes: the exact solver proposes, the checker verifies. HRM and TRM (clients of
-    # the neural service's Solve) join this list as MODEL-slot proposers when they are served.
-    puzzle_agents = [SolverAgent(settings.solver_time_budget_s), PuzzleCheckerAgent()]
+    # Sudoku and mazes: HRM and TRM (the neural service's Solve, where it has a model for the
+    # grid) propose first, the exact solver when their proposals fail, the checker verifies all.
+    neural = neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"])
+    models = ReasoningModels(neural, settings.neural_deadline_s, settings.reasoning_models_ttl_s)
+    puzzle_agents = [
+        *(ReasoningAgent(name, neural, models, settings.reasoning_deadline_s,
+                         settings.reasoning_halting_mode, settings.reasoning_max_segments, model)
+          for name, model in ((AgentName.HRM, settings.hrm_model),
+                              (AgentName.TRM, settings.trm_model))),
+        SolverAgent(settings.solver_time_budget_s),
+        PuzzleCheckerAgent(),
+    ]
     servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval,
                                     puzzle_agents=puzzle_agents)
 

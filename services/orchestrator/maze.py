@@ -51,6 +51,26 @@ class MazeProblem:
         """Cells over the largest maze's 40,000, in [0, 1] (routing feature 8)."""
         return float(self.grid.size) / (MAX_SIDE * MAX_SIDE)
 
+    @property
+    def model_task(self) -> str:
+        """The neural service's `Model.task` for this grid: "maze-HxW" (rows x columns)."""
+        height, width = self.grid.shape
+        return f"maze-{height}x{width}"
+
+    def model_input(self) -> str:
+        """The grid for NeuralService.Solve: H*W characters row-major, no row separators."""
+        return format_maze(self.grid)
+
+    def answer_from_model(self, grid: str) -> str:
+        """A model's predicted grid (H*W characters, or rows joined by '\\n') as an answer:
+        rows joined by '\\n'. Any other length is passed on unchanged for the checker to reject.
+        """
+        height, width = self.grid.shape
+        cells = grid.replace("\n", "")
+        if len(cells) != height * width:
+            return grid
+        return "\n".join(cells[i:i + width] for i in range(0, len(cells), width))
+
     def solve(self) -> Solved:
         """A shortest path by breadth-first search (`libs.puzzles.maze.solve_maze`)."""
         answer = solve_maze(self.grid)

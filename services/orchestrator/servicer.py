@@ -9,6 +9,7 @@ the proto field. Downstream failures arrive as domain errors from the agents
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -25,9 +26,11 @@ from libs.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
+    MeshError,
     Unimplemented,
     propagate,
 )
+from services.orchestrator.agents.reasoning import ModelBackedAgent
 from services.orchestrator.connect_four import (
     ConnectFourAnswer,
     ConnectFourProblem,
@@ -45,6 +48,8 @@ from services.orchestrator.text_query import (
     TextProblem,
     synthesize_text,
 )
+
+log = logging.getLogger(__name__)
 
 MAX_SIMULATIONS = 10_000_000
 MAX_ITERATIONS = 10
@@ -76,13 +81,8 @@ CONNECT_FOUR_AGENTS = (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL)
 PUZZLE_AGENTS = (AgentName.HRM, AgentName.TRM, AgentName.SOLVER, AgentName.CHECKER)
 """Agents that apply to a Sudoku or a maze: the proposers in routing order (the learned models
 first, the exact solver when they fail), then the checker, which verifies every answer and takes
-part whether named or not."""
-NOT_SERVED_YET = {
-    AgentName.HRM: "HRM proposals through the neural service are not served yet",
-    AgentName.TRM: "TRM proposals through the neural service are not served yet",
-}
-"""Agents the contract names for puzzles that this release does not serve: FAILED_PRECONDITION
-(the request is valid, the service is not ready for it), not INVALID_ARGUMENT."""
+part whether named or not. HRM and TRM serve a grid only when the neural service has a model for
+it (`ModelBackedAgent.model_for`)."""
 
 DEADLINE_MARGIN_S = 0.25
 """At most this much of the caller's deadline (and at most 5% of it) is kept back for answering."""
@@ -98,8 +98,9 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         text_agents: the agents of a text query (retrieval as context, then the LLM).
         retrieval: the retrieval stub used by IngestDocuments.
         router: picks the next agents of games and text queries; `RuleRouter` when None.
-        puzzle_agents: the agents of Sudoku and maze problems: proposers (the exact solver; HRM
-            and TRM later) and the checker (a VERIFIER), which must be among them when any are.
+        puzzle_agents: the agents of Sudoku and maze problems: proposers (HRM and TRM, which
+            are `ModelBackedAgent`s, and the exact solver) and the checker (a VERIFIER), which
+            must be among them when any are.
         puzzle_router: picks the next puzzle agents; `PuzzleRouter` when None.
     """
 
@@ -128,20 +129,24 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                 "sudoku.box_cols", "maze.grid", "agents", "simulations", "max_iterations" or
                 "thread_id" is bad (a Sudoku with no solution is found by the solver and reported
                 on "sudoku.puzzle" too).
-            FailedPrecondition: the request names AGENT_HRM or AGENT_TRM (not served yet), or no
-                proposal passed the checker.
+            FailedPrecondition: the request names AGENT_HRM or AGENT_TRM and the neural service
+                has no model of that architecture for the grid, or no proposal passed the
+                checker.
             Unavailable: every agent that ran failed (their services are down).
             DeadlineExceeded: the deadline passed before any agent answered.
         """
         problem, agents, router, synthesize = self._validate_solve(request)
         validate_thread_id(request.thread_id)
+        deadline = self._deadline(context)
+        if agents is None:
+            agents = await self._puzzle_agents_for(request.agents, problem, deadline)
         simulations = (request.simulations if request.HasField("simulations")
                        else self._settings.default_simulations)
         max_iterations = (request.max_iterations if request.HasField("max_iterations")
                           else self._settings.max_iterations)
         loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
                                             problem.query_length_norm)
-        budget = Budget(max_iterations=max_iterations, deadline=self._deadline(context),
+        budget = Budget(max_iterations=max_iterations, deadline=deadline,
                         simulations=simulations,
                         max_simulations=max(simulations, self._settings.max_simulations),
                         seed=request.seed)
@@ -202,8 +207,9 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         return time.monotonic() + remaining - margin
 
     def _validate_solve(self, request: pb.SolveProblemRequest
-                        ) -> tuple[Any, list[Agent], Router, Callable]:
-        """The problem, its agents, its router and its synthesizer, after validating every
+                        ) -> tuple[Any, list[Agent] | None, Router, Callable]:
+        """The problem, its agents (None for a puzzle: `_puzzle_agents_for` asks the neural
+        service which models it has), its router and its synthesizer, after validating every
         field."""
         kind = request.WhichOneof("problem")
         if kind is None:
@@ -230,7 +236,12 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             else:
                 problem = parse_maze_grid(request.maze.grid)
                 synthesize = functools.partial(synthesize_maze, problem)
-            agents = self._puzzle_agents_for(request.agents)
+            if request.agents:
+                names = validate_agents(request.agents, PUZZLE_AGENTS)
+                if names == [AgentName.CHECKER]:
+                    raise InvalidArgument("agents", "AGENT_CHECKER only verifies answers; allow "
+                                                    "a proposer too, e.g. AGENT_SOLVER")
+            agents = None
             router = self._puzzle_router
         if request.HasField("simulations") and not 1 <= request.simulations <= MAX_SIMULATIONS:
             raise InvalidArgument("simulations", f"is {request.simulations}; must be in "
@@ -241,33 +252,56 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                                                     f"1..{MAX_ITERATIONS}")
         return problem, agents, router, synthesize
 
-    def _puzzle_agents_for(self, requested: Sequence[int]) -> list[Agent]:
-        """The agents of a Sudoku or maze request: the requested proposers (all that are served
-        when none are named) and always the checker.
+    async def _puzzle_agents_for(self, requested: Sequence[int], problem: Any,
+                                 deadline: float) -> list[Agent]:
+        """The agents of a Sudoku or maze request: the requested proposers, or, when none are
+        named, HRM and TRM where the neural service has a model for the grid and the exact
+        solver; always the checker.
+
+        A named HRM/TRM whose model lookup fails (the neural service is down) still takes part,
+        so the loop reports its failure, or the solver answers beside it; an unnamed one is left
+        out.
 
         Raises:
-            InvalidArgument: "agents" names an agent that does not apply, or only the checker.
-            FailedPrecondition: "agents" names AGENT_HRM or AGENT_TRM (not served yet).
+            InvalidArgument: "agents" names an agent that does not apply.
+            FailedPrecondition: "agents" names AGENT_HRM or AGENT_TRM and the neural service has
+                no model of that architecture for the grid, or names an agent not configured
+                here.
         """
-        if requested:
-            names = validate_agents(requested, PUZZLE_AGENTS)
-        else:
-            names = [name for name in PUZZLE_AGENTS if name in self._puzzle_agents]
+        names = validate_agents(requested, PUZZLE_AGENTS) if requested else list(PUZZLE_AGENTS)
+        chosen: list[Agent] = []
         for name in names:
-            if name not in self._puzzle_agents:
-                reason = NOT_SERVED_YET.get(name, "it is not configured here")
-                raise FailedPrecondition(f"{pb.Agent.Name(AGENT_TO_PROTO[name])}: {reason}; "
-                                         f"use AGENT_SOLVER")
-        proposers = [self._puzzle_agents[name] for name in names
-                     if self._puzzle_agents[name].role is Role.PROPOSER]
-        if not proposers and not requested:
+            agent = self._puzzle_agents.get(name)
+            label = pb.Agent.Name(AGENT_TO_PROTO[name])
+            if agent is None:
+                if requested:
+                    raise FailedPrecondition(f"{label}: it is not configured here; use "
+                                             f"AGENT_SOLVER")
+                continue
+            if agent.role is not Role.PROPOSER:
+                continue
+            if isinstance(agent, ModelBackedAgent):
+                try:
+                    model = await agent.model_for(problem, deadline - time.monotonic())
+                except MeshError as error:
+                    if not requested:
+                        log.warning("leaving %s out: listing the neural service's models "
+                                    "failed: %s", name, error.message)
+                        continue
+                    chosen.append(agent)  # its failure is reported by the loop
+                    continue
+                if model is None:
+                    if requested:
+                        raise FailedPrecondition(
+                            f"{label}: the neural service has no {name.value} model for "
+                            f"{problem.model_task}; use AGENT_SOLVER")
+                    continue
+            chosen.append(agent)
+        if not chosen:  # only when none are named: a named proposer is chosen or refused
             raise FailedPrecondition("no puzzle agent is configured here")
-        if not proposers:
-            raise InvalidArgument("agents", "AGENT_CHECKER only verifies answers; allow a "
-                                            "proposer too, e.g. AGENT_SOLVER")
         verifiers = [agent for agent in self._puzzle_agents.values()
                      if agent.role is Role.VERIFIER]
-        return proposers + verifiers
+        return chosen + verifiers
 
     def _validate_query(self, request: pb.AnswerQueryRequest) -> TextProblem:
         if not request.query.strip():
@@ -377,10 +411,13 @@ def solve_response(result: LoopResult[ConnectFourAnswer | SudokuAnswer | MazeAns
                    thread_id: str) -> pb.SolveProblemResponse:
     """The SolveProblemResponse of a finished loop; statistics of the newest search, if any."""
     answer = result.answer
+    answered_by = next(vote.agent for vote in result.votes
+                       if vote.answer == result.tally.answer)
     response = pb.SolveProblemResponse(
         confidence=result.tally.confidence,
         votes=_votes(result),
         agents=[AGENT_TO_PROTO[name] for name in result.agents],
+        answered_by=AGENT_TO_PROTO[answered_by],
         iterations=result.iterations,
         consensus_reached=result.consensus_reached,
         timings=_timings(result),

@@ -6,6 +6,8 @@ Read once from `ORCHESTRATOR_*` environment variables in `main()` and passed dow
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -43,13 +45,28 @@ class OrchestratorSettings(ServiceSettings):
     deadline shortens it)."""
     neural_model: str = ""
     """Model of the neural service to ask; empty means its default model."""
+    hrm_model: str = ""
+    """HRM model of the neural service for Sudoku and mazes; empty means, per grid, the first
+    (by name) HRM model whose task matches it ("sudoku-6x6", "maze-9x9")."""
+    trm_model: str = ""
+    """TRM model for Sudoku and mazes, as `hrm_model`."""
+    reasoning_halting_mode: Literal["paper", "act"] = "paper"
+    """How HRM and TRM decide how many segments to run: "paper" (a fixed number, as the papers
+    evaluate) or "act" (stop when the halting head says halt)."""
+    reasoning_max_segments: int | None = None
+    """Segments at most per Solve call, 1..64; None means each model's own maximum."""
+    reasoning_models_ttl_s: float = 30.0
+    """Seconds a listing of the neural service's models is reused before it is listed again
+    (a newly loaded HRM/TRM model is used after at most this long)."""
 
     request_deadline_s: float = 60.0
     """Budget of a request whose caller set no deadline, in seconds."""
     mcts_deadline_s: float = 30.0
     """Deadline of one MctsService.Search call, in seconds (the request's deadline shortens it)."""
     neural_deadline_s: float = 5.0
-    """Deadline of one NeuralService.EvaluatePositions call, in seconds."""
+    """Deadline of one NeuralService.EvaluatePositions or ListModels call, in seconds."""
+    reasoning_deadline_s: float = 10.0
+    """Deadline of one NeuralService.Solve call (HRM, TRM), in seconds."""
     retrieval_deadline_s: float = 10.0
     """Deadline of one RetrievalService.SearchDocuments call, in seconds."""
     ingest_deadline_s: float = 600.0
@@ -74,9 +91,14 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("checker_max_nodes must be >= 0")
         if not 1 <= self.default_top_k <= 20:
             raise ValueError("default_top_k must be in 1..20")
+        if self.reasoning_max_segments is not None and \
+                not 1 <= self.reasoning_max_segments <= 64:
+            raise ValueError("reasoning_max_segments must be in 1..64")
+        if self.reasoning_models_ttl_s < 0:
+            raise ValueError("reasoning_models_ttl_s must be >= 0")
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
                      self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
-                     self.solver_time_budget_s)
+                     self.solver_time_budget_s, self.reasoning_deadline_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
         return self

@@ -61,6 +61,23 @@ class SudokuProblem:
         """Share of blank cells, in [0, 1] (routing feature 8: more blanks, a harder puzzle)."""
         return float((self.grid == 0).sum()) / self.grid.size
 
+    @property
+    def model_task(self) -> str:
+        """The neural service's `Model.task` for this grid: "sudoku-NxN" for the usual box
+        shape of N (the shape the trainer generates), "sudoku-NxN-RxC" for another."""
+        n = self.size
+        if self.shape == box_shape_for(n):
+            return f"sudoku-{n}x{n}"
+        return f"sudoku-{n}x{n}-{self.shape.box_rows}x{self.shape.box_cols}"
+
+    def model_input(self) -> str:
+        """The grid for NeuralService.Solve: N*N characters, '.' for a blank."""
+        return self.puzzle
+
+    def answer_from_model(self, grid: str) -> str:
+        """A model's predicted grid as an answer string (whitespace dropped; not checked)."""
+        return "".join(grid.split())
+
     def solve(self) -> Solved:
         """The first solution of the exact solver (propagation plus depth-first search,
         `libs.puzzles.sudoku.solve` with `limit=1`). CPU-bound: milliseconds for 9x9 puzzles.

@@ -16,10 +16,14 @@ Parameter counts (`preset_parameter_counts`) follow the references, which hold p
 in a buffer outside `model.parameters()`: the papers' 27M / 5M / 7M exclude the per-puzzle table.
 We count every parameter but that table (`reasoning_layers.count_parameters`); buffers (initial
 states, RoPE tables) are not parameters. The counts: HRM Sudoku 27,275,266 (paper 27.27M),
-TRM-MLP Sudoku 5,028,353 (5.03M), TRM-Att maze 6,822,401 and ARC 6,828,545 (6.83M). Our TRM halting
-head has one output (q_halt only), 513 parameters fewer than the reference's two-output head.
+TRM-MLP Sudoku 5,028,353 (5.03M), TRM-Att maze 6,822,401 and ARC 6,828,545 (6.83M); the CPU
+presets 210,529 (trm-mlp-cpu-sudoku6), 279,265 (trm-mlp-cpu-maze9) and 263,298 (hrm-cpu-sudoku6).
+Our TRM halting head has one output (q_halt only), 513 parameters fewer than the reference's
+two-output head.
 
-CPU presets are for 6x6 Sudoku (2x3 boxes): vocabulary 8 (pad, blank, digits 1-6), 36 cells.
+CPU presets are for 6x6 Sudoku (2x3 boxes): vocabulary 8 (pad, blank, digits 1-6), 36 cells;
+and `trm-mlp-cpu-maze9`, the same TRM-MLP for mazes on a 9x9 grid (`MazeTask` with 4x4 lattice
+cells): vocabulary 6, 81 cells.
 """
 
 from __future__ import annotations
@@ -85,6 +89,12 @@ def _presets() -> dict[str, Preset]:
                              l_cycles=4, puzzle_emb_ndim=96, puzzle_emb_len=4,
                              halt_max_steps=8),
                "small TRM-MLP for 6x6 Sudoku, trainable on a CPU"),
+        Preset("trm-mlp-cpu-maze9", trm.ARCHITECTURE,
+               trm.TRMConfig(vocab_size=MAZE_VOCAB, seq_len=GRID9_CELLS, hidden_size=96,
+                             num_heads=4, mlp_t=True, pos_encodings="none", h_cycles=3,
+                             l_cycles=4, puzzle_emb_ndim=96, puzzle_emb_len=4,
+                             halt_max_steps=8),
+               "small TRM-MLP for 9x9-grid mazes (4x4 cells), trainable on a CPU"),
         Preset("hrm-cpu-sudoku6", hrm.ARCHITECTURE,
                hrm.HRMConfig(vocab_size=SUDOKU6_VOCAB, seq_len=GRID6_CELLS, hidden_size=64,
                              num_heads=4, h_layers=2, l_layers=2, h_cycles=2, l_cycles=2,

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from libs.puzzles import maze as maze_lib
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models import ARCHITECTURES as MODEL_ARCHITECTURES
 from services.neural.models.presets import get_preset
@@ -281,25 +282,87 @@ def train(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
                           metrics_file=log.path, evaluated_model=evaluated)
 
 
+TASK_KINDS = ("sudoku", "maze")
+
+
+def task_for_preset(preset: str, kind: str | None = None, blanks: int = 16
+                    ) -> SudokuTask | MazeTask:
+    """The generated task that preset `preset` is shaped for.
+
+    `kind` None infers it: a vocabulary of 6 ids (padding and the five maze characters) over an
+    odd square grid is a maze, anything else a Sudoku. A Sudoku task is N x N (N = the square root
+    of the sequence length) with `blanks` blanks; a maze task is `MazeTask` on a
+    ((side - 1) / 2)^2 lattice (9x9 grid: 4x4 cells) with its default openings and minimum path.
+
+    Raises:
+        ValueError: `kind` not "sudoku"/"maze", or the preset's vocabulary or length do not fit.
+        services.neural.models.presets.UnknownPreset: unknown preset.
+    """
+    config = get_preset(preset).config
+    side = math.isqrt(config.seq_len)
+    square = side * side == config.seq_len
+    if kind is None:
+        kind = "maze" if (config.vocab_size == MazeTask().vocab_size and square
+                          and side % 2 == 1) else "sudoku"
+    if kind not in TASK_KINDS:
+        raise ValueError(f"unknown task {kind!r}; expected one of {TASK_KINDS}")
+    task: SudokuTask | MazeTask
+    if kind == "maze":
+        if not square or side % 2 == 0 or side < 3:
+            raise ValueError(f"preset {preset!r} (length {config.seq_len}) is not an odd square "
+                             f"maze grid")
+        task = MazeTask(rows=(side - 1) // 2, cols=(side - 1) // 2)
+    else:
+        task = SudokuTask(size=side, blanks=blanks)
+        if not square:
+            raise ValueError(f"preset {preset!r} is not a Sudoku model")
+    if config.vocab_size != task.vocab_size or config.seq_len != task.seq_len:
+        raise ValueError(f"preset {preset!r} (vocab {config.vocab_size}, length "
+                         f"{config.seq_len}) is not a {kind} model")
+    return task
+
+
+def exact_by_path_length(model: nn.Module, held_out: PuzzleBatch, segments: int,
+                         batch_size: int = 256) -> dict[int, dict[str, float]]:
+    """Maze held-out exact accuracy ("paper" mode) grouped by shortest-path length.
+
+    The length of an example is its label's path cells + 1 (steps from S to G).
+    Returns: {length: {"puzzles": n, "exact_accuracy": fraction}}, lengths ascending.
+    """
+    lengths = (held_out.labels == maze_lib.PATH).sum(-1) + 1
+    groups: dict[int, dict[str, float]] = {}
+    for length in sorted(set(lengths.tolist())):
+        index = torch.nonzero(lengths == length).flatten()
+        subset = PuzzleBatch(held_out.inputs[index], held_out.labels[index],
+                             held_out.puzzle_identifiers[index])
+        result = evaluate(model, subset, segments, "paper", batch_size)
+        groups[int(length)] = {"puzzles": len(subset), "exact_accuracy": result.exact_accuracy}
+    return groups
+
+
 def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int = 20000,
                     batch_size: int = 64, blanks: int = 16, seed: int = 0,
                     eval_every: int = 500, eval_puzzles: int = 1000,
                     time_limit_s: float | None = None, *, lr: float = 1e-3,
                     warmup_steps: int = 100, weight_decay: float = 0.1,
                     ema_rate: float | None = None, eval_segments: int | None = None,
-                    device: str = "cpu", progress: bool = True) -> dict[str, Any]:
-    """Trains preset `preset` of architecture `model` ("trm" or "hrm") on generated Sudoku (the
-    grid size read from the preset's sequence length) with `blanks` blanks; the CLI's
-    `mcts-mesh train trm|hrm --preset ...`.
+                    device: str = "cpu", progress: bool = True,
+                    task: str | None = None) -> dict[str, Any]:
+    """Trains preset `preset` of architecture `model` ("trm" or "hrm") on generated puzzles; the
+    CLI's `mcts-mesh train trm|hrm --preset ... [--task sudoku|maze]`.
 
+    The task comes from `task_for_preset(preset, task, blanks)`: Sudoku N x N with `blanks`
+    blanks, or mazes (`MazeTask`) for a maze preset such as "trm-mlp-cpu-maze9". The held-out set
+    is `held_out_set(task, eval_puzzles, seed + 1)` (`mcts-mesh puzzles heldout` writes it).
     `ema_rate` None means 0.999 for TRM and no EMA for HRM (as the references). Writes
     `output_dir/metrics.jsonl` and the checkpoint `output_dir/checkpoint/`. Returns a JSON-ready
-    summary: steps, train_seconds, checkpoint, metrics_file, parameters, and the final held-out
-    evaluations ("paper" and "act", each with exact_by_segment and segment_gain).
+    summary: steps, train_seconds, checkpoint, metrics_file, parameters, task, and the final
+    held-out evaluations ("paper" and "act", each with exact_by_segment and segment_gain); for
+    mazes also "paper_exact_by_path_length" (`exact_by_path_length`).
 
     Raises:
         ValueError: `model` not "trm"/"hrm", or it is not the preset's architecture, or the
-            preset is not a square Sudoku model.
+            preset does not fit the task.
         services.neural.models.presets.UnknownPreset: unknown preset.
     """
     if model not in ARCHITECTURES:
@@ -307,10 +370,7 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
     chosen = get_preset(preset)
     if chosen.architecture != model:
         raise ValueError(f"preset {preset!r} is a {chosen.architecture} preset, not {model}")
-    size = math.isqrt(chosen.config.seq_len)
-    task = SudokuTask(size=size, blanks=blanks)
-    if size * size != chosen.config.seq_len or chosen.config.vocab_size != task.vocab_size:
-        raise ValueError(f"preset {preset!r} is not a Sudoku model")
+    generated = task_for_preset(preset, task, blanks)
     if ema_rate is None:
         ema_rate = 0.999 if model == "trm" else None
     settings = replace(TrainingSettings(), steps=steps, batch_size=batch_size, seed=seed,
@@ -320,9 +380,16 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
                        time_limit_s=time_limit_s, device=device, progress=progress)
     torch.manual_seed(seed)
     network = MODEL_ARCHITECTURES[model].model_type(chosen.config)
-    result = train(network, model, task, settings, output_dir, metadata={"preset": preset})
-    return {"model": model, "preset": preset, "steps": result.steps,
-            "train_seconds": result.train_seconds, "parameters": count_parameters(network),
-            "checkpoint": str(result.checkpoint), "metrics_file": str(result.metrics_file),
-            "last_metrics": result.last_metrics, "paper": result.paper.as_dict(),
-            "act": result.act.as_dict()}
+    held_out = held_out_set(generated, eval_puzzles, seed + 1)
+    result = train(network, model, generated, settings, output_dir, metadata={"preset": preset},
+                   held_out=held_out)
+    summary = {"model": model, "preset": preset, "task": asdict(generated),
+               "task_kind": type(generated).__name__, "steps": result.steps,
+               "train_seconds": result.train_seconds, "parameters": count_parameters(network),
+               "checkpoint": str(result.checkpoint), "metrics_file": str(result.metrics_file),
+               "last_metrics": result.last_metrics, "paper": result.paper.as_dict(),
+               "act": result.act.as_dict()}
+    if isinstance(generated, MazeTask):
+        summary["paper_exact_by_path_length"] = exact_by_path_length(
+            result.evaluated_model, held_out, result.paper.segments, settings.eval_batch_size)
+    return summary

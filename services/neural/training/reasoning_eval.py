@@ -3,8 +3,11 @@
 Modes (as the serving `Solve` RPC names them):
 - "paper": every example runs exactly `segments` segments and the last prediction counts (the
   references evaluate at `halt_max_steps` segments without early halting);
-- "act": an example stops at the first segment whose halting logit is > 0 (or at `segments`),
-  and the prediction of that segment counts.
+- "act": an example stops at the first segment whose halting head says halt (TRM: q_halt > 0;
+  HRM: q_halt > q_continue, as in training), or at `segments`, and the prediction of that
+  segment counts.
+The segment loop is `services.neural.reasoning_segments.run_segments`, the same one the serving
+`Solve` RPC runs, so the service reproduces these rates on the same puzzles.
 Both report the per-segment curve (exact and cell accuracy of the prediction after s = 1..segments
 segments), so the gain from more test-time segments is read off directly.
 """
@@ -17,10 +20,10 @@ import torch
 from torch import nn
 
 from services.neural.models.reasoning_layers import IGNORE_LABEL_ID
-from services.neural.training.act import autocast
+from services.neural.reasoning_segments import MODES, run_segments
 from services.neural.training.reasoning_data import PuzzleBatch
 
-EVALUATION_MODES = ("paper", "act")
+EVALUATION_MODES = MODES
 
 
 @dataclass(frozen=True)
@@ -81,30 +84,19 @@ def evaluate(model: nn.Module, data: PuzzleBatch, segments: int, mode: str = "pa
         chunk = data.slice(start, start + batch_size).to(device)
         valid = chunk.labels != IGNORE_LABEL_ID
         changed = valid & (chunk.labels != chunk.inputs.long())
-        carry = model.initial_carry(len(chunk))
-        chosen = torch.zeros_like(chunk.labels)
-        stopped = torch.zeros(len(chunk), dtype=torch.bool, device=device)
-        used = torch.full((len(chunk),), segments, dtype=torch.float64, device=device)
-        for segment in range(segments):
-            with autocast(device):
-                carry, output = model(carry, chunk.inputs, chunk.puzzle_identifiers)
-            prediction = output.logits.argmax(-1)
+        run = run_segments(model, chunk.inputs, chunk.puzzle_identifiers, segments,
+                           act=mode == "act", stop_early=False)
+        for segment, prediction in enumerate(run.predictions):
             right = valid & (prediction == chunk.labels)
             exact_by_segment[segment] += (right.sum(-1) == valid.sum(-1)).sum().item()
             cell_by_segment[segment] += right.sum().item()
-            take = ~stopped
-            chosen[take] = prediction[take]
-            if mode == "act":
-                halting = take & (output.q_halt_logits.float() > 0)
-                used[halting] = segment + 1
-                stopped |= halting
-        right = valid & (chosen == chunk.labels)
+        right = valid & (run.answers == chunk.labels)
         exact += (right.sum(-1) == valid.sum(-1)).sum().item()
         cells += right.sum().item()
         changed_right += (right & changed).sum().item()
         changed_total += changed.sum().item()
         valid_total += int(valid.sum())
-        used_segments += used.sum().item()
+        used_segments += run.segments_used.sum().item()
     model.train(was_training)
     count = len(data)
     return Evaluation(

@@ -55,7 +55,11 @@ class FakeMcts(mcts_service_pb2_grpc.MctsServiceServicer):
 
 
 class FakeNeural(neural_service_pb2_grpc.NeuralServiceServicer):
-    """Half the policy on column 4, value 0.2."""
+    """Half the policy on column 4, value 0.2; its registry holds no HRM or TRM model."""
+
+    async def ListModels(self, request, context):
+        return neural_service_pb2.ListModelsResponse(models=[neural_service_pb2.Model(
+            name="connect4-pv", version="abc123", architecture="connect4_pv")])
 
     async def EvaluatePositions(self, request, context):
         policy = [0.5 / 6] * 7
@@ -286,6 +290,7 @@ async def test_sudoku_solve_returns_a_valid_solution_with_votes_and_agents(mesh)
     assert response.sudoku.valid and len(solution) == 81
     assert check_solution(parse_puzzle(NORVIG_TOP95_FIRST), parse_puzzle(solution)).valid
     assert list(response.agents) == [pb.AGENT_SOLVER, pb.AGENT_CHECKER]
+    assert response.answered_by == pb.AGENT_SOLVER
     assert [(v.agent, v.proposal) for v in response.votes] == [
         (pb.AGENT_SOLVER, solution), (pb.AGENT_CHECKER, solution)]
     assert response.votes[1].rationale.startswith("solver's answer is valid")
@@ -346,14 +351,14 @@ async def test_bad_puzzles_give_invalid_argument_naming_the_field(mesh, request_
     await assert_still_serving(mesh.stub)
 
 
-async def test_hrm_and_trm_are_named_but_not_served_yet(mesh):
-    for agent in (pb.AGENT_HRM, pb.AGENT_TRM):
+async def test_hrm_and_trm_without_a_model_for_the_grid_are_failed_precondition(mesh):
+    for agent, name in ((pb.AGENT_HRM, "hrm"), (pb.AGENT_TRM, "trm")):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await mesh.stub.SolveProblem(sudoku_request(NORVIG_TOP95_FIRST,
                                                         agents=[agent, pb.AGENT_SOLVER]),
                                          timeout=30)
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "not served yet" in caught.value.details()
+        assert f"no {name} model for sudoku-9x9" in caught.value.details()
 
 
 async def test_rest_front_solves_a_sudoku_and_maps_bad_puzzles_to_400(mesh):

@@ -11,7 +11,7 @@ import pytest
 
 from libs.connect4.board import Position, encode, legal_mask
 from libs.errors import Unavailable
-from services.neural.batcher import DynamicBatcher
+from services.neural.batcher import BatcherPool, DynamicBatcher
 from services.neural.evaluator import PositionEvaluator
 from services.neural.models.connect4_pv import predict
 from services.neural.registry import ModelRegistry, RegisteredModel
@@ -132,3 +132,29 @@ async def test_batched_evaluation_equals_unbatched_on_the_network(tiny_model, po
         np.testing.assert_allclose(policy, alone_policy, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(value, alone_value, rtol=1e-5, atol=1e-6)
     await evaluator.close()
+
+
+async def test_a_new_version_gets_a_new_batcher_and_the_old_one_finishes_its_requests():
+    pool = BatcherPool(max_batch=8, max_wait_ms=0)
+    old = _Recorder(hold_first=True)
+    in_flight = asyncio.create_task(pool.submit("m", "v1", old, np.ones((1, 1))))
+    await _until(lambda: old.sizes)
+    old_batcher = pool.get("m")
+
+    def new(x):
+        return (x * 3,)
+
+    (answer,) = await pool.submit("m", "v2", new, np.ones((1, 1)))
+    assert answer[0, 0] == 3 and pool.get("m") is not old_batcher
+    assert not old_batcher._closed  # still answering its request
+    old.release.set()
+    (held,) = await in_flight
+    assert held[0, 0] == 2  # answered by the version it was submitted to
+    await _until(lambda: old_batcher._closed)
+    (again,) = await pool.submit("m", "v2", old, np.ones((1, 1)))
+    assert again[0, 0] == 3  # the running batcher keeps its own function
+    current = pool.get("m")
+    await pool.close()
+    assert pool.get("m") is None
+    with pytest.raises(Unavailable):
+        await current.submit(np.ones((1, 1)))

@@ -134,3 +134,35 @@ def test_save_refuses_an_unknown_architecture(tmp_path, tiny_model):
     with pytest.raises(CheckpointError, match="unknown architecture"):
         save_checkpoint(tmp_path / "x", tiny_model, "resnet50")
     assert Connect4PVConfig() == Connect4PVConfig(48, 4, 64)
+
+
+def test_a_safetensors_header_size_that_looks_like_a_pickle_mark_loads(saved, tiny_model):
+    # The 8-byte little-endian header size comes first: a size of 0x..80 bytes starts the file
+    # with 0x80, the first byte of every pickle (protocol 2+).
+    from safetensors.torch import save_file
+
+    directory, _ = saved
+    state = {k: v.contiguous() for k, v in tiny_model.state_dict().items()}
+    for pad in range(300):
+        save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "x", "pad": "p" * pad})
+        if (directory / WEIGHTS_FILE).read_bytes()[:1] == b"\x80":
+            break
+    else:
+        raise AssertionError("no padding gave a header size of 0x..80 bytes")
+    digest = hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()
+    _rewrite_config(directory, lambda d: d["weights"].update(sha256=digest))
+    assert load_checkpoint(directory).sha256 == digest
+
+
+def test_refuses_weights_with_nan(saved, tiny_model):
+    from safetensors.torch import save_file
+
+    directory, _ = saved
+    state = {k: v.clone().contiguous() for k, v in tiny_model.state_dict().items()}
+    name = next(k for k, v in state.items() if v.is_floating_point())
+    state[name].view(-1)[0] = float("nan")
+    save_file(state, str(directory / WEIGHTS_FILE))
+    digest = hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()
+    _rewrite_config(directory, lambda d: d["weights"].update(sha256=digest))
+    with pytest.raises(CheckpointError, match=f"{name}.*NaN"):
+        load_checkpoint(directory)

@@ -10,7 +10,12 @@ import torch
 from libs.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.neural.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from services.neural.evaluator import PositionEvaluator
-from services.neural.models.connect4_pv import ARCHITECTURE
+from services.neural.models.connect4_pv import (
+    ARCHITECTURE,
+    Connect4PV,
+    Connect4PVConfig,
+    predict,
+)
 from services.neural.registry import ModelRegistry, RegisteredModel, select_device
 from services.neural.settings import REPO_ROOT, NeuralSettings
 
@@ -82,3 +87,24 @@ async def test_evaluator_before_loading_and_for_a_model_of_another_kind(tiny_mod
     assert raised.value.field == "model"
     with pytest.raises(NotFound):
         await evaluator.evaluate("", planes, legal)
+
+
+async def test_a_reloaded_network_answers_evaluations_with_its_new_weights(tmp_path, tiny_model):
+    save_checkpoint(tmp_path / "connect4-pv", tiny_model, ARCHITECTURE)
+    registry = ModelRegistry.load(tmp_path, "cpu")
+    evaluator = PositionEvaluator("connect4-pv", max_batch=8, max_wait_ms=0)
+    evaluator.install(registry)
+    planes = np.zeros((1, 2, 6, 7), dtype=np.float32)
+    legal = np.ones((1, 7), dtype=np.bool_)
+    before, policy_before, _ = await evaluator.evaluate("", planes, legal)
+    torch.manual_seed(11)
+    other = Connect4PV(Connect4PVConfig(channels=8, blocks=1, value_hidden=16)).eval()
+    save_checkpoint(tmp_path / "connect4-pv", other, ARCHITECTURE)
+    reloaded = registry.reload("connect4-pv")
+    after, policy_after, value_after = await evaluator.evaluate("", planes, legal)
+    assert after is reloaded and after.version != before.version
+    expected_policy, expected_value = predict(other, planes, legal)
+    np.testing.assert_allclose(policy_after, expected_policy, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value_after, expected_value, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(policy_after, policy_before)
+    await evaluator.close()

@@ -91,6 +91,7 @@ def test_parameter_counts_are_the_documented_exact_values(counts) -> None:
         "trm-att-paper-maze": 6_822_401,
         "trm-att-paper-arc": 6_828_545,
         "trm-mlp-cpu-sudoku6": 210_529,
+        "trm-mlp-cpu-maze9": 279_265,
         "hrm-cpu-sudoku6": 263_298,
     }
 
@@ -100,6 +101,9 @@ def test_cpu_presets_are_small_and_sized_for_6x6_sudoku(counts) -> None:
         assert 100_000 <= counts[name] <= 500_000
         config = PRESETS[name].config
         assert (config.vocab_size, config.seq_len) == (8, 36)
+    assert 100_000 <= counts["trm-mlp-cpu-maze9"] <= 500_000
+    maze = PRESETS["trm-mlp-cpu-maze9"].config
+    assert (maze.vocab_size, maze.seq_len) == (6, 81)  # 9x9 grid of '# SGo' plus padding
 
 
 def test_counts_exclude_only_the_puzzle_table() -> None:

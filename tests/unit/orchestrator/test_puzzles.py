@@ -345,9 +345,9 @@ async def test_agents_that_do_not_apply_to_a_puzzle_are_invalid(servicer, agents
 
 
 @pytest.mark.parametrize("agent", [pb.AGENT_HRM, pb.AGENT_TRM])
-async def test_hrm_and_trm_are_not_served_yet(servicer, agent):
+async def test_hrm_and_trm_not_configured_are_failed_precondition(servicer, agent):
     request = pb.SolveProblemRequest(maze=pb.MazeProblem(grid=MAZE), agents=[agent])
-    with pytest.raises(FailedPrecondition, match="not served yet"):
+    with pytest.raises(FailedPrecondition, match="not configured here; use AGENT_SOLVER"):
         await servicer.SolveProblem(request, FakeContext())
 
 

@@ -56,6 +56,11 @@ class NeuralServiceStub:
                 request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.GetModelRequest.SerializeToString,
                 response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.GetModelResponse.FromString,
                 _registered_method=True)
+        self.ReloadModel = channel.unary_unary(
+                '/mesh.neural.v1.NeuralService/ReloadModel',
+                request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelRequest.SerializeToString,
+                response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelResponse.FromString,
+                _registered_method=True)
 
 
 class NeuralServiceServicer:
@@ -79,10 +84,12 @@ class NeuralServiceServicer:
         or TRM): runs segments of the model's deep-supervision loop on the grid
         and returns the prediction after each. Concurrent calls to the same model
         are batched together on the device.
-        Errors: INVALID_ARGUMENT for a missing model or grid, a grid of the wrong
-        size, characters outside the model's alphabet, or max_segments outside
-        1..64; NOT_FOUND for an unknown model; FAILED_PRECONDITION when the model
-        is not a reasoning model; UNAVAILABLE while no checkpoint is loaded.
+        Errors: INVALID_ARGUMENT (naming the field) for a missing or unknown
+        model, a grid of the wrong size or with characters outside the model's
+        alphabet (a maze also needs exactly one 'S' and one 'G'), or
+        max_segments outside 1..64; FAILED_PRECONDITION when the model is not a
+        reasoning model (for example "connect4-pv") or has no task; UNAVAILABLE
+        while no checkpoint is loaded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -98,6 +105,23 @@ class NeuralServiceServicer:
     def GetModel(self, request, context):
         """Returns one model of the registry.
         Errors: NOT_FOUND for an unknown model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReloadModel(self, request, context):
+        """Re-reads the checkpoint directory `<models_dir>/<name>` and serves it in
+        place of the loaded model of that name (a new name adds a model). The
+        new checkpoint is fully loaded and warmed up before it replaces the old
+        one; requests already batched finish on the old one. Returns the model
+        now served.
+        Errors: INVALID_ARGUMENT for a missing name or one that is not a plain
+        directory name; NOT_FOUND when the directory does not exist;
+        FAILED_PRECONDITION when the checkpoint is corrupt (unreadable
+        safetensors or JSON, weights whose SHA-256 differs from config.json, a
+        pickle) or mismatched (weights or task that do not fit the config): the
+        previous model, if any, keeps serving unchanged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -125,6 +149,11 @@ def add_NeuralServiceServicer_to_server(servicer, server):
                     servicer.GetModel,
                     request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.GetModelRequest.FromString,
                     response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.GetModelResponse.SerializeToString,
+            ),
+            'ReloadModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReloadModel,
+                    request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelRequest.FromString,
+                    response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -237,6 +266,33 @@ class NeuralService:
             '/mesh.neural.v1.NeuralService/GetModel',
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.GetModelRequest.SerializeToString,
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.GetModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReloadModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.neural.v1.NeuralService/ReloadModel',
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelRequest.SerializeToString,
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -134,7 +134,7 @@ class StepTiming(_message.Message):
     def __init__(self, step: _Optional[str] = ..., iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
 
 class SolveProblemResponse(_message.Message):
-    __slots__ = ("connect_four", "sudoku", "maze", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id")
+    __slots__ = ("connect_four", "sudoku", "maze", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id", "answered_by")
     CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
     SUDOKU_FIELD_NUMBER: _ClassVar[int]
     MAZE_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class SolveProblemResponse(_message.Message):
     CONSENSUS_REACHED_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     connect_four: ConnectFourAnswer
     sudoku: SudokuAnswer
     maze: MazeAnswer
@@ -157,7 +158,8 @@ class SolveProblemResponse(_message.Message):
     consensus_reached: bool
     timings: _containers.RepeatedCompositeFieldContainer[StepTiming]
     thread_id: str
-    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ...) -> None: ...
+    answered_by: Agent
+    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., answered_by: _Optional[_Union[Agent, str]] = ...) -> None: ...
 
 class AnswerQueryRequest(_message.Message):
     __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id")

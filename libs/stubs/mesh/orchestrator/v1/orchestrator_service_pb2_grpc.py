@@ -74,9 +74,10 @@ class OrchestratorServiceServicer:
         ("maze.grid"), agents that do not apply to the problem ("agents"),
         simulations outside 1..10,000,000, max_iterations outside 1..10, or a
         thread id outside ^[a-zA-Z0-9_-]{1,100}$; FAILED_PRECONDITION when the
-        request names AGENT_HRM or AGENT_TRM (not served yet), or when no
-        proposal passed the checker; UNAVAILABLE when every agent it needs is
-        down; DEADLINE_EXCEEDED when the deadline ends first.
+        request names AGENT_HRM or AGENT_TRM and the neural service has no model
+        of that architecture for the grid (a Sudoku of that N, a maze of that
+        size), or when no proposal passed the checker; UNAVAILABLE when every
+        agent it needs is down; DEADLINE_EXCEEDED when the deadline ends first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,83 @@
+"""A fake NeuralService for the HRM/TRM agents (grpc.aio on port 0) and the real orchestrator
+wired to it."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from mesh.neural.v1 import neural_service_pb2 as neural_pb
+from mesh.neural.v1 import neural_service_pb2_grpc
+from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+
+from libs.server import Servicer, start_server
+from libs.settings import ServiceSettings
+from services.orchestrator.main import Wiring, build_servicers
+from services.orchestrator.settings import OrchestratorSettings
+
+REASONING_MODELS = [
+    neural_pb.Model(name="connect4-pv", architecture="connect4_pv", version="c4"),
+    neural_pb.Model(name="trm-sudoku6", architecture="trm", task="sudoku-6x6", version="t6"),
+    neural_pb.Model(name="trm-maze9", architecture="trm", task="maze-9x9", version="m9"),
+]
+
+
+class FakeReasoningNeural(neural_service_pb2_grpc.NeuralServiceServicer):
+    """Lists REASONING_MODELS; Solve answers `answers[grid]`, or echoes the grid (a wrong
+    answer), with halt probability 0.7 after one segment."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, str] = {}
+        self.requests: list[neural_pb.SolveRequest] = []
+
+    async def ListModels(self, request, context):
+        return neural_pb.ListModelsResponse(models=REASONING_MODELS)
+
+    async def Solve(self, request, context):
+        self.requests.append(request)
+        model = next((m for m in REASONING_MODELS if m.name == request.model), None)
+        if model is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown model {request.model}")
+        grid = self.answers.get(request.grid, request.grid)
+        return neural_pb.SolveResponse(
+            grid=grid, segments=[neural_pb.SegmentPrediction(grid=grid, halt_probability=0.7)],
+            segments_used=1, halt_probability=0.7, latency_ms=1.0, model=model)
+
+
+class ReasoningMesh:
+    """What `reasoning_mesh(**settings)` started: the fake, an aio stub, the orchestrator's
+    address."""
+
+    def __init__(self, fake, stub, target: str) -> None:
+        self.fake = fake
+        self.stub = stub
+        self.target = target
+
+
+@pytest.fixture
+async def reasoning_mesh():
+    """A factory: starts the fake neural service and the orchestrator (settings overridden by
+    keyword) and returns `(fake, stub)`; everything stops at teardown."""
+    started = []
+
+    async def start(**settings_fields):
+        fake = FakeReasoningNeural()
+        neural = await start_server("fake-neural", ServiceSettings(port=0), [Servicer(
+            neural_service_pb2_grpc.add_NeuralServiceServicer_to_server, fake,
+            "mesh.neural.v1.NeuralService")])
+        settings = OrchestratorSettings(port=0, rest_port=-1, checker_max_nodes=1_000,
+                                        neural_target=f"127.0.0.1:{neural.port}",
+                                        **settings_fields)
+        wiring = Wiring(settings)
+        servicers, ready = await build_servicers(settings, wiring)
+        orchestrator = await start_server("orchestrator", settings, servicers, ready)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{orchestrator.port}")
+        started.append((neural, orchestrator, wiring, channel))
+        stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+        return ReasoningMesh(fake, stub, f"127.0.0.1:{orchestrator.port}")
+
+    yield start
+    for neural, orchestrator, wiring, channel in started:
+        await channel.close()
+        await orchestrator.stop(0)
+        await wiring.aclose()
+        await neural.stop(0)
