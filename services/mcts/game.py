@@ -19,6 +19,10 @@ The functions' contracts (all `njit(cache=True, nogil=True)`):
         the actions played to `moves[ply], moves[ply + 1], ...` when `record` is True (RAVE needs
         them), and returns the result for the player who made the last move (as `outcome`) and the
         ply after that move. Without one the engine plays uniformly random legal actions.
+    key(state) -> int, optional: an int64 code of the state, different for different states (the
+        side to move and everything else that decides the game's future included), used by the
+        transposition table (`services.mcts.transpositions`); games without one cannot use it.
+        The game must never repeat a state within one game (the table assumes no cycles).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Game:
         legal_actions, play, outcome, priors: the numba functions described in the module doc.
         encode: state int64 [S] -> float32 features for a network (shape documented by the game).
         rollout: the game's rollout policy (module doc), None for uniformly random rollouts.
+        key: the state's transposition key (module doc), None when the game has none.
     """
 
     name: str
@@ -61,3 +66,4 @@ class Game:
     priors: Callable
     encode: Callable[[np.ndarray], np.ndarray]
     rollout: Callable | None = None
+    key: Callable | None = None

@@ -7,9 +7,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+import grpc
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
+from libs.channels import open_channel
 from libs.server import Servicer, run_service, serve
+from services.mcts.batched import warm_up as batched_warm_up
 from services.mcts.search import uct_search
 from services.mcts.servicer import MctsServicer
 from services.mcts.settings import MctsSettings
@@ -22,16 +25,22 @@ log = logging.getLogger(__name__)
 
 def _warm_up() -> None:
     """Compiles (or loads from numba's cache) every kernel a search runs, both rollout modes and the
-    threaded path, so the first request pays no JIT time."""
+    threaded path, so the first request pays no JIT time; the tree-parallel kernel (which also
+    serves transposition tables) is compiled for the default decisive rollouts only."""
     uct_search("", 64, seed=0, threads=1)
     uct_search("4", 64, seed=0, threads=2, decisive_rollouts=False)
+    uct_search("", 64, seed=0, threads=2, parallelism="tree", transpositions=True)
+    batched_warm_up()
 
 
 async def build_servicers(
-    settings: MctsSettings,
+    settings: MctsSettings, neural_channel: grpc.aio.Channel | None = None,
 ) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
     """The mcts servicer and its readiness hook, which compiles the numba kernels (health turns
-    SERVING only after it)."""
+    SERVING only after it). `neural_channel` serves LEAF_EVALUATOR_NEURAL searches; None opens
+    one to `settings.neural_target` (connected on first use, closed with the process)."""
+    if neural_channel is None:
+        neural_channel = open_channel(settings.neural_target)
 
     async def ready() -> None:
         await asyncio.to_thread(_warm_up)
@@ -39,7 +48,7 @@ async def build_servicers(
                  settings.default_simulations, settings.exploration, settings.max_threads)
 
     return [Servicer(mcts_service_pb2_grpc.add_MctsServiceServicer_to_server,
-                     MctsServicer(settings), SERVICE_NAME)], ready
+                     MctsServicer(settings, neural_channel), SERVICE_NAME)], ready
 
 
 def main(settings: MctsSettings | None = None,

@@ -12,9 +12,11 @@ Teytaud 2010): a player who can make four in a row does, and a player facing an 
 blocks it. This is on by default (`decisive_rollouts=True`); with it off the rollouts are plain
 uniform random.
 
-`threads > 1` is root parallelisation (Chaslot, Winands & van den Herik 2008): independent trees
-with seeds `seed, seed + 1, ...` in parallel threads (the kernel releases the GIL), merged at the
-root by summing visits and values.
+`threads > 1` is root parallelisation by default (Chaslot, Winands & van den Herik 2008):
+independent trees with seeds `seed, seed + 1, ...` in parallel threads (the kernel releases the
+GIL), merged at the root by summing visits and values; `parallelism="tree"` is their tree
+parallelisation instead, all threads on one tree with virtual loss, and `transpositions=True`
+shares statistics between transposed positions (see `services.mcts.engine`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from libs.connect4.board import WIDTH, IllegalPosition, Position
-from services.mcts.engine import SearchConfig, grow_parallel, split_simulations
+from services.mcts.engine import (
+    BACKUP,
+    EXPAND,
+    PARALLELISMS,
+    ROLLOUT,
+    SELECT,
+    WAIT,
+    SearchConfig,
+    grow_parallel,
+    split_simulations,
+)
 from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
 
 DEFAULT_MAX_NODES = 2_000_000
@@ -56,8 +68,15 @@ class SearchResult:
         elapsed_s: wall-clock seconds of the search.
         simulations_per_second: `simulations / elapsed_s`.
         tree_full: True when a tree ran out of nodes (expansion stopped; results stay valid).
-        seed: the seed given; tree i used `seed + i`.
-        threads: trees searched in parallel.
+        seed: the seed given; tree (or thread) i used `seed + i`.
+        threads: threads searching (one tree each with root parallelisation).
+        parallelism: "root" or "tree".
+        transposition_hits: positions found in a transposition table when first reached (0
+            without tables).
+        selection_s, expansion_s, rollout_s, backup_s, wait_s: estimated wall seconds per
+            phase, summed over the threads (`services.mcts.engine.Grown.phase_seconds`); 0 when
+            `timed_simulations` is 0.
+        timed_simulations: simulations timed phase by phase (about 1 in 16).
     """
 
     best_action: int
@@ -73,6 +92,14 @@ class SearchResult:
     tree_full: bool
     seed: int
     threads: int
+    parallelism: str = "root"
+    transposition_hits: int = 0
+    selection_s: float = 0.0
+    expansion_s: float = 0.0
+    rollout_s: float = 0.0
+    backup_s: float = 0.0
+    wait_s: float = 0.0
+    timed_simulations: int = 0
 
 
 def uct_search(
@@ -86,6 +113,8 @@ def uct_search(
     decisive_rollouts: bool = True,
     time_limit_s: float | None = None,
     stop: threading.Event | None = None,
+    parallelism: str = "root",
+    transpositions: bool = False,
 ) -> SearchResult:
     """UCT search with random rollouts from a Connect Four position.
 
@@ -95,10 +124,15 @@ def uct_search(
         exploration: c in `Q + c * sqrt(ln N / n)`, with Q in [-1, 1].
         seed: seed of tree 0; tree i uses `seed + i`. Same inputs and seed give the same result
             (with no time limit or stop event).
-        threads: independent trees searched in parallel threads (root parallelisation), >= 1.
+        threads: threads searching in parallel, >= 1, as `parallelism` says.
         max_nodes: most nodes in each tree; None means DEFAULT_MAX_NODES. The arrays hold
             `min(max_nodes, 7 * simulations_per_tree + 8)` nodes, more than the simulations can
             create, so a small search allocates little.
+        parallelism: "root" (independent trees merged at the root) or "tree" (one tree shared
+            by the threads, with virtual loss; the same seed gives the same result only with one
+            thread).
+        transpositions: share statistics between transposed positions (a transposition table
+            per tree, keyed by the Connect Four bitboard key).
         decisive_rollouts: rollouts take immediate wins and block immediate losses.
         time_limit_s: wall-clock seconds after which the trees stop (checked every
             `services.mcts.engine.CHUNK_SIMULATIONS` simulations); the result then reports the
@@ -108,7 +142,8 @@ def uct_search(
         SearchResult (see there).
     Raises:
         IllegalPosition: `moves` is malformed or illegal, or the game is over.
-        ValueError: simulations, threads or max_nodes below 1, or a negative exploration.
+        ValueError: simulations, threads or max_nodes below 1, a negative exploration, or an
+            unknown parallelism.
         SearchStopped: the time limit or the stop event ended the search before any simulation.
     """
     root = Position.from_moves(moves)
@@ -122,11 +157,15 @@ def uct_search(
         raise ValueError("exploration must be a finite number >= 0")
     if max_nodes is not None and max_nodes < 1:
         raise ValueError("max_nodes must be at least 1")
+    if parallelism not in PARALLELISMS:
+        raise ValueError("parallelism must be 'root' or 'tree'")
     threads = min(threads, simulations)
-    per_tree = split_simulations(simulations, threads)
-    capacity = min(DEFAULT_MAX_NODES if max_nodes is None else max_nodes, 7 * per_tree[0] + 8)
+    per_tree = simulations if parallelism == "tree" else split_simulations(simulations,
+                                                                           threads)[0]
+    capacity = min(DEFAULT_MAX_NODES if max_nodes is None else max_nodes, 7 * per_tree + 8)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
-    config = SearchConfig(rule="uct", exploration=exploration, max_nodes=capacity, seed=seed)
+    config = SearchConfig(rule="uct", exploration=exploration, max_nodes=capacity, seed=seed,
+                          parallelism=parallelism, transpositions=transpositions)
     game = GAME if decisive_rollouts else UNIFORM_GAME
 
     started = time.perf_counter()
@@ -154,6 +193,7 @@ def uct_search(
     best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf, -col))
     total_visits = int(visits.sum())
     trees = [grown.tree for grown in runs]
+    phase_seconds = sum(grown.phase_seconds for grown in runs)
     return SearchResult(
         best_action=best + 1,
         visits=visits,
@@ -168,4 +208,12 @@ def uct_search(
         tree_full=any(tree.full for tree in trees),
         seed=seed,
         threads=threads,
+        parallelism=parallelism,
+        transposition_hits=sum(grown.transposition_hits for grown in runs),
+        selection_s=float(phase_seconds[SELECT]),
+        expansion_s=float(phase_seconds[EXPAND]),
+        rollout_s=float(phase_seconds[ROLLOUT]),
+        backup_s=float(phase_seconds[BACKUP]),
+        wait_s=float(phase_seconds[WAIT]),
+        timed_simulations=sum(grown.timed_simulations for grown in runs),
     )

@@ -14,11 +14,18 @@ from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
 from libs.connect4.board import IllegalPosition, Position
 from libs.errors import DeadlineExceeded, InvalidArgument
+from services.mcts.batched_servicer import RULES, BatchedSearches
 from services.mcts.search import SearchResult, SearchStopped, uct_search
 from services.mcts.settings import MctsSettings
 
 MAX_SIMULATIONS = 10_000_000
 MAX_THREADS = 64
+PARALLELISMS = {
+    mcts_service_pb2.PARALLELISM_UNSPECIFIED: "root",
+    mcts_service_pb2.PARALLELISM_ROOT: "root",
+    mcts_service_pb2.PARALLELISM_TREE: "tree",
+}
+"""The core's `parallelism` for each Parallelism value."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,8 @@ class SearchArgs:
     exploration: float
     seed: int
     threads: int
+    parallelism: str = "root"
+    transpositions: bool = False
 
 
 def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettings) -> SearchArgs:
@@ -38,7 +47,7 @@ def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettin
     Raises:
         InvalidArgument: "game" not GAME_CONNECT_FOUR; "connect_four.moves" malformed, illegal or a
             finished game; "simulations" outside 1..10,000,000; "exploration" negative or not
-            finite; "threads" outside 1..64.
+            finite; "threads" outside 1..64; "parallelism" not a Parallelism value.
     """
     if request.game != mcts_service_pb2.GAME_CONNECT_FOUR:
         raise InvalidArgument("game", f"is {mcts_service_pb2.Game.Name(request.game)}; "
@@ -60,8 +69,12 @@ def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettin
     threads = request.threads if request.HasField("threads") else 1
     if not 1 <= threads <= MAX_THREADS:
         raise InvalidArgument("threads", f"is {threads}; must be in 1..{MAX_THREADS}")
+    if request.parallelism not in PARALLELISMS:
+        raise InvalidArgument("parallelism", f"is {request.parallelism}; not a Parallelism")
     return SearchArgs(moves=moves, simulations=simulations, exploration=exploration,
-                      seed=request.seed, threads=min(threads, settings.max_threads))
+                      seed=request.seed, threads=min(threads, settings.max_threads),
+                      parallelism=PARALLELISMS[request.parallelism],
+                      transpositions=request.transpositions)
 
 
 def to_response(result: SearchResult) -> mcts_service_pb2.SearchResponse:
@@ -90,6 +103,13 @@ def to_response(result: SearchResult) -> mcts_service_pb2.SearchResponse:
             seed=result.seed,
             threads=result.threads,
             tree_full=result.tree_full,
+            transposition_hits=result.transposition_hits,
+            selection_ms=result.selection_s * 1e3,
+            expansion_ms=result.expansion_s * 1e3,
+            rollout_ms=result.rollout_s * 1e3,
+            backup_ms=result.backup_s * 1e3,
+            wait_ms=result.wait_s * 1e3,
+            timed_simulations=result.timed_simulations,
         ),
     )
 
@@ -97,8 +117,11 @@ def to_response(result: SearchResult) -> mcts_service_pb2.SearchResponse:
 class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
     """mesh.mcts.v1.MctsService over `services.mcts.search.uct_search`."""
 
-    def __init__(self, settings: MctsSettings) -> None:
+    def __init__(self, settings: MctsSettings,
+                 neural_channel: grpc.aio.Channel | None = None) -> None:
         self._settings = settings
+        self.batched = BatchedSearches(settings, neural_channel)
+        """PUCT and Gumbel searches (rule PUCT / GUMBEL, and SearchExternal)."""
 
     async def Search(
         self, request: mcts_service_pb2.SearchRequest, context: grpc.aio.ServicerContext
@@ -114,6 +137,10 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
             DeadlineExceeded: the deadline came before any simulation finished.
         """
         args = to_search_args(request, self._settings)
+        if request.rule not in mcts_service_pb2.SelectionRule.values():
+            raise InvalidArgument("rule", f"is {request.rule}; not a SelectionRule")
+        if request.rule in RULES:
+            return await self.batched.search(request, args.moves, args.simulations, context)
         remaining = context.time_remaining()
         time_limit = (None if remaining is None
                       else max(0.0, remaining - self._settings.deadline_margin_s))
@@ -121,7 +148,8 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
         try:
             result = await asyncio.to_thread(
                 uct_search, args.moves, args.simulations, args.exploration, args.seed,
-                args.threads, self._settings.max_tree_nodes, time_limit_s=time_limit, stop=stop)
+                args.threads, self._settings.max_tree_nodes, time_limit_s=time_limit, stop=stop,
+                parallelism=args.parallelism, transpositions=args.transpositions)
         except asyncio.CancelledError:
             stop.set()
             raise
@@ -130,3 +158,7 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
                 f"the deadline left too little time for one simulation ({remaining} s)"
             ) from error
         return to_response(result)
+
+    def SearchExternal(self, request_iterator, context: grpc.aio.ServicerContext):
+        """The caller evaluates the leaves; see `BatchedSearches.search_external`."""
+        return self.batched.search_external(request_iterator, context)

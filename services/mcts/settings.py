@@ -29,6 +29,14 @@ class MctsSettings(ServiceSettings):
     a search that fills it keeps simulating from the leaves it has and reports `tree_full`."""
     deadline_margin_s: float = 0.05
     """Seconds kept back from the caller's deadline to build and send the response."""
+    neural_target: str = "127.0.0.1:50053"
+    """host:port of the neural service (EvaluatePositions) for LEAF_EVALUATOR_NEURAL searches."""
+    neural_timeout_s: float = 10.0
+    """Deadline of one EvaluatePositions call, seconds."""
+    neural_batch_size: int = 16
+    """Leaves per batch of a neural search whose request leaves `batch_size` unset."""
+    external_reply_timeout_s: float = 60.0
+    """Seconds SearchExternal waits for one reply when the caller set no deadline."""
 
     @model_validator(mode="after")
     def _ranges(self) -> MctsSettings:
@@ -42,4 +50,8 @@ class MctsSettings(ServiceSettings):
             raise ValueError("max_tree_nodes must be >= 8")
         if self.deadline_margin_s < 0:
             raise ValueError("deadline_margin_s must be >= 0")
+        if self.neural_timeout_s <= 0 or self.external_reply_timeout_s <= 0:
+            raise ValueError("neural_timeout_s and external_reply_timeout_s must be > 0")
+        if not 1 <= self.neural_batch_size <= 1024:
+            raise ValueError("neural_batch_size must be in 1..1024")
         return self

@@ -72,6 +72,14 @@ def priors(state, actions, count, out):
         out[i] = 1.0 / count
 
 
+@njit(cache=True, nogil=True, inline="always")
+def key(state):
+    """Pons' key `position + mask`: a different int64 for every position (the bit it adds above
+    each column's top stone marks the column's height, the side to move follows from the stone
+    count)."""
+    return state[0] + state[1]
+
+
 @njit(cache=True, nogil=True)
 def _column(move):
     """Column (0..6) of a single-bit move."""
@@ -157,11 +165,11 @@ def encode(state: np.ndarray) -> np.ndarray:
 
 GAME = Game(name="connect4", num_actions=WIDTH, state_size=STATE_SIZE, max_plies=WIDTH * HEIGHT,
             players=2, initial_state=initial_state, legal_actions=legal_actions, play=play,
-            outcome=outcome, priors=priors, encode=encode, rollout=decisive_rollout)
+            outcome=outcome, priors=priors, encode=encode, rollout=decisive_rollout, key=key)
 """Connect Four with decisive rollouts."""
 
 UNIFORM_GAME = Game(name="connect4", num_actions=WIDTH, state_size=STATE_SIZE,
                     max_plies=WIDTH * HEIGHT, players=2, initial_state=initial_state,
                     legal_actions=legal_actions, play=play, outcome=outcome, priors=priors,
-                    encode=encode, rollout=uniform_rollout)
+                    encode=encode, rollout=uniform_rollout, key=key)
 """Connect Four with uniformly random rollouts."""

@@ -68,6 +68,13 @@ def priors(state, actions, count, out):
         out[i] = 1.0 / count
 
 
+@njit(cache=True, nogil=True)
+def key(state):
+    """The two bitboards in one int64: the mover's stones in bits 0..8, the other's in 9..17 (the
+    side to move follows from the stone counts)."""
+    return state[0] | (state[1] << 9)
+
+
 def initial_state() -> np.ndarray:
     """The empty board, X to move."""
     return np.zeros(3, dtype=np.int64)
@@ -99,4 +106,4 @@ def encode(state: np.ndarray) -> np.ndarray:
 
 GAME = Game(name="tictactoe", num_actions=CELLS, state_size=3, max_plies=CELLS, players=2,
             initial_state=initial_state, legal_actions=legal_actions, play=play, outcome=outcome,
-            priors=priors, encode=encode)
+            priors=priors, encode=encode, key=key)

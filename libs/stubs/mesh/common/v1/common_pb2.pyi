@@ -13,7 +13,7 @@ class ConnectFourPosition(_message.Message):
     def __init__(self, moves: _Optional[str] = ...) -> None: ...
 
 class SearchStatistics(_message.Message):
-    __slots__ = ("simulations", "simulations_per_second", "tree_size", "max_depth", "root_value", "actions", "elapsed_ms", "seed", "threads", "tree_full")
+    __slots__ = ("simulations", "simulations_per_second", "tree_size", "max_depth", "root_value", "actions", "elapsed_ms", "seed", "threads", "tree_full", "collisions", "evaluations", "batches", "batch_selection_ms", "evaluation_ms", "batch_backup_ms", "transposition_hits", "selection_ms", "expansion_ms", "rollout_ms", "backup_ms", "wait_ms", "timed_simulations")
     SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
     SIMULATIONS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,19 @@ class SearchStatistics(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     THREADS_FIELD_NUMBER: _ClassVar[int]
     TREE_FULL_FIELD_NUMBER: _ClassVar[int]
+    COLLISIONS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SELECTION_MS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATION_MS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_BACKUP_MS_FIELD_NUMBER: _ClassVar[int]
+    TRANSPOSITION_HITS_FIELD_NUMBER: _ClassVar[int]
+    SELECTION_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPANSION_MS_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    BACKUP_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMED_SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
     simulations: int
     simulations_per_second: float
     tree_size: int
@@ -34,7 +47,20 @@ class SearchStatistics(_message.Message):
     seed: int
     threads: int
     tree_full: bool
-    def __init__(self, simulations: _Optional[int] = ..., simulations_per_second: _Optional[float] = ..., tree_size: _Optional[int] = ..., max_depth: _Optional[int] = ..., root_value: _Optional[float] = ..., actions: _Optional[_Iterable[_Union[ActionStatistics, _Mapping]]] = ..., elapsed_ms: _Optional[float] = ..., seed: _Optional[int] = ..., threads: _Optional[int] = ..., tree_full: _Optional[bool] = ...) -> None: ...
+    collisions: int
+    evaluations: int
+    batches: int
+    batch_selection_ms: float
+    evaluation_ms: float
+    batch_backup_ms: float
+    transposition_hits: int
+    selection_ms: float
+    expansion_ms: float
+    rollout_ms: float
+    backup_ms: float
+    wait_ms: float
+    timed_simulations: int
+    def __init__(self, simulations: _Optional[int] = ..., simulations_per_second: _Optional[float] = ..., tree_size: _Optional[int] = ..., max_depth: _Optional[int] = ..., root_value: _Optional[float] = ..., actions: _Optional[_Iterable[_Union[ActionStatistics, _Mapping]]] = ..., elapsed_ms: _Optional[float] = ..., seed: _Optional[int] = ..., threads: _Optional[int] = ..., tree_full: _Optional[bool] = ..., collisions: _Optional[int] = ..., evaluations: _Optional[int] = ..., batches: _Optional[int] = ..., batch_selection_ms: _Optional[float] = ..., evaluation_ms: _Optional[float] = ..., batch_backup_ms: _Optional[float] = ..., transposition_hits: _Optional[int] = ..., selection_ms: _Optional[float] = ..., expansion_ms: _Optional[float] = ..., rollout_ms: _Optional[float] = ..., backup_ms: _Optional[float] = ..., wait_ms: _Optional[float] = ..., timed_simulations: _Optional[int] = ...) -> None: ...
 
 class ActionStatistics(_message.Message):
     __slots__ = ("action", "visits", "value", "prior")

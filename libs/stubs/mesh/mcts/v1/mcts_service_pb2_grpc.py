@@ -40,6 +40,11 @@ class MctsServiceStub:
                 request_serializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchRequest.SerializeToString,
                 response_deserializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchResponse.FromString,
                 _registered_method=True)
+        self.SearchExternal = channel.stream_stream(
+                '/mesh.mcts.v1.MctsService/SearchExternal',
+                request_serializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchExternalRequest.SerializeToString,
+                response_deserializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchExternalResponse.FromString,
+                _registered_method=True)
 
 
 class MctsServiceServicer:
@@ -47,11 +52,33 @@ class MctsServiceServicer:
     """
 
     def Search(self, request, context):
-        """Runs a UCT search with random rollouts from a position and returns the
-        best action with the search statistics.
+        """Runs a search from a position and returns the best action with the
+        search statistics: UCT with random rollouts, or (rule PUCT / GUMBEL)
+        a batched search whose leaves are evaluated by rollouts or by the neural
+        service's network, one EvaluatePositions call per batch.
         Errors: INVALID_ARGUMENT for an unknown game, a malformed or illegal
-        position, a finished game, or simulations outside 1..10,000,000;
-        DEADLINE_EXCEEDED when the caller's deadline ends before the search.
+        position, a finished game, simulations outside 1..10,000,000, or an
+        option out of range (naming the field); DEADLINE_EXCEEDED when the
+        caller's deadline ends before the search; NOT_FOUND for an unknown neural
+        model; UNAVAILABLE when the neural service cannot be reached.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchExternal(self, request_iterator, context):
+        """Searches a problem the caller evaluates: the first request carries the
+        settings, the service then streams batches of leaves (each leaf's action
+        path from the root, the first batch the root alone) and the caller
+        answers each batch with priors, values and terminal flags; the last
+        response carries the result. Errors: INVALID_ARGUMENT for settings out of
+        range, a first request without settings, or a malformed reply (wrong
+        batch_id, leaf count or priors length, a value outside [-1, 1] or not
+        finite, a negative or non-finite prior, all-zero priors on a non-terminal
+        leaf), naming the field; DEADLINE_EXCEEDED when the caller's deadline (or,
+        without one, the service's reply timeout) passes while the service waits
+        for a reply: a caller that stops answering ends the search, no partial
+        result is sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -64,6 +91,11 @@ def add_MctsServiceServicer_to_server(servicer, server):
                     servicer.Search,
                     request_deserializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchRequest.FromString,
                     response_serializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchResponse.SerializeToString,
+            ),
+            'SearchExternal': grpc.stream_stream_rpc_method_handler(
+                    servicer.SearchExternal,
+                    request_deserializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchExternalRequest.FromString,
+                    response_serializer=mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchExternalResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -94,6 +126,33 @@ class MctsService:
             '/mesh.mcts.v1.MctsService/Search',
             mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchRequest.SerializeToString,
             mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchExternal(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mesh.mcts.v1.MctsService/SearchExternal',
+            mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchExternalRequest.SerializeToString,
+            mesh_dot_mcts_dot_v1_dot_mcts__service__pb2.SearchExternalResponse.FromString,
             options,
             channel_credentials,
             insecure,
