@@ -47,6 +47,7 @@ test: setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: setup
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/mcts.py
 	$(PY) bench/retrieval.py
 
