@@ -2,7 +2,10 @@
 
 1. Connect Four: the first positions of each Pons benchmark file; for each, the orchestrator's move
    and whether it keeps the position's game-theoretic outcome (judged here with the exact solver).
-2. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs),
+2. 6x6 Sudoku: a few generated puzzles (the TRM trainer's held-out set, 16 blanks); the served TRM
+   proposes, the checker verifies, the exact solver answers what the TRM gets wrong, and each line
+   says which agent's answer came back.
+3. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs),
    then a few test claims are answered with their sources, each marked by whether a source is one
    the qrels judge relevant.
 """
@@ -19,6 +22,7 @@ PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R
 # Judging a move in a Begin-Hard position takes the exact solver 7-20 s, so the demo takes a few;
 # `mcts-mesh eval connect4` runs whole files.
 PER_FILE_CAP = {"Test_L1_R3": 5}
+SUDOKU6_PUZZLES = 5
 SCIFACT_COLLECTION = "scifact"
 SCIFACT_CLAIMS = 5
 SCIFACT_DISTRACTORS = 300
@@ -53,6 +57,24 @@ def _connect_four(stub, data_dir: Path, per_file: int) -> None:
         latencies.sort()
         print(f"{name:<12} {len(rows):>9} {kept:>5} {kept / len(rows):>7.1%} "
               f"{latencies[len(latencies) // 2]:>10.0f} {','.join(sorted(agents))}", flush=True)
+
+
+def _sudoku6(stub) -> None:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    from services.neural.training.reasoning_data import SudokuTask, decode_sudoku, held_out_set
+
+    print("\n== 6x6 Sudoku (held-out generated puzzles, 16 blanks) through SolveProblem")
+    held_out = held_out_set(SudokuTask(size=6, blanks=16), SUDOKU6_PUZZLES, seed=1)
+    for tokens in held_out.inputs:
+        puzzle = "".join(str(d) if d else "." for d in decode_sudoku(tokens, 6).reshape(-1))
+        started = time.perf_counter()
+        response = stub.SolveProblem(
+            pb.SolveProblemRequest(sudoku=pb.SudokuProblem(puzzle=puzzle)), timeout=60)
+        elapsed = (time.perf_counter() - started) * 1e3
+        answered = pb.Agent.Name(response.answered_by).removeprefix("AGENT_").lower()
+        print(f"{puzzle} -> {response.sudoku.solution}  answered by {answered}, "
+              f"{elapsed:.0f} ms", flush=True)
 
 
 def _scifact_subset(data_dir: Path, claims: list[dict], relevant: dict[str, set[str]]):
@@ -118,4 +140,5 @@ def run_demo(target: str, args) -> None:
     with grpc.insecure_channel(target) as channel:
         stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
         _connect_four(stub, data_dir, args.demo_positions)
+        _sudoku6(stub)
         _scifact(stub, data_dir)
