@@ -333,7 +333,8 @@ def cmd_train(args) -> int:
                                  Path(args.output or f"models/{args.preset}"), steps=args.steps,
                                  batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
                                  eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
-                                 time_limit_s=args.time_limit_s, lr=args.lr, task=args.task)
+                                 time_limit_s=args.time_limit_s, lr=args.lr, task=args.task,
+                                 init_from=args.init_from)
     print(json.dumps(report, indent=2, default=str))
     return 0
 
@@ -446,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, default=20000, help="trm/hrm: optimizer steps")
     train.add_argument("--batch-size", type=int, default=64, help="trm/hrm")
     train.add_argument("--blanks", type=int, default=16, help="trm/hrm: blanks per Sudoku puzzle")
+    train.add_argument("--init-from", default=None,
+                       help="trm/hrm: continue from the weights of this checkpoint directory "
+                            "(same preset)")
     train.add_argument("--task", choices=["sudoku", "maze"], default=None,
                        help="trm/hrm: what to generate (default: from the preset's vocabulary and "
                             "length; trm-mlp-cpu-maze9 trains on 9x9-grid mazes)")

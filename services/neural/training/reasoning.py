@@ -27,7 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from libs.puzzles import maze as maze_lib
-from services.neural.checkpoint import save_checkpoint
+from services.neural.checkpoint import load_checkpoint, save_checkpoint
 from services.neural.models import ARCHITECTURES as MODEL_ARCHITECTURES
 from services.neural.models.presets import get_preset
 from services.neural.models.reasoning_layers import count_parameters
@@ -347,7 +347,8 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
                     warmup_steps: int = 100, weight_decay: float = 0.1,
                     ema_rate: float | None = None, eval_segments: int | None = None,
                     device: str = "cpu", progress: bool = True,
-                    task: str | None = None) -> dict[str, Any]:
+                    task: str | None = None,
+                    init_from: Path | str | None = None) -> dict[str, Any]:
     """Trains preset `preset` of architecture `model` ("trm" or "hrm") on generated puzzles; the
     CLI's `mcts-mesh train trm|hrm --preset ... [--task sudoku|maze]`.
 
@@ -360,9 +361,14 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
     held-out evaluations ("paper" and "act", each with exact_by_segment and segment_gain); for
     mazes also "paper_exact_by_path_length" (`exact_by_path_length`).
 
+    `init_from` continues from the weights of a checkpoint directory of the same preset (the
+    weights it holds: the EMA average for TRM); the optimizer, its warm-up and the EMA start
+    afresh, and the checkpoint's metadata records where it started.
+
     Raises:
         ValueError: `model` not "trm"/"hrm", or it is not the preset's architecture, or the
-            preset does not fit the task.
+            preset does not fit the task, or `init_from` holds another architecture or config.
+        services.neural.checkpoint.CheckpointError: `init_from` cannot be loaded.
         services.neural.models.presets.UnknownPreset: unknown preset.
     """
     if model not in ARCHITECTURES:
@@ -380,8 +386,18 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
                        time_limit_s=time_limit_s, device=device, progress=progress)
     torch.manual_seed(seed)
     network = MODEL_ARCHITECTURES[model].model_type(chosen.config)
+    metadata: dict[str, Any] = {"preset": preset}
+    if init_from is not None:
+        start = load_checkpoint(init_from)
+        expected = json.loads(json.dumps(asdict(chosen.config)))
+        if start.architecture != model or start.config != expected:
+            raise ValueError(f"{init_from} holds a {start.architecture} checkpoint of another "
+                             f"config than preset {preset!r}")
+        network.load_state_dict(start.model.state_dict())
+        metadata.update(init_from=str(init_from), init_step=start.metadata.get("step"),
+                        init_version=start.version)
     held_out = held_out_set(generated, eval_puzzles, seed + 1)
-    result = train(network, model, generated, settings, output_dir, metadata={"preset": preset},
+    result = train(network, model, generated, settings, output_dir, metadata=metadata,
                    held_out=held_out)
     summary = {"model": model, "preset": preset, "task": asdict(generated),
                "task_kind": type(generated).__name__, "steps": result.steps,

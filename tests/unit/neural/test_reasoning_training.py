@@ -410,6 +410,25 @@ def test_train_reasoning_trains_a_maze_preset_on_mazes(tmp_path):
     assert loaded.metadata["task_kind"] == "MazeTask" and loaded.model.config.seq_len == 81
 
 
+def test_train_reasoning_continues_from_a_checkpoint_of_the_same_preset(tmp_path):
+    torch.set_num_threads(1)
+    first = train_reasoning("trm", "trm-mlp-cpu-sudoku6", tmp_path / "a", steps=1, batch_size=2,
+                            eval_every=0, eval_puzzles=2, eval_segments=1, progress=False)
+    start = load_checkpoint(first["checkpoint"])
+    second = train_reasoning("trm", "trm-mlp-cpu-sudoku6", tmp_path / "b", steps=0,
+                             batch_size=2, eval_every=0, eval_puzzles=2, eval_segments=1,
+                             progress=False, init_from=first["checkpoint"])
+    continued = load_checkpoint(second["checkpoint"])
+    # No step taken: the continued run holds exactly the weights it started from.
+    for name, tensor in start.model.state_dict().items():
+        assert torch.equal(tensor, continued.model.state_dict()[name]), name
+    assert continued.metadata["init_from"] == first["checkpoint"]
+    assert continued.metadata["init_version"] == start.version
+    with pytest.raises(ValueError, match="another config"):
+        train_reasoning("trm", "trm-mlp-cpu-maze9", tmp_path / "c", steps=0, eval_every=0,
+                        eval_puzzles=2, progress=False, init_from=first["checkpoint"])
+
+
 # --- CI-sized learning: a tiny TRM solves easy 6x6 Sudoku after a few dozen steps ---------------
 
 
