@@ -15,15 +15,18 @@ import numpy as np
 from numba import njit
 
 from libs.connect4.board import (
+    BOTTOM_MASK,
     CELLS,
     HEIGHT,
     WIDTH,
     Position,
     alignment,
+    bottom_mask_col,
     column_mask,
     completing_cells,
     popcount,
     possible,
+    top_mask_col,
 )
 from libs.connect4.board import encode as encode_position
 from services.mcts.game import Game
@@ -140,10 +143,78 @@ def decisive_rollout(state, rng, moves, ply, record):
     return _rollout(state, rng, moves, ply, record, True)
 
 
+def _open_column_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tables indexed by `open`, a 7-bit set of the columns that are not full (bit `col`):
+    the number of open columns, the multiplier and shift that divide by it (`_uniform_column`),
+    and at `open * 8 + k` the k-th open column from the left (k = 0, 1, ...)."""
+    size = 1 << WIDTH
+    counts = np.zeros(size, dtype=np.int64)
+    multipliers = np.zeros(size, dtype=np.int64)
+    shifts = np.zeros(size, dtype=np.int64)
+    columns = np.zeros(size * 8, dtype=np.int64)
+    for open_ in range(size):
+        open_columns = [col for col in range(WIDTH) if open_ >> col & 1]
+        count = max(len(open_columns), 1)
+        # floor(x / count) == (x * multiplier) >> shift for every 0 <= x < 2**31 (Granlund &
+        # Montgomery 1994, "Division by invariant integers using multiplication", thm 4.2:
+        # multiplier * count - 2**shift < count <= 2**(shift - 31)); multiplier < 2**32.
+        shift = 31 + (count - 1).bit_length()
+        counts[open_] = len(open_columns)
+        multipliers[open_] = -(-(1 << shift) // count)
+        shifts[open_] = shift
+        for k, col in enumerate(open_columns):
+            columns[open_ * 8 + k] = col
+    return counts, multipliers, shifts, columns
+
+
+_OPEN_COUNT, _OPEN_MULTIPLIER, _OPEN_SHIFT, _OPEN_COLUMN = _open_column_tables()
+_TOP_MASK = BOTTOM_MASK << (HEIGHT - 1)
+_XORSHIFT_MULTIPLIER = np.uint64(2685821657736338717)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def uniform_rollout(state, rng, moves, ply, record):
-    """Rollout with uniformly random legal moves (see `_rollout`)."""
-    return _rollout(state, rng, moves, ply, record, False)
+    """Rollout with uniformly random legal moves: the same moves, result and random draws as
+    `_rollout` without decisive moves, faster.
+
+    Each ply draws one number as `services.mcts.xorshift.random_below` does (xorshift64* kept
+    in a register, written back to `rng[0]` at the end) and plays the k-th open column from
+    the left with `k = draw % count`, the remainder taken by a multiplication (exact for the
+    draw's 31 bits); the open columns live in a 7-bit set that loses a column when its top cell
+    fills. Only the mover can have made four in a row, so only its stones are checked.
+    """
+    mine = state[0]
+    mask = state[1]
+    num_moves = state[2]
+    open_ = 0
+    for col in range(WIDTH):
+        if (mask & top_mask_col(col)) == 0:
+            open_ |= 1 << col
+    x = rng[0]
+    result = 0.0
+    while num_moves < CELLS:
+        x ^= x >> np.uint64(12)
+        x ^= x << np.uint64(25)
+        x ^= x >> np.uint64(27)
+        draw = np.int64((x * _XORSHIFT_MULTIPLIER) >> np.uint64(33))
+        quotient = (draw * _OPEN_MULTIPLIER[open_]) >> _OPEN_SHIFT[open_]
+        col = _OPEN_COLUMN[open_ * 8 + draw - quotient * _OPEN_COUNT[open_]]
+        if record:
+            moves[ply] = col
+        ply += 1
+        move = (mask + bottom_mask_col(col)) & column_mask(col)
+        mine |= move
+        if alignment(mine):
+            result = 1.0
+            break
+        if move & _TOP_MASK:
+            open_ ^= 1 << col
+        # The opponent moves next: their stones are every stone but the mover's.
+        mine ^= mask | move
+        mask |= move
+        num_moves += 1
+    rng[0] = x
+    return result, ply
 
 
 def initial_state() -> np.ndarray:
