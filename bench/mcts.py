@@ -19,8 +19,11 @@ Three parts (issue 4, "Benchmarks"):
    64 actions, and 64 or 800 simulations per search: 64 x 64 and 64 x 800 are actions x
    simulations (mctx's examples and the Gumbel MuZero paper state search sizes that way, and 800
    is AlphaZero's simulation count; "batch 1" already fixes the number of roots, so the first 64
-   cannot be a batch of 64 searches). Ours: `bench/mcts_puct.py`'s `ours_puct_mlp` over
-   `services.mcts.batched.BatchedSearch` with the numpy MLP; theirs: `mctx.muzero_policy` (PUCT)
+   cannot be a batch of 64 searches). Ours, twice: compiled (the headline rows and keys:
+   `bench/mcts_puct.py`'s `ours_puct_mlp_compiled`, `BatchedSearch.run_compiled` with the MLP as
+   the njit evaluator `mlp_evaluate`, the whole loop in numba) and ask/tell (rows and keys
+   `*_asktell`: `ours_puct_mlp` over `BatchedSearch.next_batch` / `submit` with the numpy MLP,
+   the driver for evaluators outside numba); theirs: `mctx.muzero_policy` (PUCT)
    and `mctx.gumbel_muzero_policy` (Gumbel, m = 16) on JAX CPU with the same weights
    (`bench/mcts_mctx.py`: one `jax.jit` per policy and size, compiled before timing,
    `block_until_ready`). muzero_policy runs twice: with our rule's Q scale (`q_as_ours`: the same
@@ -30,7 +33,9 @@ Three parts (issue 4, "Benchmarks"):
    for reasons of search behaviour, not implementation (shown apart, `*_default_q`). Ratios are
    mctx's median CPU time per search over ours, PUCT against muzero_policy and Gumbel against
    gumbel_muzero_policy (whose trees equal ours); `overhead_us_per_sim` is our own CPU time per
-   simulation outside the network calls (64 x 800, PUCT), `bench/mcts_puct.py`'s measure.
+   simulation outside the network calls (64 x 800, PUCT, compiled: total minus a replay of the
+   njit network on the search's leaves; ask/tell: total minus the timed numpy calls; see
+   `bench/mcts_puct.py`).
    At root batch 1 every network call has batch 1 in both, and numpy's per-call cost for that
    MLP (~70 us per leaf) exceeds mctx's whole fused simulation; an extra row gives ours with
    `--puct-leaf-batch` (16) leaves per network call collected with virtual loss (still one root;
@@ -199,18 +204,32 @@ MCTX_LABELS = {"muzero_matched": "mctx.muzero_policy, our Q scale",
                "gumbel": "mctx.gumbel_muzero_policy"}
 
 
+VARIANT_LABELS = {"": "ours compiled (run_compiled)", "_asktell": "ours ask/tell (BatchedSearch)"}
+OVERHEAD_LABELS = {"": "compiled", "_asktell": "ask/tell"}
+"""Our two drivers of the batched search, by the suffix of their row names and JSON keys: the
+compiled loop with the njit MLP (`ours_puct_mlp_compiled`, the headline) and the Python ask/tell
+loop with the numpy MLP (`ours_puct_mlp`)."""
+
+
+def _variants() -> dict:
+    """Suffix -> our timed search function (`bench/mcts_puct.py`), as VARIANT_LABELS."""
+    return {"": mcts_puct.ours_puct_mlp_compiled, "_asktell": mcts_puct.ours_puct_mlp}
+
+
 def puct_part(options: Options) -> dict:
-    """Part 2: {"rows": {name: Samples of seconds per search}, "overhead": {n: [us/sim]},
-    "depth": {name: [max depth]}, "skipped": {name: reason}}; names `ours_{rule}_{n}` (rule puct /
-    gumbel) and `mctx_{policy}_{n}` (policy of mcts_mctx.POLICIES) per simulation count n."""
+    """Part 2: {"rows": {name: Samples of seconds per search}, "overhead": {(suffix, n):
+    [us/sim]}, "depth": {name: [max depth]}, "skipped": {name: reason}}; names
+    `ours_{rule}{suffix}_{n}` (rule puct / gumbel, suffix of VARIANT_LABELS) and
+    `mctx_{policy}_{n}` (policy of mcts_mctx.POLICIES) per simulation count n."""
     rows: dict[str, Samples] = {}
-    overhead: dict[int, list[float]] = {}
+    overhead: dict[tuple[str, int], list[float]] = {}
     depth: dict[str, list[int]] = {}
     skipped: dict[str, str] = {}
     sizes = options.puct_simulations
     if mcts_puct is None:
-        skipped.update({f"ours_{rule}_{n}": "not available: bench/mcts_puct.py does not import"
-                        for rule, _ in PAIRS for n in sizes})
+        skipped.update({f"ours_{rule}{suffix}_{n}":
+                        "not available: bench/mcts_puct.py does not import"
+                        for rule, _ in PAIRS for suffix in VARIANT_LABELS for n in sizes})
     reason = mcts_mctx.available() if mcts_puct is not None else "needs bench/mcts_puct.py"
     if reason is not None:
         skipped.update({f"mctx_{policy}_{n}": f"skipped: {reason}"
@@ -222,11 +241,13 @@ def puct_part(options: Options) -> dict:
         return result
     actions, embedding = options.puct_actions, options.puct_embedding
     model = mcts_puct.MlpMuZero(actions, embedding, 0)
+    variants = _variants()
     observation = np.random.default_rng(1).normal(size=(1, embedding)).astype(np.float32)
     searches = {}
     for n in sizes:
-        for rule, _ in PAIRS:  # compile / load numba's cache for both rules
-            mcts_puct.ours_puct_mlp(actions, min(n, 8), embedding, 0, rule=rule, model=model)
+        for rule, _ in PAIRS:  # compile / load numba's cache for both rules and both drivers
+            for variant in variants.values():
+                variant(actions, min(n, 8), embedding, 0, rule=rule, model=model)
         if options.puct_leaf_batch > 1:
             mcts_puct.ours_puct_mlp(actions, min(n, 8), embedding, 0, model=model,
                                     batch_size=options.puct_leaf_batch)
@@ -239,12 +260,13 @@ def puct_part(options: Options) -> dict:
             for k in range(options.puct_searches):
                 seed = round_ * options.puct_searches + k
                 for rule, policies in PAIRS:
-                    ours = mcts_puct.ours_puct_mlp(actions, n, embedding, seed, rule=rule,
-                                                   model=model)
-                    rows.setdefault(f"ours_{rule}_{n}", Samples()).add(
-                        ours["total_cpu_s"], ours["total_s"])
-                    if rule == "puct":
-                        overhead.setdefault(n, []).append(ours["overhead_us_per_sim"])
+                    for suffix, variant in variants.items():
+                        ours = variant(actions, n, embedding, seed, rule=rule, model=model)
+                        rows.setdefault(f"ours_{rule}{suffix}_{n}", Samples()).add(
+                            ours["total_cpu_s"], ours["total_s"])
+                        if rule == "puct":
+                            overhead.setdefault((suffix, n), []).append(
+                                ours["overhead_us_per_sim"])
                     for policy in policies:
                         if (policy, n) not in searches:
                             continue
@@ -269,11 +291,15 @@ def build_report(options: Options, *, hop: bool = True) -> dict:
     largest `simulations` size; pure Python at `python_simulations`), ratio_vs_openspiel_cpu,
     ratio_vs_python_cpu, per-size `uct_c4_{n}_*` / `openspiel_c4_{n}_*` rates, decisive-rollout
     and two-thread rates; puct_64x64_ratio_vs_mctx and puct_64x800_ratio_vs_mctx (mctx
-    muzero_policy with our Q scale, CPU-s per search / ours PUCT; keys named `puct_{A}x{n}_*` by
-    the actual sizes, the issue's two always present), puct_{A}x{n}_ratio_vs_mctx_default_q (mctx's
-    default Q normalisation), gumbel_{A}x{n}_ratio_vs_mctx, {rule}_{A}x{n}_ms_per_search,
-    mctx_{policy}_{A}x{n}_ms_per_search and _max_depth, overhead_us_per_sim (median, PUCT, the
-    largest size) and overhead_us_per_sim_{A}x{n};
+    muzero_policy with our Q scale, CPU-s per search / ours compiled PUCT; keys named
+    `puct_{A}x{n}_*` by the actual sizes, the issue's two always present),
+    puct_{A}x{n}_ratio_vs_mctx_default_q (mctx's default Q normalisation),
+    gumbel_{A}x{n}_ratio_vs_mctx, {rule}_{A}x{n}_ms_per_search, the same for the ask/tell driver
+    with the suffix `_asktell` after `mctx` / `default_q` / the rule
+    (`puct_{A}x{n}_ratio_vs_mctx_asktell`, `puct_asktell_{A}x{n}_ms_per_search`),
+    mctx_{policy}_{A}x{n}_ms_per_search and _max_depth, overhead_us_per_sim (median, compiled
+    PUCT, the largest size), overhead_us_per_sim_asktell, overhead_us_per_sim_{A}x{n} and
+    overhead_us_per_sim_asktell_{A}x{n};
     hop_ms, hop_ratio, grpc_search_ms, in_process_search_ms (absent with `hop=False`);
     versions of the peers.
     """
@@ -340,45 +366,52 @@ def build_report(options: Options, *, hop: bool = True) -> dict:
     for n in options.puct_simulations:
         size = f"{a}x{n}"
         for rule, policies in PAIRS:
-            ours = rows.get(f"ours_{rule}_{n}", Samples()).medians()
-            ratios = {}
+            theirs = {policy: rows.get(f"mctx_{policy}_{n}", Samples()).medians()
+                      for policy in policies}
             for policy in policies:
-                theirs = rows.get(f"mctx_{policy}_{n}", Samples()).medians()
-                ratios[policy] = theirs[0] / ours[0] if ours and theirs else None
                 out[f"mctx_{policy}_{size}_ms_per_search"] = (
-                    None if theirs is None else round(theirs[0] * 1e3, 3))
+                    None if theirs[policy] is None else round(theirs[policy][0] * 1e3, 3))
                 depths = puct["depth"].get(f"mctx_{policy}_{n}")
                 out[f"mctx_{policy}_{size}_max_depth"] = (
                     None if not depths else statistics.median(depths))
-            like = ratios[policies[0]]
-            out[f"{rule}_{size}_ratio_vs_mctx"] = None if like is None else round(like, 2)
-            if rule == "puct":
-                other = ratios["muzero"]
-                out[f"puct_{size}_ratio_vs_mctx_default_q"] = (
-                    None if other is None else round(other, 2))
-            out[f"{rule}_{size}_ms_per_search"] = None if ours is None else round(ours[0] * 1e3, 3)
-            entries = [(f"ours_{rule}_{n}", f"ours BatchedSearch, {rule}", ours, like)]
-            entries += [(f"mctx_{policy}_{n}", MCTX_LABELS[policy],
-                         rows.get(f"mctx_{policy}_{n}", Samples()).medians(), None)
-                        for policy in policies]
-            for name, label, value, ratio in entries:
+            entries = []
+            for suffix, variant_label in VARIANT_LABELS.items():
+                ours = rows.get(f"ours_{rule}{suffix}_{n}", Samples()).medians()
+                ratios = {policy: theirs[policy][0] / ours[0] if ours and theirs[policy]
+                          else None for policy in policies}
+                like = ratios[policies[0]]
+                out[f"{rule}_{size}_ratio_vs_mctx{suffix}"] = (
+                    None if like is None else round(like, 2))
+                if rule == "puct":
+                    other = ratios["muzero"]
+                    out[f"puct_{size}_ratio_vs_mctx_default_q{suffix}"] = (
+                        None if other is None else round(other, 2))
+                out[f"{rule}{suffix}_{size}_ms_per_search"] = (
+                    None if ours is None else round(ours[0] * 1e3, 3))
+                entries.append((f"ours_{rule}{suffix}_{n}", f"{variant_label}, {rule}", ours,
+                                like, ratios))
+            mctx_entries = [(f"mctx_{policy}_{n}", MCTX_LABELS[policy], theirs[policy], None, {})
+                            for policy in policies]
+            for name, label, value, ratio, ratios in entries + mctx_entries:
                 if name in skipped:
                     lines.append(f"{label:<44} {size:>8} {skipped[name]}")
                     continue
                 vs = f"{ratio:>11.2f}" if ratio is not None else f"{'-':>11}"
                 lines.append(f"{label:<44} {size:>8} {value[0] * 1e3:>12.2f} "
                              f"{value[1] * 1e3:>12.2f} {vs} {value[0] / n * 1e6:>9.1f}")
-            if rule == "puct" and ours and ratios.get("muzero") is not None:
-                lines.append(f"{'  ours x mctx default-Q PUCT (CPU)':<44} {size:>8} "
-                             f"{ratios['muzero']:>12.2f}  (mctx tree depth "
-                             f"{out[f'mctx_muzero_{size}_max_depth']:.0f} vs "
-                             f"{out[f'mctx_muzero_matched_{size}_max_depth']:.0f} matched)")
-        overhead = puct["overhead"].get(n)
-        out[f"overhead_us_per_sim_{size}"] = (None if not overhead
-                                              else round(statistics.median(overhead), 2))
-        if overhead:
-            lines.append(f"{'  our overhead outside the network (PUCT)':<44} {size:>8} "
-                         f"{statistics.median(overhead):>12.1f} us/sim (CPU)")
+                if rule == "puct" and ratios.get("muzero") is not None:
+                    lines.append(f"{'  x mctx default-Q PUCT (CPU)':<44} {size:>8} "
+                                 f"{ratios['muzero']:>12.2f}  (mctx tree depth "
+                                 f"{out[f'mctx_muzero_{size}_max_depth']:.0f} vs "
+                                 f"{out[f'mctx_muzero_matched_{size}_max_depth']:.0f} matched)")
+        for suffix in VARIANT_LABELS:
+            overhead = puct["overhead"].get((suffix, n))
+            out[f"overhead_us_per_sim{suffix}_{size}"] = (
+                None if not overhead else round(statistics.median(overhead), 2))
+            if overhead:
+                label = f"  overhead outside the network, {OVERHEAD_LABELS[suffix]}"
+                lines.append(f"{label:<44} {size:>8} {statistics.median(overhead):>12.1f} "
+                             f"us/sim (CPU)")
         batched = rows.get(f"ours_puct_leaf_batch_{n}", Samples()).medians()
         if batched:
             b = options.puct_leaf_batch
@@ -386,7 +419,7 @@ def build_report(options: Options, *, hop: bool = True) -> dict:
             default = rows.get(f"mctx_muzero_{n}", Samples()).medians()
             leaf_overhead = statistics.median(puct["leaf_overhead"][n])
             vs = f"{matched[0] / batched[0]:>11.2f}" if matched else f"{'-':>11}"
-            lines.append(f"{f'ours, puct, {b} leaves per call (virtual loss)':<44} {size:>8} "
+            lines.append(f"{f'ours ask/tell, puct, {b} leaves/call (v. loss)':<44} {size:>8} "
                          f"{batched[0] * 1e3:>12.2f} {batched[1] * 1e3:>12.2f} {vs} "
                          f"{batched[0] / n * 1e6:>9.1f}")
             lines.append(f"{'  its overhead outside the network':<44} {size:>8} "
@@ -401,8 +434,10 @@ def build_report(options: Options, *, hop: bool = True) -> dict:
             out[f"overhead_us_per_sim_leaf_batch_{size}"] = round(leaf_overhead, 2)
             out["puct_leaf_batch"] = b
     out["overhead_us_per_sim"] = out[f"overhead_us_per_sim_{a}x{largest_puct}"]
+    out["overhead_us_per_sim_asktell"] = out[f"overhead_us_per_sim_asktell_{a}x{largest_puct}"]
     for size in ("64x64", "64x800"):  # the issue's keys, null when not measured at these sizes
-        out.setdefault(f"puct_{size}_ratio_vs_mctx", None)
+        for suffix in VARIANT_LABELS:
+            out.setdefault(f"puct_{size}_ratio_vs_mctx{suffix}", None)
 
     if hop:
         lines.append("")

@@ -18,6 +18,15 @@ up again without an evaluation whenever a descent reaches it.
 The kernels are `njit(cache=True, nogil=True)`: `collect_leaves` (selection with virtual loss),
 `apply_evaluations` (validation, expansion and backup).
 
+Two drivers run the same kernels in the same order, so the same evaluations give the same tree:
+- ask/tell (`next_batch` / `submit`, `run_batched`): the evaluator is any Python callable (a
+  network, a remote caller); about 20 us of Python per batch;
+- compiled (`BatchedSearch.run_compiled`, kernel `run_batches`): the evaluator is an njit
+  function, passed as an argument the way the engine takes a game's functions, and the loop
+  collect_leaves -> evaluate -> apply_evaluations runs in numba with no Python per batch (the
+  root batch and the root's noise are still prepared in Python). The two kernels are
+  `inline="always"` so that they are compiled into it without reference counting.
+
 One batch:
 - The first batch is the root alone; its evaluation does not count as a simulation (as in mctx,
   the root ends with `simulations + 1` visits).
@@ -83,6 +92,10 @@ the tree was full)."""
 PUCT_RULE = 1
 GUMBEL_RULE = 2
 RULES = {"puct": PUCT_RULE, "gumbel": GUMBEL_RULE}
+
+COMPILED_CHUNK_BATCHES = 256
+"""Batches per call of the compiled loop (`BatchedSearch.run_compiled`) when a deadline or a stop
+event must be checked between calls."""
 
 DEFAULT_MAX_NODES = 1_000_000
 """Default node capacity; a search allocates at most `(simulations + 1) * num_actions + 1`."""
@@ -209,7 +222,8 @@ class BatchedResult:
         elapsed_s: wall seconds from the first `next_batch` to the last `submit`.
         simulations_per_second: simulations / elapsed_s.
         select_s, evaluate_s, backup_s: wall seconds in selection (`next_batch`), in the caller's
-            evaluation (from `next_batch` returning to `submit` being called) and in `submit`.
+            evaluation (from `next_batch` returning to `submit` being called) and in `submit`
+            (the root batch only after `BatchedSearch.run_compiled`, whose loop is not split).
     """
 
     action: int
@@ -412,7 +426,7 @@ SIZE, MAX_DEPTH, FULL, COLLISIONS, STORED_BACKUPS = range(5)
 """Entries of the int64 `counters` [5] (the first three are `Tree.counters`)."""
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def collect_leaves(ints, floats, counters, rule, c_puct, virtual_loss, players, c_visit, c_scale,
                    root_gumbel, considered_table, max_descents, out, scratch):
     """Runs up to `max_descents` descents from the (expanded) root; see the module doc.
@@ -492,7 +506,7 @@ def check_evaluations(priors, values, terminal):
     return _OK, -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def apply_evaluations(ints, floats, counters, nodes, priors, values, terminals, virtual_loss,
                       players):
     """Checks the evaluations (`check_evaluations`; nothing changes when one is malformed), then
@@ -553,6 +567,61 @@ def apply_evaluations(ints, floats, counters, nodes, priors, values, terminals, 
     return _OK, -1
 
 
+# No reference counting (`_nrt=False`, as the engine's kernels): every array comes from the caller,
+# and the inlined kernels and evaluator would otherwise count references of every row and slice.
+# Not cached: numba's cache never matches a kernel typed by a function argument in a new process.
+@njit(nogil=True, _nrt=False)
+def run_batches(ints, floats, counters, rule, c_puct, virtual_loss, players, c_visit, c_scale,
+                root_gumbel, considered_table, remaining, batch_size, max_batches, out, scratch,
+                priors, values, terminal, evaluate, model):
+    """The ask/tell loop compiled: up to `max_batches` batches of `collect_leaves` ->
+    `evaluate` -> `apply_evaluations` on an expanded root, with no Python between them.
+
+    `evaluate(model, nodes, parents, actions, priors, values, terminal)` is an njit function
+    (passed as an argument: numba compiles one specialisation of this kernel per evaluator, with
+    the call inlined when it is `inline="always"`); `model` is anything numba can pass (a tuple
+    of arrays: weights, per-node states, scratch). It gets the batch's leaves as int64 [B] node
+    ids, parent ids and actions from the parent, and must fill `priors` (float64 [B, A], >= 0,
+    0 = no child), `values` (float64 [B], in [-1, 1], for the player to move at the leaf) and
+    `terminal` (bool [B]) row b for leaf b, exactly as `BatchedSearch.submit` takes them; it
+    must not allocate (the kernel runs without reference counting).
+
+    Args:
+        remaining: descents left in the search budget; a batch holds at most
+            `min(batch_size, remaining)` descents, as in `BatchedSearch.next_batch`.
+        out: int64 [4, >= batch_size], the leaves of a batch (see `collect_leaves`).
+        scratch: float64 [MAX_ACTIONS].
+        priors, values, terminal: float64 [>= batch_size, A], float64 [>= batch_size] and
+            bool [>= batch_size], the evaluator's output buffers.
+    Returns:
+        (descents completed, leaves evaluated, batches, error code, row): the error code is
+        `check_evaluations`' for the first malformed evaluation (0 when none), which stops the
+        loop with that batch's leaves still PENDING and their virtual loss in place.
+    """
+    done = 0
+    evaluated = 0
+    batches = 0
+    while remaining > 0 and batches < max_batches:
+        leaves, completed = collect_leaves(ints, floats, counters, rule, c_puct, virtual_loss,
+                                           players, c_visit, c_scale, root_gumbel,
+                                           considered_table, min(batch_size, remaining), out,
+                                           scratch)
+        remaining -= completed
+        done += completed
+        if leaves == 0:
+            continue
+        nodes = out[0, :leaves]
+        evaluate(model, nodes, out[1, :leaves], out[2, :leaves], priors[:leaves],
+                 values[:leaves], terminal[:leaves])
+        code, row = apply_evaluations(ints, floats, counters, nodes, priors[:leaves],
+                                      values[:leaves], terminal[:leaves], virtual_loss, players)
+        if code != _OK:
+            return done - leaves, evaluated, batches, code, row
+        evaluated += leaves
+        batches += 1
+    return done, evaluated, batches, _OK, -1
+
+
 def validate_config(num_actions: int, simulations: int, config: BatchedConfig,
                     players: int) -> None:
     """Raises ValueError naming the option that is out of range."""
@@ -591,25 +660,44 @@ class BatchedSearch:
     """
 
     def __init__(self, num_actions: int, simulations: int, config: BatchedConfig = BatchedConfig(),
-                 players: int = 2) -> None:
+                 players: int = 2, *, blocks: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> None:
         """
         Args:
             num_actions: A, the size of the action space, 1..127.
             simulations: descents after the root's evaluation, >= 1.
             config: see `BatchedConfig`.
             players: 2 for alternating zero-sum games (values flip sign per ply), 1 otherwise.
+            blocks: optional (int64 [7, N], float64 [3, N]) C-contiguous arrays to build the tree
+                in, N = `capacity_for(...)`, e.g. those of a finished search (`blocks`): their
+                contents do not matter (a search writes every row before reading it), and
+                reusing them spares the page faults of fresh memory (about one per 4 KiB
+                touched). The earlier search's tree is overwritten.
         Raises:
-            ValueError: an argument out of range (see `validate_config`).
+            ValueError: an argument out of range (see `validate_config`), or blocks of the wrong
+                shape or dtype.
         """
         validate_config(num_actions, simulations, config, players)
         self.num_actions = num_actions
         self.simulations = simulations
         self.config = config
         self.players = players
-        capacity = max(8, min(config.max_nodes, (simulations + 1) * num_actions + 1))
-        # Zero-filled blocks are mapped lazily by the OS; rows past the tree's size are never read.
-        self._ints = np.zeros((7, capacity), dtype=np.int64)
-        self._floats = np.zeros((3, capacity), dtype=np.float64)
+        capacity = self.capacity_for(num_actions, simulations, config)
+        if blocks is None:
+            # Zero-filled blocks are mapped lazily by the OS; rows past the tree's size are never
+            # read.
+            self._ints = np.zeros((7, capacity), dtype=np.int64)
+            self._floats = np.zeros((3, capacity), dtype=np.float64)
+        else:
+            ints, floats = blocks
+            if not (ints.shape == (7, capacity) and ints.dtype == np.int64
+                    and floats.shape == (3, capacity) and floats.dtype == np.float64
+                    and ints.flags.c_contiguous and floats.flags.c_contiguous):
+                raise ValueError(f"blocks must be C-contiguous int64 [7, {capacity}] and "
+                                 f"float64 [3, {capacity}]")
+            self._ints, self._floats = ints, floats
+            ints[:, 0] = 0
+            floats[:, 0] = 0.0
         self._counters = np.zeros(5, dtype=np.int64)
         self._ints[FIRST_CHILD, 0] = -1
         self._ints[PARENT, 0] = -1
@@ -646,6 +734,18 @@ class BatchedSearch:
         self.select_s = 0.0
         self.evaluate_s = 0.0
         self.backup_s = 0.0
+
+    @staticmethod
+    def capacity_for(num_actions: int, simulations: int, config: BatchedConfig) -> int:
+        """N, the nodes a search of these sizes allocates: at most `config.max_nodes` and
+        `(simulations + 1) * num_actions + 1`, at least 8."""
+        return max(8, min(config.max_nodes, (simulations + 1) * num_actions + 1))
+
+    @property
+    def blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The tree's two blocks (int64 [7, N], float64 [3, N]), to pass to a later search of
+        the same capacity once this one's tree is no longer needed."""
+        return self._ints, self._floats
 
     @property
     def simulations_done(self) -> int:
@@ -731,12 +831,7 @@ class BatchedSearch:
             raise EvaluationError("terminal", -1, f"shape {terminal.shape}, expected ({size},)")
         code, row = apply_evaluations(self._ints, self._floats, self._counters, batch.nodes,
                                       priors, values, terminal, self._vl, self.players)
-        if code == _BAD_VALUE:
-            raise EvaluationError("values", row, f"is {values[row]}; must be in [-1, 1]")
-        if code == _BAD_PRIOR:
-            raise EvaluationError("priors", row, "has a negative or non-finite prior")
-        if code == _ZERO_PRIORS:
-            raise EvaluationError("priors", row, "is all zero on a non-terminal leaf")
+        _raise_for(code, row, values)
         self._pending = None
         self._evaluations += size
         if batch.batch_id == 0:
@@ -747,6 +842,58 @@ class BatchedSearch:
         self.evaluate_s += now - self._handed_out_at
         self.backup_s += ended - now
         self._ended = ended
+
+    def run_compiled(self, evaluate, model, *, deadline: float | None = None,
+                     stop: threading.Event | None = None) -> BatchedResult:
+        """Runs the search to the end with an njit evaluator and the whole loop in numba
+        (`run_batches`): no Python per batch. The same seed, options and evaluations give the
+        same tree as `run_batched` (batch by batch the same kernels run in the same order).
+
+        Args:
+            evaluate: an njit function `evaluate(model, nodes, parents, actions, priors, values,
+                terminal)` filling row b of `priors` (float64 [B, A]), `values` (float64 [B]) and
+                `terminal` (bool [B]) for leaf b (int64 [B] node ids, parent ids (-1 for the
+                root) and actions (-1 for the root)); it must not allocate (see `run_batches`).
+                Also called once from Python for the root batch.
+            model: its first argument (e.g. a tuple of arrays: weights, per-node states).
+            deadline: `time.monotonic()` seconds after which no new chunk of
+                COMPILED_CHUNK_BATCHES batches starts (checked between chunks only).
+            stop: an event that stops the search the same way (cancellation).
+        Returns:
+            the result, as `result()`. `select_s`, `evaluate_s` and `backup_s` then cover the
+            root batch only (the compiled loop is not split into phases; `elapsed_s` has it all).
+        Raises:
+            RuntimeError: a batch of `next_batch` is waiting for `submit`.
+            EvaluationError: a malformed evaluation (the search stops; its leaves stay PENDING).
+        """
+        if self._pending is not None:
+            raise RuntimeError("submit the previous batch first")
+        size = self.config.batch_size
+        priors = np.zeros((size, self.num_actions), dtype=np.float64)
+        values = np.zeros(size, dtype=np.float64)
+        terminal = np.zeros(size, dtype=np.bool_)
+        if self._batches == 0:
+            root = self.next_batch()
+            evaluate(model, root.nodes, root.parents, root.actions, priors[:1], values[:1],
+                     terminal[:1])
+            self.submit(priors[:1], values[:1], terminal[:1])
+        chunk = (self._remaining if deadline is None and stop is None
+                 else COMPILED_CHUNK_BATCHES)
+        out = np.empty((4, size), dtype=np.int64)
+        while (self._remaining > 0 and (deadline is None or time.monotonic() < deadline)
+               and (stop is None or not stop.is_set())):
+            done, evaluated, batches, code, row = run_batches(
+                self._ints, self._floats, self._counters, self._rule, self._c_puct, self._vl,
+                self.players, self._c_visit, self._c_scale, self._root_gumbel, self._considered,
+                self._remaining, size, chunk, out, self._scratch, priors, values, terminal,
+                evaluate, model)
+            self._remaining -= done
+            self._done += done
+            self._evaluations += evaluated
+            self._batches += batches
+            self._ended = time.perf_counter()
+            _raise_for(code, row, values)
+        return self.result()
 
     def _prepare_root(self) -> None:
         """After the root's evaluation: Dirichlet noise (PUCT) or the Gumbel draw and the
@@ -845,6 +992,16 @@ class BatchedSearch:
         policy = np.zeros(self.num_actions, dtype=np.float64)
         policy[acts] = improved / improved.sum()
         return action, policy
+
+
+def _raise_for(code: int, row: int, values: np.ndarray) -> None:
+    """Raises the EvaluationError of a kernel's error code (nothing for _OK)."""
+    if code == _BAD_VALUE:
+        raise EvaluationError("values", row, f"is {values[row]}; must be in [-1, 1]")
+    if code == _BAD_PRIOR:
+        raise EvaluationError("priors", row, "has a negative or non-finite prior")
+    if code == _ZERO_PRIORS:
+        raise EvaluationError("priors", row, "is all zero on a non-terminal leaf")
 
 
 def run_batched(search: BatchedSearch,

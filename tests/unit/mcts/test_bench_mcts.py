@@ -54,6 +54,9 @@ def test_peers_missing_give_skipped_rows_and_null_values(bench, monkeypatch):
     if bench.mcts_puct is not None:  # our batched search is measured even without mctx
         assert out["overhead_us_per_sim"] is not None
         assert out["puct_4x8_ms_per_search"] > 0
+        assert out["overhead_us_per_sim_asktell"] is not None  # the ask/tell driver, apart
+        assert out["puct_asktell_4x8_ms_per_search"] > 0
+        assert "ours compiled (run_compiled), puct" in text
 
 
 def test_batched_search_missing_is_reported_not_available(bench, monkeypatch):
