@@ -53,21 +53,27 @@ def tree_arrays(search: BatchedSearch) -> tuple:
 
 
 def test_select_puct_takes_the_exact_alphazero_score():
-    # Root (node 0) with three children: visits, value sums and priors chosen by hand.
-    visits = np.array([10, 4, 3, 2], dtype=np.int64)
-    value_sum = np.array([0.0, 2.0, -0.3, 1.2])
-    prior = np.array([1.0, 0.2, 0.5, 0.3])
-    first_child = np.array([1, -1, -1, -1], dtype=np.int64)
-    num_children = np.array([3, 0, 0, 0], dtype=np.int64)
+    # Root (node 0) with four children, one unvisited: visits, value sums and priors by hand.
+    visits = np.array([10, 4, 3, 2, 0], dtype=np.int64)
+    value_sum = np.array([0.0, 2.0, -0.3, 1.2, 0.0])
+    prior = np.array([1.0, 0.2, 0.5, 0.3, 0.1])
+    first_child = np.array([1, -1, -1, -1, -1], dtype=np.int64)
+    num_children = np.array([4, 0, 0, 0, 0], dtype=np.int64)
     for c_puct in (0.0, 1.25, 4.0, 10.0):
-        scores = [value_sum[i] / visits[i] + c_puct * prior[i] * math.sqrt(10) / (1 + visits[i])
-                  for i in (1, 2, 3)]
-        expected = 1 + int(np.argmax(scores))
+        expected_scores = [
+            (value_sum[i] / visits[i] if visits[i] else 0.0)
+            + c_puct * prior[i] * math.sqrt(10) / (1 + visits[i])
+            for i in (1, 2, 3, 4)]
+        expected = 1 + int(np.argmax(expected_scores))
         assert select_puct(0, visits, value_sum, prior, first_child, num_children,
                            c_puct) == expected
     # c = 0: the best mean (0.6 for child 3 vs 0.5); c = 10: the large prior of child 2 wins.
     assert select_puct(0, visits, value_sum, prior, first_child, num_children, 0.0) == 3
     assert select_puct(0, visits, value_sum, prior, first_child, num_children, 10.0) == 2
+    # Exact ties go to the lower action.
+    tied = np.array([10, 0, 0, 0, 0], dtype=np.int64)
+    even = np.array([1.0, 0.25, 0.25, 0.25, 0.25])
+    assert select_puct(0, tied, np.zeros(5), even, first_child, num_children, 1.25) == 1
 
 
 def test_the_first_batch_is_the_root_and_it_is_not_a_simulation():
