@@ -59,6 +59,7 @@ def test_select_puct_takes_the_exact_alphazero_score():
     prior = np.array([1.0, 0.2, 0.5, 0.3, 0.1])
     first_child = np.array([1, -1, -1, -1, -1], dtype=np.int64)
     num_children = np.array([4, 0, 0, 0, 0], dtype=np.int64)
+    scores = np.zeros(8)
     for c_puct in (0.0, 1.25, 4.0, 10.0):
         expected_scores = [
             (value_sum[i] / visits[i] if visits[i] else 0.0)
@@ -66,14 +67,15 @@ def test_select_puct_takes_the_exact_alphazero_score():
             for i in (1, 2, 3, 4)]
         expected = 1 + int(np.argmax(expected_scores))
         assert select_puct(0, visits, value_sum, prior, first_child, num_children,
-                           c_puct) == expected
+                           c_puct, scores) == expected
+        np.testing.assert_allclose(scores[:4], expected_scores, rtol=1e-14, atol=1e-15)
     # c = 0: the best mean (0.6 for child 3 vs 0.5); c = 10: the large prior of child 2 wins.
-    assert select_puct(0, visits, value_sum, prior, first_child, num_children, 0.0) == 3
-    assert select_puct(0, visits, value_sum, prior, first_child, num_children, 10.0) == 2
+    assert select_puct(0, visits, value_sum, prior, first_child, num_children, 0.0, scores) == 3
+    assert select_puct(0, visits, value_sum, prior, first_child, num_children, 10.0, scores) == 2
     # Exact ties go to the lower action.
     tied = np.array([10, 0, 0, 0, 0], dtype=np.int64)
     even = np.array([1.0, 0.25, 0.25, 0.25, 0.25])
-    assert select_puct(0, tied, np.zeros(5), even, first_child, num_children, 1.25) == 1
+    assert select_puct(0, tied, np.zeros(5), even, first_child, num_children, 1.25, scores) == 1
 
 
 def test_the_first_batch_is_the_root_and_it_is_not_a_simulation():
