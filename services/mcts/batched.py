@@ -78,7 +78,7 @@ import numpy as np
 from numba import njit
 
 from services.mcts.game import MAX_ACTIONS
-from services.mcts.selection import puct
+from services.mcts.selection import first_max
 from services.mcts.tree import ENDED, Tree
 
 NEW = 0
@@ -325,13 +325,7 @@ def select_puct(node, visits, value_sum, prior, first_child, num_children, c_puc
     for i in range(count):
         n = np.float64(visits[start + i])
         scores[i] = value_sum[start + i] / max(n, 1.0) + coefficient * prior[start + i] / (1.0 + n)
-    best = 0
-    best_score = scores[0]
-    for i in range(1, count):
-        if scores[i] > best_score:
-            best_score = scores[i]
-            best = i
-    return start + best
+    return start + first_max(scores, count)
 
 
 @njit(cache=True, nogil=True)

@@ -116,7 +116,15 @@ from services.mcts.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
 from services.mcts.cycle_clock import read_cycles, seconds_per_cycle
 from services.mcts.game import MAX_ACTIONS, Game
 from services.mcts.prefetch import prefetch
-from services.mcts.selection import PUCT, UCT, puct, rave_beta, ucb1_from_log, widened_children
+from services.mcts.selection import (
+    PUCT,
+    UCT,
+    first_max,
+    puct,
+    rave_beta,
+    ucb1_from_log,
+    widened_children,
+)
 from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import TranspositionTable, find_or_insert
 from services.mcts.tree import MIN_CAPACITY, Tree
@@ -318,13 +326,7 @@ def select_uct(node, visits, value_sum, first_child, num_children, action, explo
     for i in range(count):
         n = child_visits[i]
         scores[i] = child_value_sum[i] / n + exploration * math.sqrt(log_parent_n / n)
-    best = 0
-    best_score = scores[0]
-    for i in range(1, count):
-        if scores[i] > best_score:
-            best_score = scores[i]
-            best = i
-    return start + best
+    return start + first_max(scores, count)
 
 
 @njit(cache=True, nogil=True, inline="always")

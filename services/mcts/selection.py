@@ -15,6 +15,20 @@ PUCT = 1
 """Selection rule code: PUCT as in AlphaZero (Silver et al. 2018)."""
 
 
+@njit(cache=True, nogil=True, inline="always")
+def first_max(scores, count):
+    """Index of the largest of `scores[:count]` (float64, count >= 1); ties go to the lowest
+    index. Selection writes every child's score in one branch-free loop that LLVM vectorises,
+    then calls this."""
+    best = 0
+    best_score = scores[0]
+    for i in range(1, count):
+        if scores[i] > best_score:
+            best_score = scores[i]
+            best = i
+    return best
+
+
 @njit(cache=True, nogil=True)
 def ucb1(q, n, parent_visits, exploration):
     """UCB1 score `q + c * sqrt(ln N / n)` of a child visited `n >= 1` times under a parent visited
