@@ -472,7 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     heldout.add_argument("--blanks", type=int, default=16, help="sudoku: blanks per puzzle")
     heldout.add_argument("--rows", type=int, default=4, help="maze: lattice rows (grid 2r+1)")
     heldout.add_argument("--cols", type=int, default=4, help="maze: lattice columns (grid 2c+1)")
-    heldout.add_argument("--extra-openings", type=int, default=2, help="maze: walls removed")
+    heldout.add_argument("--extra-openings", type=int, default=0,
+                         help="maze: walls removed after carving (0: a perfect maze, one path)")
     heldout.add_argument("--min-path-length", type=int, default=4, help="maze: S-G steps")
     heldout.add_argument("--format", choices=["csv", "lines"], default="csv",
                          help="csv: HRM CSV with answers (default); lines: one puzzle a line")

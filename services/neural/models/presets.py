@@ -17,13 +17,14 @@ in a buffer outside `model.parameters()`: the papers' 27M / 5M / 7M exclude the 
 We count every parameter but that table (`reasoning_layers.count_parameters`); buffers (initial
 states, RoPE tables) are not parameters. The counts: HRM Sudoku 27,275,266 (paper 27.27M),
 TRM-MLP Sudoku 5,028,353 (5.03M), TRM-Att maze 6,822,401 and ARC 6,828,545 (6.83M); the CPU
-presets 210,529 (trm-mlp-cpu-sudoku6), 279,265 (trm-mlp-cpu-maze9) and 263,298 (hrm-cpu-sudoku6).
+presets 210,529 (trm-mlp-cpu-sudoku6), 279,265 (trm-mlp-cpu-maze9), 230,113 (trm-mlp-cpu-maze7) and
+263,298 (hrm-cpu-sudoku6).
 Our TRM halting head has one output (q_halt only), 513 parameters fewer than the reference's
 two-output head.
 
 CPU presets are for 6x6 Sudoku (2x3 boxes): vocabulary 8 (pad, blank, digits 1-6), 36 cells;
-and `trm-mlp-cpu-maze9`, the same TRM-MLP for mazes on a 9x9 grid (`MazeTask` with 4x4 lattice
-cells): vocabulary 6, 81 cells.
+and `trm-mlp-cpu-maze9` / `trm-mlp-cpu-maze7`, the same TRM-MLP for mazes on a 9x9 / 7x7 grid
+(`MazeTask` with 4x4 / 3x3 lattice cells): vocabulary 6, 81 / 49 cells.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ MAZE_VOCAB = 6
 ARC_VOCAB = 12
 GRID9_CELLS = 81
 GRID6_CELLS = 36
+GRID7_CELLS = 49
 GRID30_CELLS = 900
 ARC1_TASKS = 960
 """ARC-AGI-1 training (400) + evaluation (400) + ConceptARC (160) tasks, the TRM ARC-AGI-1 set."""
@@ -95,6 +97,12 @@ def _presets() -> dict[str, Preset]:
                              l_cycles=4, puzzle_emb_ndim=96, puzzle_emb_len=4,
                              halt_max_steps=8),
                "small TRM-MLP for 9x9-grid mazes (4x4 cells), trainable on a CPU"),
+        Preset("trm-mlp-cpu-maze7", trm.ARCHITECTURE,
+               trm.TRMConfig(vocab_size=MAZE_VOCAB, seq_len=GRID7_CELLS, hidden_size=96,
+                             num_heads=4, mlp_t=True, pos_encodings="none", h_cycles=3,
+                             l_cycles=4, puzzle_emb_ndim=96, puzzle_emb_len=4,
+                             halt_max_steps=8),
+               "small TRM-MLP for 7x7-grid mazes (3x3 cells), trainable on a CPU"),
         Preset("hrm-cpu-sudoku6", hrm.ARCHITECTURE,
                hrm.HRMConfig(vocab_size=SUDOKU6_VOCAB, seq_len=GRID6_CELLS, hidden_size=64,
                              num_heads=4, h_layers=2, l_layers=2, h_cycles=2, l_cycles=2,

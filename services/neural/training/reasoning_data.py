@@ -123,11 +123,17 @@ class SudokuTask:
 @dataclass(frozen=True)
 class MazeTask:
     """Generated mazes on a `rows x cols` lattice (grid (2 rows + 1) x (2 cols + 1)) with BFS
-    shortest-path labels; no augmentation (the references do not augment mazes)."""
+    shortest-path labels; no augmentation (the references do not augment mazes).
+
+    The default is a perfect maze (`extra_openings=0`): exactly one path joins S and G, so the
+    label is the only optimal answer and exact match equals "optimal path". With loops, about a
+    quarter of 4x4 mazes with 2 extra openings have several shortest paths, and the label picks
+    one arbitrarily: a target the model cannot know, which stalled training (see README).
+    """
 
     rows: int = 4
     cols: int = 4
-    extra_openings: int = 2
+    extra_openings: int = 0
     min_path_length: int = 4
 
     @property
@@ -159,16 +165,32 @@ class MazeTask:
 Task = SudokuTask | MazeTask
 
 
+MAX_FRUITLESS_DRAWS = 10_000
+"""Consecutive generated puzzles that may all be duplicates (or held out) before a task is judged
+too small for the request: a 2x2-cell maze task has a few dozen distinct puzzles in all."""
+
+
 def held_out_set(task: Task, count: int, seed: int) -> PuzzleBatch:
     """`count` generated puzzles (not augmented), the same for the same `seed`; the evaluation
-    set. Duplicates are skipped, so the puzzles are distinct."""
+    set. Duplicates are skipped, so the puzzles are distinct.
+
+    Raises:
+        ValueError: `MAX_FRUITLESS_DRAWS` draws in a row gave no new puzzle (the task has fewer
+            than `count` distinct puzzles, or nearly so).
+    """
     rng = np.random.default_rng([seed, 1])
     seen: set[bytes] = set()
     inputs, labels = [], []
+    fruitless = 0
     while len(inputs) < count:
         puzzle, solution = task.generate(rng)
         if puzzle.tobytes() in seen:
+            fruitless += 1
+            if fruitless >= MAX_FRUITLESS_DRAWS:
+                raise ValueError(f"{task} has too few distinct puzzles for {count}: "
+                                 f"{len(inputs)} found, then {fruitless} duplicates in a row")
             continue
+        fruitless = 0
         seen.add(puzzle.tobytes())
         inputs.append(puzzle)
         labels.append(solution)
@@ -178,7 +200,8 @@ def held_out_set(task: Task, count: int, seed: int) -> PuzzleBatch:
 class PuzzleStream:
     """An endless seeded stream of fresh training examples: each one a newly generated puzzle
     under a fresh random augmentation. Puzzles whose inputs appear in `exclude` (the held-out
-    set) are skipped, so evaluation never sees a training puzzle.
+    set) are skipped, so evaluation never sees a training puzzle; `take` raises ValueError when
+    `MAX_FRUITLESS_DRAWS` draws in a row are all held out.
 
     `take(k)` returns the next k examples as a `PuzzleBatch`; the sequence depends only on `seed`.
     """
@@ -192,12 +215,14 @@ class PuzzleStream:
         self.generated = 0
 
     def _next(self) -> tuple[np.ndarray, np.ndarray]:
-        while True:
+        for _ in range(MAX_FRUITLESS_DRAWS):
             puzzle, solution = self.task.generate(self.rng)
             puzzle, solution = self.task.augment(puzzle, solution, self.rng)
             if puzzle.astype(np.int32).tobytes() not in self.excluded:
                 self.generated += 1
                 return puzzle, solution
+        raise ValueError(f"{self.task}: {MAX_FRUITLESS_DRAWS} generated puzzles in a row were "
+                         f"all held out; the held-out set leaves nothing to train on")
 
     def take(self, count: int) -> PuzzleBatch:
         pairs = [self._next() for _ in range(count)]

@@ -452,3 +452,15 @@ def test_a_tiny_trm_learns_easy_six_by_six_sudoku():
     assert untrained.exact_accuracy == 0.0 and untrained.cell_accuracy < 0.3
     assert result.paper.exact_accuracy >= 0.5
     assert result.paper.cell_accuracy > 0.95
+
+
+def test_a_task_with_too_few_distinct_puzzles_is_refused_not_looped_on():
+    task = MazeTask(rows=2, cols=2, min_path_length=2)  # a few dozen distinct mazes in all
+    with pytest.raises(ValueError, match="too few distinct puzzles for 1000"):
+        held_out_set(task, 1000, seed=0)
+    everything = held_out_set(task, 20, seed=0)
+    stream = PuzzleStream(MazeTask(rows=1, cols=2, min_path_length=1), seed=0,
+                          exclude=held_out_set(MazeTask(rows=1, cols=2, min_path_length=1), 2, 0))
+    with pytest.raises(ValueError, match="all held out"):
+        stream.take(1)
+    assert len(everything) == 20
