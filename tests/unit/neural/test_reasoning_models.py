@@ -92,6 +92,7 @@ def test_parameter_counts_are_the_documented_exact_values(counts) -> None:
         "trm-att-paper-arc": 6_828_545,
         "trm-mlp-cpu-sudoku6": 210_529,
         "trm-mlp-cpu-maze9": 279_265,
+        "trm-mlp-cpu-maze7": 230_113,
         "hrm-cpu-sudoku6": 263_298,
     }
 
