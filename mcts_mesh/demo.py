@@ -5,7 +5,10 @@
 2. 6x6 Sudoku: a few generated puzzles (the TRM trainer's held-out set, 16 blanks); the served TRM
    proposes, the checker verifies, the exact solver answers what the TRM gets wrong, and each line
    says which agent's answer came back.
-3. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs),
+3. Mazes: a few generated 4x4-cell mazes (9x9 grids; the TRM maze trainer's held-out set): the
+   served TRM proposes a path, the checker verifies that it is valid and shortest, and the exact
+   solver answers when it is not.
+4. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs),
    then a few test claims are answered with their sources, each marked by whether a source is one
    the qrels judge relevant.
 """
@@ -23,6 +26,7 @@ PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R
 # `mcts-mesh eval connect4` runs whole files.
 PER_FILE_CAP = {"Test_L1_R3": 5}
 SUDOKU6_PUZZLES = 5
+MAZES = 3
 SCIFACT_COLLECTION = "scifact"
 SCIFACT_CLAIMS = 5
 SCIFACT_DISTRACTORS = 300
@@ -75,6 +79,29 @@ def _sudoku6(stub) -> None:
         answered = pb.Agent.Name(response.answered_by).removeprefix("AGENT_").lower()
         print(f"{puzzle} -> {response.sudoku.solution}  answered by {answered}, "
               f"{elapsed:.0f} ms", flush=True)
+
+
+def _mazes(stub) -> None:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    from libs.puzzles.maze import format_maze
+    from services.neural.training.reasoning_data import MazeTask, decode_maze, held_out_set
+
+    task = MazeTask()
+    print(f"\n== Mazes ({task.rows}x{task.rows} cells, held-out generated) through SolveProblem")
+    held_out = held_out_set(task, MAZES, seed=1)
+    for i, tokens in enumerate(held_out.inputs):
+        text = format_maze(decode_maze(tokens, task.height, task.width))
+        grid = "\n".join(text[r * task.width:(r + 1) * task.width] for r in range(task.height))
+        started = time.perf_counter()
+        response = stub.SolveProblem(pb.SolveProblemRequest(maze=pb.MazeProblem(grid=grid)),
+                                     timeout=60)
+        elapsed = (time.perf_counter() - started) * 1e3
+        answered = pb.Agent.Name(response.answered_by).removeprefix("AGENT_").lower()
+        if i == 0:
+            print(response.maze.grid)
+        print(f"maze {i + 1}: path of {response.maze.path_length} steps, optimal "
+              f"{response.maze.optimal}; answered by {answered}, {elapsed:.0f} ms", flush=True)
 
 
 def _scifact_subset(data_dir: Path, claims: list[dict], relevant: dict[str, set[str]]):
@@ -141,4 +168,5 @@ def run_demo(target: str, args) -> None:
         stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
         _connect_four(stub, data_dir, args.demo_positions)
         _sudoku6(stub)
+        _mazes(stub)
         _scifact(stub, data_dir)
