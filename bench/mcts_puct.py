@@ -167,12 +167,11 @@ def mlp_evaluate(model, nodes, parents, actions, priors, values, terminal):
     """`MlpMuZero` as an njit evaluator for `BatchedSearch.run_compiled`: the numpy model's
     numbers within 1e-6 (the same layers in float32, summed in another order under fastmath, with
     `fast_tanh` for numpy's tanh; its 4e-7 error passes through layers of weights ~ 1 /
-    sqrt(fan_in)). Leaf b
-    (node `nodes[b]`) gets the embedding `h(observation)` when `parents[b] < 0` (the root), else
-    `g(states[parents[b]], actions[b])` (the one-hot action's product is one weight column), stored
-    into `model.states[nodes[b]]`; then `priors[b]` (float64 [A], softmax of the logits) and
-    `values[b]` (float64, tanh of the value head) from `f`; `terminal[b]` = False. No
-    allocation: scratch rows come from `model`."""
+    sqrt(fan_in)). Leaf b (node `nodes[b]`) gets the embedding `h(observation)` when
+    `parents[b] < 0` (the root), else `g(states[parents[b]], actions[b])` (the one-hot action's
+    product is one weight column), stored into `model.states[nodes[b]]`; then `priors[b]`
+    (float64 [A], softmax of the logits) and `values[b]` (float64, tanh of the value head) from
+    `f`; `terminal[b]` = False. No allocation: scratch rows come from `model`."""
     e = model.states.shape[1]
     num_actions = priors.shape[1]
     hidden = model.hidden

@@ -84,15 +84,13 @@ def _sudoku6(stub) -> None:
 def _mazes(stub) -> None:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    from libs.puzzles.maze import format_maze
-    from services.neural.training.reasoning_data import MazeTask, decode_maze, held_out_set
+    from mcts_mesh.puzzle_files import held_out_rows, maze_rows
+    from services.neural.training.reasoning_data import MazeTask
 
     task = MazeTask()
-    print(f"\n== Mazes ({task.rows}x{task.rows} cells, held-out generated) through SolveProblem")
-    held_out = held_out_set(task, MAZES, seed=1)
-    for i, tokens in enumerate(held_out.inputs):
-        text = format_maze(decode_maze(tokens, task.height, task.width))
-        grid = "\n".join(text[r * task.width:(r + 1) * task.width] for r in range(task.height))
+    print(f"\n== Mazes ({task.rows}x{task.cols} cells, held-out generated) through SolveProblem")
+    for i, (question, _) in enumerate(held_out_rows(task, MAZES, seed=1)):
+        grid = maze_rows(question)
         started = time.perf_counter()
         response = stub.SolveProblem(pb.SolveProblemRequest(maze=pb.MazeProblem(grid=grid)),
                                      timeout=60)
