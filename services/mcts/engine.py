@@ -9,8 +9,9 @@ the player who moved into it).
 
 - UCT: UCB1 `Q + c * sqrt(ln N / n)`, unvisited children first in child order.
   Plain UCT (no RAVE, no widening) takes a fast path, `select_uct`: the same choice to the bit,
-  with the scores in SIMD instructions, ln N from a table for small N, and the next level's
-  rows prefetched.
+  with eight children scored at once and chosen without a branch (`services.mcts.simd`), ln N
+  from a table for N < 65,536, and the next level's rows prefetched. Its backup runs from the
+  root down, so that the next descent's first loads do not wait on stores still in flight.
 - PUCT: `Q + c_puct * P * sqrt(N) / (1 + n)` (AlphaZero), Q = 0 for an unvisited child, priors from
   the game's `priors` function (uniform for the built-in games), optionally mixed with Dirichlet
   noise at the root, `(1 - epsilon) * P + epsilon * Dir(alpha)` (Silver et al. 2017).
@@ -119,12 +120,12 @@ from services.mcts.prefetch import prefetch
 from services.mcts.selection import (
     PUCT,
     UCT,
-    first_max,
     puct,
     rave_beta,
     ucb1_from_log,
     widened_children,
 )
+from services.mcts.simd import LANES, ucb1_lanes
 from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import TranspositionTable, find_or_insert
 from services.mcts.tree import MIN_CAPACITY, Tree
@@ -290,9 +291,11 @@ def _log_table(size):
     return out
 
 
-LOG_TABLE_SIZE = 2048
-"""Visit counts below this read their logarithm from a table (16 KB, stays in cache): the
-counts of most nodes a simulation passes, all but the top few levels of a large tree."""
+LOG_TABLE_SIZE = 1 << 16
+"""Visit counts below this read their logarithm from a table (512 KB) instead of calling libm:
+the counts of every node a simulation passes but the root and its busiest children in a search of
+a few hundred thousand simulations. A node's count grows by one per visit, so its look-ups walk
+the table in order and touch few cache lines."""
 _LOG_VISITS = _log_table(LOG_TABLE_SIZE)
 
 
@@ -302,31 +305,58 @@ def log_visits(n):
     return _LOG_VISITS[n] if n < LOG_TABLE_SIZE else math.log(n)
 
 
-@njit(nogil=True, inline="always", error_model="numpy")
-def select_uct(node, visits, value_sum, first_child, num_children, action, exploration,
-               scores):
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def ucb1_lanes_scalar(visits, value_sum, start, count, log_parent_n, exploration):
+    """`services.mcts.simd.ucb1_lanes` in scalar code, the same results, for the last rows of
+    the arrays, where an 8-wide load would read past their end."""
+    for i in range(count):
+        if visits[start + i] == 0:
+            return i, 0, -np.inf
+    best = 0
+    best_score = -np.inf
+    for i in range(count):
+        n = visits[start + i]
+        score = value_sum[start + i] / n + exploration * math.sqrt(log_parent_n / n)
+        if score > best_score:
+            best_score = score
+            best = i
+    return LANES, best, best_score
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def select_uct(node, visits, value_sum, first_child, num_children, action, exploration):
     """`select_child` for plain UCT (no RAVE, no widening), the same choice computed faster:
     the first unvisited child, else the first child of highest UCB1 score
-    `value_sum / n + c * sqrt(ln N / n)`, evaluated in the same operations (so to the same
-    bits) but in a separate loop that the compiler turns into SIMD divisions and square
-    roots, into `scores` (float64 [>= num_children], scratch). It prefetches the children's
-    rows of `first_child`, `num_children` and `action`, which the descent reads next, while
-    their statistics load."""
+    `value_sum / n + c * sqrt(ln N / n)`, in the same operations (so to the same bits) but eight
+    children at a time in SIMD instructions, without a branch (`services.mcts.simd`). It
+    prefetches the children's rows of `first_child`, `num_children` and `action`, which the
+    descent reads next, while their statistics load."""
     start = first_child[node]
     count = num_children[node]
     prefetch(first_child, start)
     prefetch(num_children, start)
     prefetch(action, start)
-    child_visits = visits[start:start + count]
-    child_value_sum = value_sum[start:start + count]
-    for i in range(count):
-        if child_visits[i] == 0:
-            return start + i
     log_parent_n = log_visits(max(visits[node], 1))
-    for i in range(count):
-        n = child_visits[i]
-        scores[i] = child_value_sum[i] / n + exploration * math.sqrt(log_parent_n / n)
-    return start + first_max(scores, count)
+    if count <= LANES and start + LANES <= visits.shape[0]:
+        unvisited, index, _ = ucb1_lanes(visits, value_sum, start, count, log_parent_n,
+                                         exploration)
+        return start + (unvisited if unvisited < LANES else index)
+    best = 0
+    best_score = -np.inf
+    for base in range(0, count, LANES):
+        width = min(count - base, LANES)
+        if start + base + LANES <= visits.shape[0]:
+            unvisited, index, score = ucb1_lanes(visits, value_sum, start + base, width,
+                                                 log_parent_n, exploration)
+        else:
+            unvisited, index, score = ucb1_lanes_scalar(visits, value_sum, start + base,
+                                                        width, log_parent_n, exploration)
+        if unvisited < LANES:
+            return start + base + unvisited
+        if score > best_score:
+            best_score = score
+            best = base + index
+    return start + best
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -453,8 +483,8 @@ def uniform_rollout(state, rng, moves, ply, actions, legal_actions, play, outcom
 # counts of the arrays passed to the inlined functions would take a third of the time. Not cached:
 # numba's cache never matches a kernel typed by function arguments in a new process (see the
 # module doc), it would only pile up files.
-# Numpy's error model: the only divisions are by counts checked to be nonzero, and without the
-# Python model's zero checks `select_uct`'s score loop compiles to SIMD instructions.
+# Numpy's error model: the only divisions are by counts checked to be nonzero, and the Python
+# model's zero checks would add a branch to each of them.
 @njit(nogil=True, _nrt=False, error_model="numpy")
 def run_simulations(visits, value_sum, prior, first_child, num_children, parent, action, terminal,
                     counters, amaf_visits, amaf_value_sum, phases, phase_cycles, sample_mask,
@@ -495,7 +525,7 @@ def run_simulations(visits, value_sum, prior, first_child, num_children, parent,
         while num_children[node] > 0:
             if plain_uct:
                 node = select_uct(node, visits, value_sum, first_child, num_children, action,
-                                  exploration, action_priors)
+                                  exploration)
             else:
                 node = select_child(node, visits, value_sum, prior, first_child, num_children,
                                     amaf_visits, amaf_value_sum, rule, exploration, widening_k,
@@ -552,7 +582,20 @@ def run_simulations(visits, value_sum, prior, first_child, num_children, parent,
         if record:
             for ply in range(depth, plies):
                 seen[ply % players, moves[ply]] = stamp
-        for d in range(depth, -1, -1):
+        else:
+            # From the root down: the next simulation reads the top levels first, and the
+            # stores to them, made first, have left the store buffer by then (a vector load
+            # over a store still in flight waits for it).
+            if players == 2 and depth % 2 == 1:
+                value = -value
+            for d in range(depth + 1):
+                node = path[d]
+                visits[node] += 1
+                value_sum[node] += value
+                if players == 2:
+                    value = -value
+            backup_steps += depth + 1
+        for d in range(depth if record else -1, -1, -1):
             node = path[d]
             visits[node] += 1
             value_sum[node] += value

@@ -21,14 +21,14 @@ from services.mcts.engine import (
 )
 from services.mcts.games import connect4, tictactoe
 from services.mcts.selection import UCT
+from services.mcts.simd import LANES, ucb1_lanes
 
 FEW = settings(max_examples=60, deadline=None)
 
 
 @njit(cache=True, error_model="numpy")
-def _fast(node, visits, value_sum, first_child, num_children, action, exploration, scores):
-    return select_uct(node, visits, value_sum, first_child, num_children, action, exploration,
-                      scores)
+def _fast(node, visits, value_sum, first_child, num_children, action, exploration):
+    return select_uct(node, visits, value_sum, first_child, num_children, action, exploration)
 
 
 @njit(cache=True)
@@ -46,15 +46,17 @@ def _log(n):
 
 @FEW
 @given(data=st.data(), width=st.integers(1, 12), offset=st.integers(1, 5),
-       c=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.7]))
+       c=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.7]), pad=st.sampled_from([0, 3, 16]))
 def test_same_child_as_select_child(data: st.DataObject, width: int, offset: int,
-                                    c: float) -> None:
+                                    c: float, pad: int) -> None:
+    # pad: rows after the children; with fewer than 8 - width the 8-wide loads would read past
+    # the arrays' end and the scalar path runs instead.
     visits = data.draw(st.lists(st.integers(0, 5000), min_size=width, max_size=width))
     if data.draw(st.booleans()):
         visits = [max(n, 1) for n in visits]
     # Means on a coarse grid, so that equal scores (ties) happen.
     means = [data.draw(st.integers(-4, 4)) / 4 for _ in visits]
-    size = offset + width + 3
+    size = offset + width + pad
     v = np.zeros(size, dtype=np.int64)
     s = np.zeros(size)
     first = np.full(size, -1, dtype=np.int32)
@@ -66,9 +68,25 @@ def test_same_child_as_select_child(data: st.DataObject, width: int, offset: int
     num[0] = width
     action = np.zeros(size, dtype=np.int8)
     prior = np.full(size, 1.0 / width, dtype=np.float32)
-    scores = np.zeros(width)
-    assert _fast(0, v, s, first, num, action, c, scores) == _reference(0, v, s, prior, first,
-                                                                      num, c)
+    assert _fast(0, v, s, first, num, action, c) == _reference(0, v, s, prior, first, num, c)
+
+
+@njit(cache=True)
+def _lanes(visits, value_sum, start, count, log_parent_n, exploration):
+    return ucb1_lanes(visits, value_sum, start, count, log_parent_n, exploration)
+
+
+def test_ucb1_lanes_ignores_the_rows_past_count() -> None:
+    visits = np.array([4, 4, 4, 1, 0, 0, 0, 0, 9], dtype=np.int64)
+    value_sum = np.array([1.0, 3.0, 3.0, 1.0, 0.0, 0.0, 0.0, 0.0, 9.0])
+    # Children 1..3: 1 and 2 tie on the best score, 3 (one visit, mean 1) is past count = 2.
+    unvisited, best, score = _lanes(visits, value_sum, 1, 2, math.log(12), 1.0)
+    assert unvisited == LANES and best == 0
+    assert score == 3.0 / 4 + 1.0 * math.sqrt(math.log(12) / 4)
+    # With count = 4 the first unvisited row (offset 3) wins over every score.
+    assert _lanes(visits, value_sum, 1, 4, math.log(12), 1.0)[0] == 3
+    # Rows past count with n = 0 are not unvisited children.
+    assert _lanes(visits, value_sum, 0, 4, math.log(12), 1.0)[:2] == (LANES, 3)
 
 
 def test_log_visits_is_math_log_bit_for_bit() -> None:
