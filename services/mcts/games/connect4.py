@@ -173,6 +173,16 @@ _XORSHIFT_MULTIPLIER = np.uint64(2685821657736338717)
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _open_columns(mask):
+    """The 7-bit set (bit `col`) of the columns whose top cell is empty in `mask`."""
+    open_ = 0
+    for col in range(WIDTH):
+        if (mask & top_mask_col(col)) == 0:
+            open_ |= 1 << col
+    return open_
+
+
+@njit(cache=True, nogil=True, inline="always")
 def uniform_rollout(state, rng, moves, ply, record):
     """Rollout with uniformly random legal moves: the same moves, result and random draws as
     `_rollout` without decisive moves, faster.
@@ -186,10 +196,7 @@ def uniform_rollout(state, rng, moves, ply, record):
     mine = state[0]
     mask = state[1]
     num_moves = state[2]
-    open_ = 0
-    for col in range(WIDTH):
-        if (mask & top_mask_col(col)) == 0:
-            open_ |= 1 << col
+    open_ = _open_columns(mask)
     x = rng[0]
     result = 0.0
     while num_moves < CELLS:
@@ -198,7 +205,8 @@ def uniform_rollout(state, rng, moves, ply, record):
         x ^= x >> np.uint64(27)
         draw = np.int64((x * _XORSHIFT_MULTIPLIER) >> np.uint64(33))
         quotient = (draw * _OPEN_MULTIPLIER[open_]) >> _OPEN_SHIFT[open_]
-        col = _OPEN_COLUMN[open_ * 8 + draw - quotient * _OPEN_COUNT[open_]]
+        # (An unsigned index: no check for a negative one.)
+        col = _OPEN_COLUMN[np.uint64(open_ * 8 + draw - quotient * _OPEN_COUNT[open_])]
         if record:
             moves[ply] = col
         ply += 1
@@ -208,7 +216,10 @@ def uniform_rollout(state, rng, moves, ply, record):
             result = 1.0
             break
         if move & _TOP_MASK:
-            open_ ^= 1 << col
+            # Recomputed by a loop, not toggled, so that LLVM keeps a branch (predicted not
+            # taken) instead of a conditional move that would put the table look-ups of the
+            # next column choice on the loop's critical path: 4.9 instead of 8.5 ns a ply.
+            open_ = _open_columns(mask | move)
         # The opponent moves next: their stones are every stone but the mover's.
         mine ^= mask | move
         mask |= move
