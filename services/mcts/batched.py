@@ -309,14 +309,15 @@ def completed_qvalues(node, visits, value_sum, prior, first_child, num_children,
     return max_n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def select_puct(node, visits, value_sum, prior, first_child, num_children, c_puct, scores):
     """The child of `node` with the largest PUCT score `Q + c_puct * P * sqrt(N) / (1 + n)`
     (ties: the lower action; an unvisited child has Q = 0).
 
     Two passes: the scores of all children into `scores` (float64 [>= children]), a loop with no
-    branch that LLVM vectorises (int64 visits convert to doubles in SIMD lanes on AVX-512), then
-    the first maximum. `c_puct * sqrt(N)` is computed once per node; the score equals
+    branch that LLVM vectorises (int64 visits convert to doubles in SIMD lanes on AVX-512; numpy's
+    error model, since Python's zero checks on the divisions would be branches), then the first
+    maximum. `c_puct * sqrt(N)` is computed once per node; the score equals
     `selection.puct` up to the rounding of that product.
     """
     start = first_child[node]
