@@ -128,7 +128,7 @@ from services.mcts.selection import (
 from services.mcts.simd import LANES, ucb1_lanes
 from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import TranspositionTable, find_or_insert
-from services.mcts.tree import MIN_CAPACITY, Tree
+from services.mcts.tree import MIN_CAPACITY, Tree, TreePool
 from services.mcts.xorshift import random_below, rng_state
 
 DEFAULT_MAX_NODES = 1_000_000
@@ -966,13 +966,14 @@ def _run_chunks(run, simulations: int, deadline: float | None,
 
 def grow(game: Game, state: np.ndarray, simulations: int,
          config: SearchConfig = SearchConfig(), *, deadline: float | None = None,
-         stop: threading.Event | None = None) -> Grown:
+         stop: threading.Event | None = None, pool: TreePool | None = None) -> Grown:
     """Builds a search tree from `state` (int64 [S], a game that goes on) with `simulations`
     simulations; see the module doc for the options.
 
     Args:
         deadline: `time.monotonic()` seconds after which no new chunk of simulations starts.
         stop: an event that stops the search the same way (cancellation).
+        pool: where the tree comes from (a new one when None); see `TreePool`.
     Returns:
         the tree; `Grown.simulations` says how many simulations ran (0 when stopped at once).
     Raises:
@@ -981,10 +982,10 @@ def grow(game: Game, state: np.ndarray, simulations: int,
     """
     if config.transpositions:
         return grow_tree_parallel(game, state, simulations, config, 1, deadline=deadline,
-                                  stop=stop)
+                                  stop=stop, pool=pool)
     state = np.ascontiguousarray(state, dtype=np.int64)
     _validate(game, state, simulations, config)
-    tree = Tree.allocate(max(config.max_nodes, MIN_CAPACITY))
+    tree = _new_tree(config, pool)
     capacity = tree.capacity
     amaf_visits = np.zeros(capacity, dtype=np.int64)
     amaf_value_sum = np.zeros(capacity, dtype=np.float64)
@@ -1005,6 +1006,12 @@ def grow(game: Game, state: np.ndarray, simulations: int,
                  phases=phases, simulations=done,
                  phase_seconds=_phase_seconds(phase_cycles, done),
                  timed_simulations=int(phase_cycles[TIMED]))
+
+
+def _new_tree(config: SearchConfig, pool: TreePool | None) -> Tree:
+    """The empty tree of a search: `config.max_nodes` nodes, from `pool` when given."""
+    capacity = max(config.max_nodes, MIN_CAPACITY)
+    return pool.acquire(capacity) if pool is not None else Tree.allocate(capacity)
 
 
 def _sample_mask() -> int:
@@ -1081,7 +1088,8 @@ def _no_key(state):
 def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
                        config: SearchConfig = SearchConfig(), threads: int = 1, *,
                        deadline: float | None = None,
-                       stop: threading.Event | None = None) -> Grown:
+                       stop: threading.Event | None = None,
+                       pool: TreePool | None = None) -> Grown:
     """Tree parallelisation (Chaslot, Winands & van den Herik 2008): `threads` threads (at most
     `simulations`) grow ONE tree with virtual loss, without locks (`descend`, `backup_shared`;
     Enzenberger & Mueller 2009); see the module doc. Thread i draws its rollouts with seed
@@ -1091,6 +1099,7 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
 
     Args:
         deadline, stop: as `grow` (all threads stop between chunks of CHUNK_SIMULATIONS).
+        pool: as `grow`.
     Returns:
         the tree, with its `virtual_loss` (all reverted) and, with `config.transpositions`, its
         transposition table.
@@ -1103,7 +1112,7 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
     if threads < 1:
         raise ValueError("threads must be at least 1")
     threads = min(threads, simulations)
-    tree = Tree.allocate(max(config.max_nodes, MIN_CAPACITY))
+    tree = _new_tree(config, pool)
     capacity = tree.capacity
     amaf_visits = np.zeros(capacity, dtype=np.int64)
     amaf_value_sum = np.zeros(capacity, dtype=np.float64)
@@ -1168,13 +1177,15 @@ def split_simulations(total: int, parts: int) -> list[int]:
 def grow_parallel(game: Game, state: np.ndarray, simulations: int,
                   config: SearchConfig = SearchConfig(), threads: int = 1, *,
                   deadline: float | None = None,
-                  stop: threading.Event | None = None) -> list[Grown]:
+                  stop: threading.Event | None = None,
+                  pool: TreePool | None = None) -> list[Grown]:
     """`threads` threads searching `state` as `config.parallelism` says.
 
     "root": root parallelisation (Chaslot, Winands & van den Herik 2008), `threads` independent
     trees (`min(threads, simulations)` of them) grown in parallel threads, tree i with seed
     `config.seed + i` and `split_simulations(simulations, threads)[i]` simulations. "tree": one
-    tree grown by all the threads (`grow_tree_parallel`).
+    tree grown by all the threads (`grow_tree_parallel`). The trees come from `pool` when given
+    (see `grow`).
 
     Returns:
         the trees, in seed order (one for "tree"); merge them at the root by summing visits and
@@ -1188,29 +1199,35 @@ def grow_parallel(game: Game, state: np.ndarray, simulations: int,
         raise ValueError("simulations must be at least 1")
     if config.parallelism == "tree":
         return [grow_tree_parallel(game, state, simulations, config, threads, deadline=deadline,
-                                   stop=stop)]
+                                   stop=stop, pool=pool)]
     threads = min(threads, simulations)
     per_tree = split_simulations(simulations, threads)
     if threads == 1:
-        return [grow(game, state, simulations, config, deadline=deadline, stop=stop)]
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mcts") as pool:
-        futures = [pool.submit(grow, game, state, per_tree[i],
-                               replace(config, seed=config.seed + i), deadline=deadline,
-                               stop=stop)
+        return [grow(game, state, simulations, config, deadline=deadline, stop=stop, pool=pool)]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mcts") as executor:
+        futures = [executor.submit(grow, game, state, per_tree[i],
+                                   replace(config, seed=config.seed + i), deadline=deadline,
+                                   stop=stop, pool=pool)
                    for i in range(threads)]
         return [future.result() for future in futures]
+
+
+SPARE_TREES = TreePool()
+"""The trees of finished searches (`search`, `services.mcts.search.uct_search`), kept for the next
+ones of the same capacity (see `TreePool`): those functions return statistics, not trees."""
 
 
 def search(game: Game, state: np.ndarray, simulations: int,
            config: SearchConfig = SearchConfig(), threads: int = 1) -> GameSearchResult:
     """Searches `state` (int64 [S]) of `game` with `threads` threads (`grow_parallel`, as
-    `config.parallelism` says) and chooses an action; see `GameSearchResult`.
+    `config.parallelism` says) and chooses an action; see `GameSearchResult`. The trees come
+    from and go back to `SPARE_TREES`.
 
     Raises:
         ValueError: as `grow_parallel`.
     """
     started = time.perf_counter()
-    runs = grow_parallel(game, state, simulations, config, threads)
+    runs = grow_parallel(game, state, simulations, config, threads, pool=SPARE_TREES)
     elapsed = time.perf_counter() - started
     visits = np.zeros(game.num_actions, dtype=np.int64)
     value_sums = np.zeros(game.num_actions, dtype=np.float64)
@@ -1241,7 +1258,7 @@ def search(game: Game, state: np.ndarray, simulations: int,
     done = sum(grown.simulations for grown in runs)
     phases = sum(grown.phases for grown in runs)
     phase_seconds = sum(grown.phase_seconds for grown in runs)
-    return GameSearchResult(
+    result = GameSearchResult(
         action=chosen,
         visits=visits,
         values=values,
@@ -1268,3 +1285,6 @@ def search(game: Game, state: np.ndarray, simulations: int,
         else len(runs),
         parallelism=config.parallelism,
     )
+    for grown in runs:
+        SPARE_TREES.release(grown.tree)
+    return result

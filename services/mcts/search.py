@@ -35,6 +35,7 @@ from services.mcts.engine import (
     PARALLELISMS,
     ROLLOUT,
     SELECT,
+    SPARE_TREES,
     WAIT,
     SearchConfig,
     grow_parallel,
@@ -170,11 +171,13 @@ def uct_search(
 
     started = time.perf_counter()
     runs = grow_parallel(game, from_position(root), simulations, config, threads,
-                         deadline=deadline, stop=stop)
+                         deadline=deadline, stop=stop, pool=SPARE_TREES)
     elapsed = time.perf_counter() - started
 
     done = sum(grown.simulations for grown in runs)
     if done == 0:
+        for grown in runs:
+            SPARE_TREES.release(grown.tree)
         raise SearchStopped("the search was stopped before any simulation finished")
     visits = np.zeros(WIDTH, dtype=np.int64)
     value_sums = np.zeros(WIDTH, dtype=np.float64)
@@ -194,7 +197,7 @@ def uct_search(
     total_visits = int(visits.sum())
     trees = [grown.tree for grown in runs]
     phase_seconds = sum(grown.phase_seconds for grown in runs)
-    return SearchResult(
+    result = SearchResult(
         best_action=best + 1,
         visits=visits,
         values=values,
@@ -217,3 +220,6 @@ def uct_search(
         wait_s=float(phase_seconds[WAIT]),
         timed_simulations=sum(grown.timed_simulations for grown in runs),
     )
+    for tree in trees:
+        SPARE_TREES.release(tree)
+    return result
