@@ -128,7 +128,7 @@ from services.mcts.selection import (
 from services.mcts.simd import LANES, ucb1_lanes
 from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import TranspositionTable, find_or_insert
-from services.mcts.tree import MIN_CAPACITY, Tree, TreePool
+from services.mcts.tree import MAX_VISITS, MIN_CAPACITY, Tree, TreePool
 from services.mcts.xorshift import random_below, rng_state
 
 DEFAULT_MAX_NODES = 1_000_000
@@ -927,6 +927,9 @@ def _validate(game: Game, state: np.ndarray, simulations: int, config: SearchCon
         raise ValueError("the game is over: no move to search")
     if simulations < 1:
         raise ValueError("simulations must be at least 1")
+    if simulations > MAX_VISITS:
+        raise ValueError(f"simulations must be at most {MAX_VISITS} (a tree counts visits in "
+                         "int32)")
     if config.rule not in ("uct", "puct"):
         raise ValueError("rule must be 'uct' or 'puct'")
     if not (math.isfinite(config.exploration) and config.exploration >= 0):

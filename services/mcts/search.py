@@ -44,7 +44,7 @@ from services.mcts.engine import (
 from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
 
 DEFAULT_MAX_NODES = 2_000_000
-"""Default node capacity of one tree (about 100 MB with the AMAF arrays) when `max_nodes` is not
+"""Default node capacity of one tree (about 90 MB with the AMAF arrays) when `max_nodes` is not
 given."""
 
 

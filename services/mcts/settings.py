@@ -25,7 +25,7 @@ class MctsSettings(ServiceSettings):
     """Most trees one search runs in parallel; a request asking for more (up to the contract's 64)
     gets this many, and the response's `threads` says so."""
     max_tree_nodes: int = 2_000_000
-    """Most nodes of each tree (34 bytes per node; a small search allocates only what it can use);
+    """Most nodes of each tree (30 bytes per node; a small search allocates only what it can use);
     a search that fills it keeps simulating from the leaves it has and reports `tree_full`."""
     deadline_margin_s: float = 0.05
     """Seconds kept back from the caller's deadline to build and send the response."""

@@ -78,7 +78,7 @@ def ucb1_lanes(typingctx, visits, value_sum, start, count, log_parent_n, explora
     """Scores children `start .. start + count - 1` (1 <= count <= LANES) by UCB1.
 
     Args:
-        visits: int64 [>= start + LANES], visit counts n.
+        visits: int32 or int64 [>= start + LANES], visit counts n.
         value_sum: float64 [>= start + LANES], value sums.
         start, count: the children (int64).
         log_parent_n: ln N of the parent (float64).
@@ -90,7 +90,7 @@ def ucb1_lanes(typingctx, visits, value_sum, start, count, log_parent_n, explora
         `value_sum / n + c * sqrt(ln N / n)` among the visited ones (its score is -inf when
         all are unvisited), and that score; int64, int64, float64.
     """
-    if not (isinstance(visits, types.Array) and visits.dtype == types.int64
+    if not (isinstance(visits, types.Array) and visits.dtype in (types.int32, types.int64)
             and isinstance(value_sum, types.Array) and value_sum.dtype == types.float64):
         return None
     result_type = types.Tuple((types.int64, types.int64, types.float64))
@@ -101,11 +101,12 @@ def ucb1_lanes(typingctx, visits, value_sum, start, count, log_parent_n, explora
         i64 = ir.IntType(64)
         lanes_f64 = ir.VectorType(f64, LANES)
         lanes_i64 = ir.VectorType(i64, LANES)
+        count_type = ir.IntType(signature.args[0].dtype.bitwidth)
         visits_pointer = _pointer(context, builder, signature.args[0], args[0], args[2],
-                                  signature.args[2], i64)
+                                  signature.args[2], count_type)
         sums_pointer = _pointer(context, builder, signature.args[1], args[1], args[2],
                                 signature.args[2], f64)
-        n = builder.load(visits_pointer, align=8)
+        n = builder.sext(builder.load(visits_pointer, align=4), lanes_i64)
         sums = builder.load(sums_pointer, align=8)
         count = context.cast(builder, args[3], signature.args[3], types.int64)
         lane = ir.Constant(lanes_i64, list(range(LANES)))

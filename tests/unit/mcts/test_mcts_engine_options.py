@@ -9,6 +9,7 @@ from numba import njit
 
 from services.mcts.engine import SearchConfig, grow, search
 from services.mcts.game import Game
+from services.mcts.tree import MAX_VISITS
 from services.mcts.xorshift import next_random
 
 ARMS = 60
@@ -182,3 +183,8 @@ def test_bad_options_raise(options: dict) -> None:
         search(PICK, PICK.initial_state(), 10, SearchConfig(**options))
     with pytest.raises(ValueError):
         search(PICK, PICK.initial_state(), 0)
+
+
+def test_more_simulations_than_a_tree_can_count_raise() -> None:
+    with pytest.raises(ValueError, match="at most"):
+        search(PICK, PICK.initial_state(), MAX_VISITS + 1)
