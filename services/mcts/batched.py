@@ -268,7 +268,7 @@ def considered_visits_sequence(num_considered: int, simulations: int) -> np.ndar
     return np.asarray(sequence[:simulations], dtype=np.int64)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def completed_qvalues(node, visits, value_sum, prior, first_child, num_children, raw_value,
                       c_visit, c_scale, out):
     """sigma(completed q) of the children of `node` into `out[:num_children]` (float64), as mctx's
@@ -330,20 +330,33 @@ def select_puct(node, visits, value_sum, prior, first_child, num_children, c_puc
 
 
 @njit(cache=True, nogil=True)
+def root_bases(gumbel, prior):
+    """float64 [A]: `g + logits - max(logits)` of the root's children (`gumbel` float64 [A],
+    -inf for an action not considered; `prior` their priors), the part of the Gumbel root score
+    that stays fixed during a search (`select_gumbel_root`)."""
+    count = gumbel.shape[0]
+    max_logit = -np.inf
+    for i in range(count):
+        max_logit = max(max_logit, math.log(max(prior[i], _TINY)))
+    out = np.empty(count)
+    for i in range(count):
+        out[i] = gumbel[i] + math.log(max(prior[i], _TINY)) - max_logit
+    return out
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def select_gumbel_root(visits, value_sum, prior, first_child, num_children, raw_value, c_visit,
-                       c_scale, root_gumbel, considered_table, scratch):
-    """Gumbel MuZero's root choice: among the considered actions (finite `root_gumbel`) whose
-    visits equal `considered_table[sum of root visits]`, the largest
+                       c_scale, root_base, considered_table, scratch):
+    """Gumbel MuZero's root choice: among the considered actions (finite `root_base`, from
+    `root_bases`) whose visits equal `considered_table[sum of root visits]`, the largest
     `g + logits - max(logits) + sigma(q)` (see the module doc)."""
     start = first_child[0]
     count = num_children[0]
     completed_qvalues(0, visits, value_sum, prior, first_child, num_children, raw_value, c_visit,
                       c_scale, scratch)
     sum_n = 0
-    max_logit = -np.inf
     for i in range(count):
         sum_n += visits[start + i]
-        max_logit = max(max_logit, math.log(max(prior[start + i], _TINY)))
     index = min(sum_n, considered_table.shape[0] - 1)
     wanted = considered_table[index]
     best = -1
@@ -351,11 +364,10 @@ def select_gumbel_root(visits, value_sum, prior, first_child, num_children, raw_
     fallback = start
     fallback_score = -np.inf
     for i in range(count):
-        g = root_gumbel[i]
-        if g == -np.inf:
+        base = root_base[i]
+        if base == -np.inf:
             continue
-        score = max(_LOW_LOGIT,
-                    g + math.log(max(prior[start + i], _TINY)) - max_logit + scratch[i])
+        score = max(_LOW_LOGIT, base + scratch[i])
         if score > fallback_score:
             fallback_score = score
             fallback = start + i
@@ -365,7 +377,7 @@ def select_gumbel_root(visits, value_sum, prior, first_child, num_children, raw_
     return best if best >= 0 else fallback
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def select_gumbel_interior(node, visits, value_sum, prior, first_child, num_children, raw_value,
                            c_visit, c_scale, scratch):
     """Gumbel MuZero's deterministic choice below the root: the largest
@@ -378,11 +390,12 @@ def select_gumbel_interior(node, visits, value_sum, prior, first_child, num_chil
     top = -np.inf
     for i in range(count):
         sum_n += visits[start + i]
-        scratch[i] += math.log(max(prior[start + i], _TINY))
         top = max(top, scratch[i])
+    # softmax(log p + sigma) as p * exp(sigma - max sigma), normalised: the same policy without
+    # a logarithm per child (a libm call each, which numba cannot vectorise).
     total = 0.0
     for i in range(count):
-        scratch[i] = math.exp(scratch[i] - top)
+        scratch[i] = max(prior[start + i], _TINY) * math.exp(scratch[i] - top)
         total += scratch[i]
     best = start
     best_score = -np.inf
@@ -431,7 +444,7 @@ SIZE, MAX_DEPTH, FULL, COLLISIONS, STORED_BACKUPS = range(5)
 
 @njit(cache=True, nogil=True, inline="always")
 def collect_leaves(ints, floats, counters, rule, c_puct, virtual_loss, players, c_visit, c_scale,
-                   root_gumbel, considered_table, max_descents, out, scratch):
+                   root_base, considered_table, max_descents, out, scratch):
     """Runs up to `max_descents` descents from the (expanded) root; see the module doc.
 
     Writes each new leaf to `out[:, k]` (int64 [4, >= max_descents]: node, parent, action,
@@ -458,7 +471,7 @@ def collect_leaves(ints, floats, counters, rule, c_puct, virtual_loss, players, 
                 if node == 0:
                     node = select_gumbel_root(visits, value_sum, prior, first_child,
                                               num_children, raw_value, c_visit, c_scale,
-                                              root_gumbel, considered_table, scratch)
+                                              root_base, considered_table, scratch)
                 else:
                     node = select_gumbel_interior(node, visits, value_sum, prior, first_child,
                                                   num_children, raw_value, c_visit, c_scale,
@@ -575,7 +588,7 @@ def apply_evaluations(ints, floats, counters, nodes, priors, values, terminals, 
 # Not cached: numba's cache never matches a kernel typed by a function argument in a new process.
 @njit(nogil=True, _nrt=False)
 def run_batches(ints, floats, counters, rule, c_puct, virtual_loss, players, c_visit, c_scale,
-                root_gumbel, considered_table, remaining, batch_size, max_batches, out, scratch,
+                root_base, considered_table, remaining, batch_size, max_batches, out, scratch,
                 priors, values, terminal, evaluate, model):
     """The ask/tell loop compiled: up to `max_batches` batches of `collect_leaves` ->
     `evaluate` -> `apply_evaluations` on an expanded root, with no Python between them.
@@ -606,7 +619,7 @@ def run_batches(ints, floats, counters, rule, c_puct, virtual_loss, players, c_v
     batches = 0
     while remaining > 0 and batches < max_batches:
         leaves, completed = collect_leaves(ints, floats, counters, rule, c_puct, virtual_loss,
-                                           players, c_visit, c_scale, root_gumbel,
+                                           players, c_visit, c_scale, root_base,
                                            considered_table, min(batch_size, remaining), out,
                                            scratch)
         remaining -= completed
@@ -725,6 +738,7 @@ class BatchedSearch:
         self._c_scale = float(config.c_scale)
         self._scratch = np.zeros(MAX_ACTIONS, dtype=np.float64)
         self._root_gumbel = np.zeros(1, dtype=np.float64)
+        self._root_base = np.zeros(1, dtype=np.float64)
         self._considered = np.zeros(1, dtype=np.int64)
         self._remaining = simulations
         self._done = 0
@@ -779,7 +793,7 @@ class BatchedSearch:
             while leaves == 0 and self._remaining > 0:
                 leaves, done = collect_leaves(
                     self._ints, self._floats, self._counters, self._rule, self._c_puct, self._vl,
-                    self.players, self._c_visit, self._c_scale, self._root_gumbel,
+                    self.players, self._c_visit, self._c_scale, self._root_base,
                     self._considered, min(self.config.batch_size, self._remaining), out,
                     self._scratch)
                 self._remaining -= done
@@ -887,7 +901,7 @@ class BatchedSearch:
                and (stop is None or not stop.is_set())):
             done, evaluated, batches, code, row = run_batches(
                 self._ints, self._floats, self._counters, self._rule, self._c_puct, self._vl,
-                self.players, self._c_visit, self._c_scale, self._root_gumbel, self._considered,
+                self.players, self._c_visit, self._c_scale, self._root_base, self._considered,
                 self._remaining, size, chunk, out, self._scratch, priors, values, terminal,
                 evaluate, model)
             self._remaining -= done
@@ -917,6 +931,7 @@ class BatchedSearch:
             masked = np.full(count, -np.inf)
             masked[keep] = gumbel[keep]
             self._root_gumbel = masked
+            self._root_base = root_bases(masked, tree.prior[block].astype(np.float64))
             self._considered = considered_visits_sequence(considered, self.simulations)
         elif self.config.dirichlet_alpha is not None:
             noise = rng.dirichlet(np.full(count, self.config.dirichlet_alpha))
