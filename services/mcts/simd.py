@@ -7,8 +7,9 @@ load of the visit counts and one of the value sums, the UCB1 scores
 `value_sum / n + c * sqrt(ln N / n)` of all eight lanes in the same IEEE operations as the scalar
 formula (correctly rounded division and square root, no fused multiply-add: the same bits), and
 the choice without a branch: the first unvisited lane if any, else the first lane of the highest
-score (a horizontal maximum, an equality mask, a count of trailing zeros). On AVX-512 this is
-one instruction per step; on narrower machines LLVM splits the vectors, with the same results.
+score (a horizontal maximum, an equality mask, a count of trailing zeros). On AVX-512 each of
+these operations is one instruction for all eight lanes; on narrower machines LLVM splits the
+vectors, with the same results.
 
 The loads read eight consecutive elements whatever `count` is: the caller keeps
 `start + LANES <= len(visits)` (lanes past `count` are read, then ignored).
