@@ -67,6 +67,14 @@ class Preset:
 _MODEL_TYPES: dict[str, type[nn.Module]] = {hrm.ARCHITECTURE: hrm.HRM, trm.ARCHITECTURE: trm.TRM}
 
 
+def _small_trm_mlp(vocab_size: int, seq_len: int) -> trm.TRMConfig:
+    """The CPU-sized TRM-MLP of the `trm-mlp-cpu-*` presets (hidden 96, 3 x 4 cycles, up to 8
+    segments) for a task's vocabulary and sequence length."""
+    return trm.TRMConfig(vocab_size=vocab_size, seq_len=seq_len, hidden_size=96, num_heads=4,
+                         mlp_t=True, pos_encodings="none", h_cycles=3, l_cycles=4,
+                         puzzle_emb_ndim=96, puzzle_emb_len=4, halt_max_steps=8)
+
+
 def _presets() -> dict[str, Preset]:
     presets = [
         Preset("hrm-paper-sudoku", hrm.ARCHITECTURE,
@@ -85,23 +93,11 @@ def _presets() -> dict[str, Preset]:
                              num_puzzle_identifiers=ARC_PUZZLE_IDENTIFIERS),
                "TRM-Att as in the paper for ARC-AGI-1 (6.8M parameters without the puzzle "
                "embeddings)"),
-        Preset("trm-mlp-cpu-sudoku6", trm.ARCHITECTURE,
-               trm.TRMConfig(vocab_size=SUDOKU6_VOCAB, seq_len=GRID6_CELLS, hidden_size=96,
-                             num_heads=4, mlp_t=True, pos_encodings="none", h_cycles=3,
-                             l_cycles=4, puzzle_emb_ndim=96, puzzle_emb_len=4,
-                             halt_max_steps=8),
+        Preset("trm-mlp-cpu-sudoku6", trm.ARCHITECTURE, _small_trm_mlp(SUDOKU6_VOCAB, GRID6_CELLS),
                "small TRM-MLP for 6x6 Sudoku, trainable on a CPU"),
-        Preset("trm-mlp-cpu-maze9", trm.ARCHITECTURE,
-               trm.TRMConfig(vocab_size=MAZE_VOCAB, seq_len=GRID9_CELLS, hidden_size=96,
-                             num_heads=4, mlp_t=True, pos_encodings="none", h_cycles=3,
-                             l_cycles=4, puzzle_emb_ndim=96, puzzle_emb_len=4,
-                             halt_max_steps=8),
+        Preset("trm-mlp-cpu-maze9", trm.ARCHITECTURE, _small_trm_mlp(MAZE_VOCAB, GRID9_CELLS),
                "small TRM-MLP for 9x9-grid mazes (4x4 cells), trainable on a CPU"),
-        Preset("trm-mlp-cpu-maze7", trm.ARCHITECTURE,
-               trm.TRMConfig(vocab_size=MAZE_VOCAB, seq_len=GRID7_CELLS, hidden_size=96,
-                             num_heads=4, mlp_t=True, pos_encodings="none", h_cycles=3,
-                             l_cycles=4, puzzle_emb_ndim=96, puzzle_emb_len=4,
-                             halt_max_steps=8),
+        Preset("trm-mlp-cpu-maze7", trm.ARCHITECTURE, _small_trm_mlp(MAZE_VOCAB, GRID7_CELLS),
                "small TRM-MLP for 7x7-grid mazes (3x3 cells), trainable on a CPU"),
         Preset("hrm-cpu-sudoku6", hrm.ARCHITECTURE,
                hrm.HRMConfig(vocab_size=SUDOKU6_VOCAB, seq_len=GRID6_CELLS, hidden_size=64,

@@ -1,7 +1,10 @@
 """A fake NeuralService for the HRM/TRM agents (grpc.aio on port 0) and the real orchestrator
-wired to it."""
+wired to it; `served_eval`, `mcts-mesh eval` through a real orchestrator and a neural service."""
 
 from __future__ import annotations
+
+import asyncio
+import json
 
 import grpc
 import pytest
@@ -11,6 +14,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
+from mcts_mesh import cli
 from services.orchestrator.main import Wiring, build_servicers
 from services.orchestrator.settings import OrchestratorSettings
 
@@ -81,3 +85,30 @@ async def reasoning_mesh():
         await orchestrator.stop(0)
         await wiring.aclose()
         await neural.stop(0)
+
+
+@pytest.fixture
+def served_eval(capsys):
+    """An async `run(neural_port, halting_mode, args)`: starts the real orchestrator (port 0)
+    wired to the neural service on `neural_port` with `reasoning_halting_mode=halting_mode`,
+    runs `mcts-mesh --target ... eval *args --json` against it, checks it exits 0, stops the
+    orchestrator, and returns the JSON lines it printed (the records, then the summary)."""
+
+    async def run(neural_port: int, halting_mode: str, args: list[str]) -> list[dict]:
+        settings = OrchestratorSettings(port=0, rest_port=-1,
+                                        reasoning_halting_mode=halting_mode,
+                                        neural_target=f"127.0.0.1:{neural_port}")
+        wiring = Wiring(settings)
+        servicers, ready = await build_servicers(settings, wiring)
+        orchestrator = await start_server("orchestrator", settings, servicers, ready)
+        try:
+            capsys.readouterr()
+            code = await asyncio.to_thread(cli.main, [
+                "--target", f"127.0.0.1:{orchestrator.port}", "eval", *args, "--json"])
+            assert code == 0
+            return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        finally:
+            await orchestrator.stop(0)
+            await wiring.aclose()
+
+    return run

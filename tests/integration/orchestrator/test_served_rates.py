@@ -6,7 +6,6 @@ share of the held-out puzzles that the trainer's own evaluation reports, in both
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 
 import torch
@@ -18,8 +17,6 @@ from services.neural.models.trm import TRM, TRMConfig
 from services.neural.settings import NeuralSettings
 from services.neural.training.reasoning import TrainingSettings, train
 from services.neural.training.reasoning_data import SudokuTask, held_out_set
-from services.orchestrator.main import Wiring, build_servicers
-from services.orchestrator.settings import OrchestratorSettings
 
 TASK = SudokuTask(size=6, blanks=2)
 HELD_OUT_SEED = 21
@@ -41,7 +38,7 @@ def trained_checkpoint(directory) -> dict[str, float]:
     return {"paper": result.paper.exact_accuracy, "act": result.act.exact_accuracy}
 
 
-async def test_served_trm_solves_the_share_the_trainer_reports(tmp_path, capsys):
+async def test_served_trm_solves_the_share_the_trainer_reports(tmp_path, served_eval):
     rates = await asyncio.to_thread(trained_checkpoint, tmp_path / "run")
     assert rates["paper"] >= 0.5  # a model that learned something: the comparison means a lot
     models = tmp_path / "models"
@@ -55,22 +52,8 @@ async def test_served_trm_solves_the_share_the_trainer_reports(tmp_path, capsys)
     neural = await start_server("neural", neural_settings, servicers, ready)
     try:
         for mode in ("paper", "act"):
-            settings = OrchestratorSettings(port=0, rest_port=-1, reasoning_halting_mode=mode,
-                                            neural_target=f"127.0.0.1:{neural.port}")
-            wiring = Wiring(settings)
-            orchestrator_servicers, orchestrator_ready = await build_servicers(settings, wiring)
-            orchestrator = await start_server("orchestrator", settings, orchestrator_servicers,
-                                              orchestrator_ready)
-            try:
-                capsys.readouterr()
-                code = await asyncio.to_thread(cli.main, [
-                    "--target", f"127.0.0.1:{orchestrator.port}", "eval", "sudoku",
-                    str(held_out_file), "--agents", "trm", "--json"])
-                assert code == 0
-                lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-            finally:
-                await orchestrator.stop(0)
-                await wiring.aclose()
+            lines = await served_eval(neural.port, mode, ["sudoku", str(held_out_file),
+                                                          "--agents", "trm"])
             summary = lines[-1]
             assert summary["puzzles"] == 100
             assert summary["exact_rate"] == summary["valid_rate"] == rates[mode], mode

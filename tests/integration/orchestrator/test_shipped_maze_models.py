@@ -6,8 +6,6 @@ same checkpoint gets right, and that share is the one the shipped model was kept
 
 from __future__ import annotations
 
-import asyncio
-import json
 import shutil
 from pathlib import Path
 
@@ -21,8 +19,6 @@ from services.neural.main import build_servicers as neural_servicers
 from services.neural.settings import NeuralSettings
 from services.neural.training.reasoning_data import MazeTask, held_out_set
 from services.neural.training.reasoning_eval import evaluate
-from services.orchestrator.main import Wiring, build_servicers
-from services.orchestrator.settings import OrchestratorSettings
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
 HELD_OUT_SEED = 1
@@ -40,7 +36,8 @@ def test_maze_models_are_shipped():
 
 
 @pytest.mark.parametrize("name", _shipped_maze_models())
-async def test_served_maze_trm_solves_what_the_trainer_evaluation_solves(name, tmp_path, capsys):
+async def test_served_maze_trm_solves_what_the_trainer_evaluation_solves(name, tmp_path,
+                                                                      served_eval):
     checkpoint = load_checkpoint(MODELS / name)
     task = MazeTask(**checkpoint.metadata["task"])
     held_out = held_out_set(task, MAZES, HELD_OUT_SEED)  # the first 100 of the 1,000-maze set
@@ -58,22 +55,10 @@ async def test_served_maze_trm_solves_what_the_trainer_evaluation_solves(name, t
     neural_settings = NeuralSettings(port=0, models_dir=models, device="cpu")
     servicers, ready = await neural_servicers(neural_settings)
     neural = await start_server("neural", neural_settings, servicers, ready)
-    settings = OrchestratorSettings(port=0, rest_port=-1, reasoning_halting_mode="paper",
-                                    neural_target=f"127.0.0.1:{neural.port}")
-    wiring = Wiring(settings)
-    orchestrator_servicers, orchestrator_ready = await build_servicers(settings, wiring)
-    orchestrator = await start_server("orchestrator", settings, orchestrator_servicers,
-                                      orchestrator_ready)
     try:
-        capsys.readouterr()
-        code = await asyncio.to_thread(cli.main, [
-            "--target", f"127.0.0.1:{orchestrator.port}", "eval", "maze", str(held_out_file),
-            "--limit", str(MAZES), "--agents", "trm", "--json"])
-        assert code == 0
-        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        lines = await served_eval(neural.port, "paper", ["maze", str(held_out_file), "--limit",
+                                                         str(MAZES), "--agents", "trm"])
     finally:
-        await orchestrator.stop(0)
-        await wiring.aclose()
         await neural.stop(0)
     summary = lines[-1]
     assert summary["puzzles"] == MAZES
