@@ -286,7 +286,15 @@ def cmd_up(args) -> int:
 
     # SIGTERM and SIGINT both stop the mesh gracefully (a background job starts with SIGINT
     # ignored; the services run in their own sessions, so only this process gets the signal).
+    # Only the first signal interrupts: a second one (a repeated Ctrl-C, or `make` and `timeout`
+    # both signalling) must not break into the drain with a traceback.
+    interrupted = False
+
     def interrupt(signum, frame):
+        nonlocal interrupted
+        if interrupted:
+            return
+        interrupted = True
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
