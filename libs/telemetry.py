@@ -217,8 +217,6 @@ def _status_of(context: grpc.aio.ServicerContext,
     code = context.code()
     if isinstance(code, grpc.StatusCode):
         return code, context.details() or ""
-    if isinstance(code, int):  # grpc.aio keeps the cygrpc integer for a code set by abort
-        return _CODES.get(code, grpc.StatusCode.UNKNOWN), context.details() or ""
     if isinstance(error, asyncio.CancelledError):
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
@@ -228,5 +226,3 @@ def _status_of(context: grpc.aio.ServicerContext,
         return grpc.StatusCode.UNKNOWN, f"{type(error).__name__}"
     return grpc.StatusCode.OK, ""
 
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
