@@ -90,6 +90,7 @@ def setup_logging(service: str, log_format: LogFormat = "json", level: int = log
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(True)  # warnings.warn(...) becomes a line like any other
     structlog.configure(
         processors=[structlog.stdlib.filter_by_level, *shared,
                     structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

@@ -460,12 +460,13 @@ async def test_traces_show_the_work_the_loop_steps_and_the_real_status(mesh, col
     assert not [span.name for _, span in receiver.records
                 if span.name.startswith(("grpc.health.v1.Health/", "grpc.reflection."))]
 
-    # The orchestrator's log is JSON lines; the bad request's line carries its trace id.
-    lines = [json.loads(line) for line in mesh.logs["orchestrator"].read_text().splitlines()
-             if line.startswith("{")]
-    assert lines and all({"time", "level", "service", "logger", "message", "trace_id",
-                          "span_id"} <= set(line) for line in lines)
-    assert all(line["service"] == "orchestrator" for line in lines)
+    # Every service's log is JSON lines; the bad request's line carries its trace id.
+    for service, path in mesh.logs.items():
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        assert lines and all({"time", "level", "service", "logger", "message", "trace_id",
+                              "span_id"} <= set(line) for line in lines), service
+        assert all(line["service"] == service for line in lines)
+    lines = [json.loads(line) for line in mesh.logs["orchestrator"].read_text().splitlines()]
     logged = [line for line in lines if line["trace_id"] == bad_trace]
     assert logged and "INVALID_ARGUMENT" in logged[0]["message"], logged
     assert logged[0]["span_id"] == server.span_id.hex()

@@ -313,7 +313,9 @@ async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float 
         sock.close()
         raise RuntimeError(f"REST: could not bind {host}:{port}: {error}") from error
     bound_port = sock.getsockname()[1]
+    # log_config=None: uvicorn's records propagate to the root handler (the service's JSON lines).
     config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False,
+                            log_config=None,
                             timeout_graceful_shutdown=drain_grace_s)
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
