@@ -4,9 +4,9 @@ one run, over gRPC and through the REST front.
 Starts two orchestrator processes exactly as `mcts-mesh serve orchestrator` runs them:
 - "off": no metrics (`ORCHESTRATOR_METRICS_PORT=-1`, so no RPC metrics either) and no exporter
   (the sampler is then off: spans are non-recording);
-- "on": a metrics port, and every request traced (sample ratio 1) and exported over OTLP/gRPC
-  (BatchSpanProcessor) to an OTLP collector this script runs in-process, which receives and counts
-  the spans; plus whatever `--on-env NAME=VALUE` adds (API keys and rate limits:
+- "on": a metrics port, and every request traced (sample ratio 1, `--sample-ratio`) and exported
+  over OTLP/gRPC (BatchSpanProcessor) to an OTLP collector this script runs in-process, which
+  receives and counts the spans; plus whatever `--on-env NAME=VALUE` adds (API keys and rate limits:
   `--on-env ORCHESTRATOR_REQUIRE_API_KEY=true --api-key KEY`, once the access feature exists).
 
 The request is cheap and real: `SolveProblem` on an end-game Connect Four position with the checker
@@ -14,8 +14,8 @@ agent alone (its exact solver answers in a few hundred nodes; no other service i
 alternate between the two servers and the two transports (a kept-alive gRPC channel and one
 `httpx.Client` per REST front), after a warm-up, so that both see the same machine.
 
-    .venv/bin/python bench/overhead.py [--requests N] [--warmup N] [--on-env K=V ...]
-        [--api-key KEY] [--json]
+    .venv/bin/python bench/overhead.py [--requests N] [--warmup N] [--sample-ratio R]
+        [--on-env K=V ...] [--api-key KEY] [--json]
 
 Prints p50/p99 per (transport, features) in ms, the deltas on - off, and the REST front's own cost
 (REST minus gRPC for the same server).
@@ -105,7 +105,8 @@ def _percentiles(samples_s: list[float]) -> tuple[float, float]:
     return float(np.percentile(values, 50)), float(np.percentile(values, 99))
 
 
-def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None) -> dict:
+def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None,
+        sample_ratio: float = 1.0) -> dict:
     receiver = _Collector()
     collector = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, collector)
@@ -117,7 +118,7 @@ def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None)
         "on": _start_orchestrator("on", {
             "ORCHESTRATOR_METRICS_PORT": "0",
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}",
-            "ORCHESTRATOR_TRACE_SAMPLE_RATIO": "1.0", **on_env}, run_dir),
+            "ORCHESTRATOR_TRACE_SAMPLE_RATIO": str(sample_ratio), **on_env}, run_dir),
     }
     request = pb.SolveProblemRequest(connect_four={"moves": MOVES}, agents=[pb.AGENT_CHECKER])
     channels, clients, calls = [], [], {}
@@ -148,7 +149,8 @@ def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None)
         stats = {f"{transport}/{features}": dict(zip(("p50_ms", "p99_ms"), _percentiles(values),
                                                      strict=True))
                  for (transport, features), values in samples.items()}
-        return {"requests": requests, "spans_received": receiver.spans, "stats": stats,
+        return {"requests": requests, "sample_ratio": sample_ratio,
+                "spans_received": receiver.spans, "stats": stats,
                 "on_env": sorted(on_env), "api_key": bool(api_key)}
     finally:
         for channel in channels:
@@ -168,7 +170,8 @@ def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None)
 def print_table(result: dict) -> None:
     stats = result["stats"]
     print(f"SolveProblem (checker, end-game Connect Four), {result['requests']} requests per cell, "
-          f"interleaved; spans received by the collector: {result['spans_received']}")
+          f"interleaved; trace sample ratio {result['sample_ratio']}, spans received by the "
+          f"collector: {result['spans_received']}")
     print(f"{'transport':<10}{'off p50':>10}{'off p99':>10}{'on p50':>10}{'on p99':>10}"
           f"{'Δ p50':>10}{'Δ p99':>10}{'on/off p50':>12}")
     for transport in ("grpc", "rest"):
@@ -192,10 +195,12 @@ def main() -> None:
                         help="extra setting of the 'on' orchestrator (API keys, rate limits)")
     parser.add_argument("--api-key", default=None,
                         help="sent as x-api-key to the 'on' orchestrator (gRPC and REST)")
+    parser.add_argument("--sample-ratio", type=float, default=1.0,
+                        help="ORCHESTRATOR_TRACE_SAMPLE_RATIO of the 'on' orchestrator")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     on_env = dict(item.split("=", 1) for item in args.on_env)
-    result = run(args.requests, args.warmup, on_env, args.api_key)
+    result = run(args.requests, args.warmup, on_env, args.api_key, args.sample_ratio)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
