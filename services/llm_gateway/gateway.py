@@ -76,6 +76,12 @@ class Gateway:
             raise DeadlineExceeded(f"the deadline passed before any provider answered ({tried})")
         raise Unavailable(f"every LLM provider failed ({tried})")
 
+    async def publish_circuit_states(self) -> None:
+        """Sets `mesh_llm_circuit_state` of every provider from its breaker (at start-up; after
+        that each call updates its provider's)."""
+        for provider in self.providers:
+            metrics.set_circuit_state(provider.name, await provider.circuit_state())
+
     async def aclose(self) -> None:
         """Closes every provider's connections."""
         for provider in self.providers:
