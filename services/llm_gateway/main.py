@@ -35,6 +35,7 @@ async def build_servicers(
     async def ready() -> None:
         # Providers are remote or in-process; nothing to load. Say what will answer.
         log.info("LLM fallback order: %s", ", ".join(gateway.order))
+        await gateway.publish_circuit_states()
 
     return [Servicer(llm_service_pb2_grpc.add_LlmServiceServicer_to_server, servicer,
                      SERVICE_NAME)], ready
