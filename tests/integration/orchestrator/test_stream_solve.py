@@ -93,3 +93,32 @@ async def test_a_failing_agent_is_reported_then_the_error_ends_the_stream(reason
     assert failed.agent == pb.AGENT_MCTS and failed.error_code == "UNAVAILABLE"
     assert not failed.HasField("vote")
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_the_rest_front_streams_the_real_loop_as_ndjson(reasoning_mesh):
+    import json
+
+    import httpx
+
+    from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
+
+    mesh = await reasoning_mesh()
+    rest = await serve_rest(build_rest_app(mesh.target, RestSettings(port=0)), "127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}") as client:
+            async with client.stream("POST", "/v1/problems:streamSolve", json={
+                    "connectFour": {"moves": "121212"}, "agents": ["AGENT_CHECKER"]},
+                    timeout=30) as reply:
+                assert reply.status_code == 200
+                assert reply.headers["content-type"] == "application/x-ndjson"
+                lines = [json.loads(line) async for line in reply.aiter_lines() if line]
+            bad = await client.post("/v1/problems:streamSolve",
+                                    json={"connectFour": {"moves": "48"}})
+    finally:
+        await rest.stop()
+    assert all(set(line) == {"result"} for line in lines)
+    events = [line["result"] for line in lines]
+    assert [event["agentFinished"]["vote"]["proposal"] for event in events
+            if "agentFinished" in event] == ["1"]
+    assert events[-1]["response"]["connectFour"]["column"] == 1
+    assert bad.status_code == 400 and bad.json()["code"] == 3
