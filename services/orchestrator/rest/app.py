@@ -25,7 +25,9 @@ A `Grpc-Timeout` is capped at `max_deadline_s`. Every accepted connection has TC
 listening socket is created with protocol IPPROTO_TCP, so asyncio's transports set the option on
 each accepted socket (it does so only for sockets whose protocol is IPPROTO_TCP); without it a
 response written in two parts (headers, body) waits for the client's delayed ACK (~40 ms) on a
-kept-alive connection.
+kept-alive connection. uvicorn parses HTTP with httptools (a dependency; its pure-Python h11
+parser, used when httptools is absent, cost about 0.2 ms more per request in `bench/rest_cost.py`'s
+setting).
 
 Tracing: a W3C `traceparent` on the HTTP request is extracted and the REST span is its child; the
 channel's OpenTelemetry interceptor then carries the trace to the gRPC server. A client that
