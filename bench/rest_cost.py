@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import http.client
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -134,6 +135,7 @@ def main() -> None:
     if args.serve:
         asyncio.run(_serve(args.nagle))
         return
+    load_before = os.getloadavg()[0]
     front, front_ports = _start(nagle=False)
     before, before_ports = _start(nagle=True)
     clients = {"gRPC": _Grpc(front_ports["grpc"]), "REST": _Rest(front_ports["rest"]),
@@ -164,11 +166,13 @@ def main() -> None:
                      "p99_ms": round(p99, 3), "added_p50_ms": round(p50 - base_p50, 3),
                      "added_p99_ms": round(p99 - base_p99, 3),
                      "p50_ratio": round(p50 / base_p50, 2)})
+    load = (round(load_before, 2), round(os.getloadavg()[0], 2))
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"rows": rows, "load_average_1min": load}))
         return
     print(f"SolveProblem {json.dumps(REQUEST)}, one kept-alive connection per path, "
-          f"{args.rounds} rounds x {args.requests} requests")
+          f"{args.rounds} rounds x {args.requests} requests; 1-min load average {load[0]} before, "
+          f"{load[1]} after, on {os.cpu_count()} CPUs")
     print(f"{'path':<22}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>10}{'+p99 ms':>10}{'x gRPC':>8}")
     for row in rows:
         print(f"{row['path']:<22}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}"

@@ -94,8 +94,11 @@ class SolveView:
             else:
                 row[2:5] = ["proposed", _short(done.vote.proposal), f"{done.vote.confidence:.2f}"]
                 row[6] = done.vote.rationale
-        elif kind in ("tally", "response"):
+        elif kind == "tally":
             self._tally = describe(event).split(": ", 1)[1]
+        elif kind == "response":
+            answered = describe(event).split(": ", 1)[1]
+            self._tally = f"{self._tally}; {answered}" if self._tally else answered
 
     def render(self) -> Table:
         table = Table(title=f"consensus loop, {self._elapsed_ms:.0f} ms", caption=self._tally,
