@@ -59,7 +59,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from libs.channels import open_channel
 from libs.errors import MeshError, status_from_rpc_error
@@ -448,9 +448,6 @@ CORS_EXPOSED_HEADERS = ("Retry-After", "Grpc-Metadata-X-Served-By")
 class _StatusCorsMiddleware(CORSMiddleware):
     """Starlette's CORSMiddleware, whose refused preflight (a plain-text 400) becomes a 403 with a
     `google.rpc.Status` body (PERMISSION_DENIED) like every other error of the front."""
-
-    def __init__(self, app: ASGIApp, **options: object) -> None:
-        super().__init__(app, **options)  # type: ignore[arg-type]
 
     def preflight_response(self, request_headers) -> Response:  # type: ignore[no-untyped-def]
         response = super().preflight_response(request_headers)
