@@ -8,6 +8,7 @@ shortcut.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -127,6 +128,12 @@ def cmd_solve(args) -> int:
     from mcts_mesh import puzzle_commands
 
     channel, stub = _stub(args.target)
+    if args.progress:  # the same answer, through StreamSolveProblem, with the loop shown live
+        from rich.console import Console
+
+        from mcts_mesh.progress import StreamingSolveStub
+
+        stub = StreamingSolveStub(stub, Console(stderr=True))
     started = time.perf_counter()
     try:
         if args.game == "sudoku":
@@ -170,11 +177,16 @@ def cmd_eval(args) -> int:
             return (eval_sudoku if args.game == "sudoku" else eval_maze)(stub, args)
         finally:
             channel.close()
+    from mcts_mesh.progress import eval_progress
+
     rows = read_pons(Path(args.file), args.limit)
     channel, stub = _stub(args.target)
     kept = 0
     latencies, rates = [], []
+    progress_bar = contextlib.ExitStack()
     try:
+        progress = progress_bar.enter_context(
+            eval_progress(len(rows), Path(args.file).name, every=25, lines=not args.json))
         for index, (moves, score) in enumerate(rows, 1):
             started = time.perf_counter()
             try:
@@ -191,9 +203,9 @@ def cmd_eval(args) -> int:
                 rates.append(record["simulations_per_second"])
             if args.json:
                 print(json.dumps(record), flush=True)
-            elif index % 25 == 0 or index == len(rows):
-                print(f"{index}/{len(rows)}: kept {kept} ({kept / index:.1%})", file=sys.stderr)
+            progress(index, f"kept {kept} ({kept / index:.1%})")
     finally:
+        progress_bar.close()
         channel.close()
     latencies.sort()
     summary = {
@@ -421,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--simulations", type=int, default=None)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--json", action="store_true")
+        p.add_argument("--progress", action="store_true",
+                       help="watch the consensus loop live on stderr (StreamSolveProblem)")
     solve.set_defaults(func=cmd_solve)
 
     evaluate = sub.add_parser("eval", help="evaluate the mesh on a benchmark file (Pons positions; "

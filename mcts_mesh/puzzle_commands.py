@@ -132,9 +132,22 @@ def _summary(args, records: list[dict], latencies: list[float]) -> dict:
 def _evaluate(stub, args, items, problem_of, judge) -> tuple[list[dict], list[float]] | int:
     """Sends each item through the orchestrator; `judge(item, response)` checks the answer here.
     Returns the records and latencies, or the exit code of a failure that ends the run."""
-    from mcts_mesh.cli import _fail
+    from mcts_mesh.progress import eval_progress
 
     records, latencies = [], []
+    with eval_progress(len(items), Path(args.file).name, every=100,
+                       lines=not args.json) as progress:
+        outcome = _evaluate_items(stub, args, items, problem_of, judge, records, latencies,
+                                  progress)
+    return outcome if outcome is not None else (records, latencies)
+
+
+def _evaluate_items(stub, args, items, problem_of, judge, records: list[dict],
+                    latencies: list[float], progress) -> int | None:
+    """`_evaluate`'s loop: fills `records` and `latencies`; returns an exit code to end early."""
+    from mcts_mesh.cli import _fail
+
+    valid = 0
     for index, item in enumerate(items, 1):
         started = time.perf_counter()
         try:
@@ -151,12 +164,11 @@ def _evaluate(stub, args, items, problem_of, judge) -> tuple[list[dict], list[fl
                       else {"agents": [], "answered_by": "", "latency_ms": round(latency_ms, 2),
                             **outcome})
         records.append(record)
+        valid += bool(record["valid"])
         if args.json:
             print(json.dumps(record), flush=True)
-        elif index % 100 == 0:
-            valid = sum(r["valid"] for r in records)
-            print(f"{index}/{len(items)}: {valid} valid", file=sys.stderr)
-    return records, latencies
+        progress(index, f"{valid} valid")
+    return None
 
 
 def eval_sudoku(stub, args) -> int:

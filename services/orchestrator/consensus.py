@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from libs.errors import DeadlineExceeded, FailedPrecondition, MeshError
+from services.orchestrator.events import EventSink, IterationStarted, ObservedAgent, TallyUpdated
 from services.orchestrator.routing import (
     AgentName,
     Role,
@@ -321,16 +322,22 @@ class ConsensusLoop(Generic[AnswerT]):
         synthesize: builds the answer from the final tally.
         query_length_norm: the problem's size in [0, 1] (routing feature 8).
         weights: per-agent weights of the vote (default 1.0).
+        events: receives the run's progress (`events.py`): every agent is wrapped in an
+            `ObservedAgent`; None (the default) emits nothing.
     """
 
     def __init__(self, agents: Sequence[Agent], router: Router, synthesize: Synthesizer,
                  query_length_norm: float,
-                 weights: dict[AgentName, float] | None = None) -> None:
+                 weights: dict[AgentName, float] | None = None,
+                 events: EventSink | None = None) -> None:
         names = [agent.name for agent in agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agents named twice: {names}")
         if not any(agent.role is Role.PROPOSER for agent in agents):
             raise ValueError("the loop needs at least one proposer agent")
+        if events is not None:
+            agents = [ObservedAgent(agent, events) for agent in agents]
+        self._events = events
         self._agents = {agent.name: agent for agent in agents}
         self._verifiers = [agent for agent in agents if agent.role is Role.VERIFIER]
         self._router = router
@@ -437,6 +444,9 @@ class ConsensusLoop(Generic[AnswerT]):
                 raise self._no_answer(run)  # every answer so far failed verification
             return LoopState.SYNTHESIZE
         run.routed = chosen
+        if self._events is not None:
+            self._events(IterationStarted(run.iteration, tuple(chosen), run.simulations,
+                                          decision.reason))
         return LoopState.RUN_AGENTS
 
     @step_span("agents")
@@ -505,6 +515,8 @@ class ConsensusLoop(Generic[AnswerT]):
         for proposal in run.proposals.values():
             excluded |= proposal.excluded
         run.tally = aggregate(list(run.latest.values()), excluded, self._weights)
+        if self._events is not None:
+            self._events(TallyUpdated(run.iteration, run.tally, tuple(run.latest.values())))
         return LoopState.CHECK_CONSENSUS
 
     def _check_consensus(self, run: _Run) -> LoopState:

@@ -124,7 +124,12 @@ async def run(settings: OrchestratorSettings,
             f"{grpc_host}:{running.port}",
             RestSettings(host=settings.host, port=settings.rest_port,
                          default_deadline_s=settings.request_deadline_s,
-                         metrics=settings.metrics_port >= 0))
+                         metrics=settings.metrics_port >= 0,
+                         max_deadline_s=settings.rest_max_deadline_s,
+                         max_body_bytes=settings.rest_max_body_bytes,
+                         max_json_depth=settings.rest_max_json_depth,
+                         cors_allowed_origins=settings.rest_cors_allowed_origins,
+                         cors_max_age_s=settings.rest_cors_max_age_s))
         rest = await serve_rest(app, settings.host, settings.rest_port)
         return {"rest": rest.port}, rest.stop
 

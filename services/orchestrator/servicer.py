@@ -8,11 +8,13 @@ the proto field. Downstream failures arrive as domain errors from the agents
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -38,7 +40,15 @@ from services.orchestrator.connect_four import (
     Outcome,
     synthesize_connect_four,
 )
-from services.orchestrator.consensus import Agent, Budget, ConsensusLoop, LoopResult
+from services.orchestrator.consensus import Agent, Budget, ConsensusLoop, LoopResult, Vote
+from services.orchestrator.events import (
+    AgentFinished,
+    AgentStarted,
+    EventSink,
+    IterationStarted,
+    LoopEvent,
+    TallyUpdated,
+)
 from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
 from services.orchestrator.routing import AgentName, PuzzleRouter, Role, Router, RuleRouter
 from services.orchestrator.settings import OrchestratorSettings
@@ -123,8 +133,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         self._puzzle_router = puzzle_router or PuzzleRouter()
 
     async def SolveProblem(self, request: pb.SolveProblemRequest,
-                           context: grpc.aio.ServicerContext) -> pb.SolveProblemResponse:
+                           context: grpc.aio.ServicerContext,
+                           events: EventSink | None = None) -> pb.SolveProblemResponse:
         """Runs the loop on the request's problem: a Connect Four position, a Sudoku or a maze.
+        `events` (StreamSolveProblem's) receives the loop's progress.
 
         Raises:
             InvalidArgument: "problem", "connect_four.moves", "sudoku.puzzle", "sudoku.box_rows",
@@ -149,7 +161,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         max_iterations = (request.max_iterations if request.HasField("max_iterations")
                           else self._settings.max_iterations)
         loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
-                                            problem.query_length_norm)
+                                            problem.query_length_norm, events=events)
         budget = Budget(max_iterations=max_iterations, deadline=deadline,
                         simulations=simulations,
                         max_simulations=max(simulations, self._settings.max_simulations),
@@ -157,6 +169,37 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         result = await loop.run(problem, budget)
         observe_result(kind, result)
         return solve_response(result, request.thread_id)
+
+    async def StreamSolveProblem(self, request: pb.StreamSolveProblemRequest,
+                                 context: grpc.aio.ServicerContext
+                                 ) -> AsyncIterator[pb.StreamSolveProblemResponse]:
+        """SolveProblem, yielding one event per step of the loop as it happens and the
+        SolveProblemResponse last (see `events.py` for what is emitted when).
+
+        The loop runs in its own task; when the caller goes away (the generator is closed or
+        cancelled) the task is cancelled, so no work goes on for nobody.
+
+        Raises:
+            the errors of SolveProblem; a bad request fails before any event.
+        """
+        started = time.perf_counter()
+        queue: asyncio.Queue[pb.StreamSolveProblemResponse | None] = asyncio.Queue()
+
+        def sink(event: LoopEvent) -> None:
+            queue.put_nowait(stream_event(event, (time.perf_counter() - started) * 1e3))
+
+        solve_request = pb.SolveProblemRequest.FromString(request.SerializeToString())
+        solve = asyncio.ensure_future(self.SolveProblem(solve_request, context, sink))
+        solve.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            response = solve.result()  # raises the loop's error
+            yield pb.StreamSolveProblemResponse(
+                iteration=response.iterations,
+                elapsed_ms=(time.perf_counter() - started) * 1e3, response=response)
+        finally:
+            solve.cancel()
 
     async def AnswerQuery(self, request: pb.AnswerQueryRequest,
                           context: grpc.aio.ServicerContext) -> pb.AnswerQueryResponse:
@@ -403,10 +446,48 @@ def validate_documents(documents: Sequence[common_pb2.Document]) -> None:
 
 
 def _votes(result: LoopResult) -> list[pb.AgentVote]:
-    return [pb.AgentVote(agent=AGENT_TO_PROTO[vote.agent], proposal=vote.answer,
-                         confidence=vote.confidence, latency_ms=vote.latency_ms,
-                         iteration=vote.iteration, rationale=vote.rationale)
-            for vote in result.votes]
+    return [_vote(vote) for vote in result.votes]
+
+
+def _vote(vote: Vote) -> pb.AgentVote:
+    return pb.AgentVote(agent=AGENT_TO_PROTO[vote.agent], proposal=vote.answer,
+                        confidence=vote.confidence, latency_ms=vote.latency_ms,
+                        iteration=vote.iteration, rationale=vote.rationale)
+
+
+def stream_event(event: LoopEvent, elapsed_ms: float) -> pb.StreamSolveProblemResponse:
+    """The StreamSolveProblemResponse of one loop event, `elapsed_ms` after the request came."""
+    out = pb.StreamSolveProblemResponse(iteration=event.iteration, elapsed_ms=elapsed_ms)
+    if isinstance(event, IterationStarted):
+        out.iteration_started.CopyFrom(pb.IterationStarted(
+            agents=[AGENT_TO_PROTO[name] for name in event.agents],
+            simulations=event.simulations, reason=event.reason))
+    elif isinstance(event, AgentStarted):
+        out.agent_started.agent = AGENT_TO_PROTO[event.agent]
+    elif isinstance(event, AgentFinished):
+        finished = out.agent_finished
+        finished.agent = AGENT_TO_PROTO[event.agent]
+        finished.latency_ms = event.latency_ms
+        proposal = event.proposal
+        if event.error is not None:
+            finished.error_code = event.error.code.name
+            finished.error_message = event.error.message
+        elif proposal is not None and proposal.answer is None:
+            finished.abstain_reason = proposal.rationale or "abstained"
+        elif proposal is not None:
+            confidence = proposal.confidence if math.isfinite(proposal.confidence) else 0.0
+            finished.vote.CopyFrom(pb.AgentVote(
+                agent=finished.agent, proposal=proposal.answer,
+                confidence=min(1.0, max(0.0, confidence)), latency_ms=event.latency_ms,
+                iteration=event.iteration, rationale=proposal.rationale))
+    else:
+        assert isinstance(event, TallyUpdated)
+        tally = event.tally
+        out.tally.CopyFrom(pb.RoundTally(
+            answer=tally.answer, confidence=tally.confidence,
+            consensus_score=tally.consensus_score, agreed=tally.agreed, verified=tally.verified,
+            votes=[_vote(vote) for vote in event.votes]))
+    return out
 
 
 def _timings(result: LoopResult) -> list[pb.StepTiming]:

@@ -24,6 +24,17 @@ class OrchestratorSettings(ServiceSettings):
     port: int = 50051
     rest_port: int = 8080
     """Port of the REST front; 0 binds a free port, -1 leaves the REST front off."""
+    rest_max_body_bytes: int = 4 * 1024 * 1024
+    """Largest REST request body, in bytes; a larger one is answered 413 without being read."""
+    rest_max_json_depth: int = 64
+    """Deepest nesting of JSON arrays and objects in a REST body (400 beyond, before parsing)."""
+    rest_max_deadline_s: float = 3600.0
+    """A REST request's Grpc-Timeout is capped at this many seconds."""
+    rest_cors_allowed_origins: tuple[str, ...] = ()
+    """Origins whose browsers may call the REST front cross-site, as a JSON list
+    (`["https://app.example"]`; `["*"]` for any); empty turns CORS off."""
+    rest_cors_max_age_s: int = 600
+    """Seconds a browser may cache a CORS preflight's answer."""
 
     mcts_target: str = "127.0.0.1:50052"
     neural_target: str = "127.0.0.1:50053"
@@ -87,6 +98,8 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("need 1 <= default_simulations <= max_simulations <= 10,000,000")
         if not 1 <= self.max_iterations <= 10 or not 1 <= self.text_max_iterations <= 10:
             raise ValueError("max_iterations and text_max_iterations must be in 1..10")
+        if self.rest_max_body_bytes < 1 or not 1 <= self.rest_max_json_depth <= 512:
+            raise ValueError("need rest_max_body_bytes >= 1 and rest_max_json_depth in 1..512")
         if self.checker_max_nodes < 0:
             raise ValueError("checker_max_nodes must be >= 0")
         if not 1 <= self.default_top_k <= 20:
@@ -98,7 +111,8 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("reasoning_models_ttl_s must be >= 0")
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
                      self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
-                     self.solver_time_budget_s, self.reasoning_deadline_s)
+                     self.solver_time_budget_s, self.reasoning_deadline_s,
+                     self.rest_max_deadline_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
         return self

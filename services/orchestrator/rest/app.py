@@ -8,6 +8,28 @@ server's health service reports the service SERVING, else 503 with a `google.rpc
 `/metrics` (Prometheus text format, the process's registry) and `/openapi.json` (generated from the
 same annotations).
 
+Server-streaming RPCs are served as grpc-gateway serves them: newline-delimited JSON, one
+`{"result": <message>}` line per message, sent as it arrives (Content-Type
+`application/x-ndjson`, where grpc-gateway says `application/json` though the body is not one JSON
+document); an error after the first message is
+a last `{"error": <google.rpc.Status>}` line (the HTTP status, 200, is already sent), never a silent
+end. An error before the first message is an ordinary error response (its HTTP status and a
+`google.rpc.Status` body), as for a unary call.
+
+Facing browsers and proxies (`limits`): a binding with a body takes only `application/json` (415
+otherwise, so a cross-site "simple" POST is never executed); the body is read up to
+`max_body_bytes` (413 before reading more, the connection closed); JSON nested deeper than
+`max_json_depth` is refused (400) before it is parsed; CORS is off unless `cors_allowed_origins`
+names origins (Starlette's CORSMiddleware answers their preflights); every error body, routing
+errors (404, 405 with `Allow`) and unexpected failures (500) included, is a `google.rpc.Status`.
+A `Grpc-Timeout` is capped at `max_deadline_s`. Every accepted connection has TCP_NODELAY: the
+listening socket is created with protocol IPPROTO_TCP, so asyncio's transports set the option on
+each accepted socket (it does so only for sockets whose protocol is IPPROTO_TCP); without it a
+response written in two parts (headers, body) waits for the client's delayed ACK (~40 ms) on a
+kept-alive connection. uvicorn parses HTTP with httptools (a dependency; its pure-Python h11
+parser, used when httptools is absent, cost about 0.2 ms more per request in `bench/rest_cost.py`'s
+setting).
+
 Tracing: a W3C `traceparent` on the HTTP request is extracted and the REST span is its child; the
 channel's OpenTelemetry interceptor then carries the trace to the gRPC server. A client that
 disconnects cancels its gRPC call (grpc-gateway cancels the call's context the same way).
@@ -19,8 +41,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 import grpc
 import uvicorn
@@ -33,6 +55,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -41,6 +66,11 @@ from starlette.types import Receive, Scope, Send
 from libs.channels import open_channel
 from libs.errors import MeshError, status_from_rpc_error
 from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
+from services.orchestrator.rest.limits import (
+    check_json_depth,
+    check_media_type,
+    read_body,
+)
 from services.orchestrator.rest.metadata import (
     request_metadata,
     response_headers,
@@ -51,11 +81,14 @@ from services.orchestrator.rest.status import (
     JSON,
     code_status,
     error_response,
+    status_json,
     status_response,
 )
 from services.orchestrator.rest.transcoding import build_request, response_json
 
 log = logging.getLogger(__name__)
+
+NDJSON = "application/x-ndjson"
 
 ORCHESTRATOR_SERVICE = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"]
 
@@ -72,6 +105,14 @@ class RestSettings:
         ready_timeout_s: deadline of the health check behind /ready.
         metrics: serve the process's Prometheus registry at /metrics (the orchestrator's metrics
             are on); when False /metrics answers 404 saying they are off.
+        max_deadline_s: a longer Grpc-Timeout is cut to this many seconds (gRPC allows up to
+            99999999 hours, which no call needs and which overflows a deadline).
+        max_body_bytes: largest request body read; a larger one is answered 413.
+        max_json_depth: deepest nesting of JSON arrays and objects accepted in a body (400
+            beyond).
+        cors_allowed_origins: origins ("https://app.example") whose browsers may call the API
+            cross-site; "*" allows any; empty (the default) turns CORS off.
+        cors_max_age_s: how long a browser may cache a preflight's answer, in seconds.
     """
 
     host: str = "127.0.0.1"
@@ -79,6 +120,11 @@ class RestSettings:
     default_deadline_s: float = 30.0
     ready_timeout_s: float = 2.0
     metrics: bool = False
+    max_deadline_s: float = 3600.0
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_json_depth: int = 64
+    cors_allowed_origins: tuple[str, ...] = field(default_factory=tuple)
+    cors_max_age_s: int = 600
 
 
 class _Gateway:
@@ -106,42 +152,50 @@ class _Gateway:
             response = status_response(code_status(grpc.StatusCode.NOT_FOUND, "Not Found"))
         elif route.status is RouteStatus.METHOD_NOT_ALLOWED:
             response = status_response(
-                code_status(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed"))
+                code_status(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed"),
+                {"Allow": ", ".join(route.allowed)}, status_code=405)
         else:
             assert route.binding is not None and route.path_values is not None
             response = await self._forward(request, receive, route.binding, route.path_values)
         await response(scope, receive, send)
 
     async def _forward(self, request: Request, receive: Receive, binding: HttpBinding,
-                       path_values: dict[str, str]) -> Response:
+                       path_values: dict[str, str]) -> Response | _NdjsonStream:
         parent = propagate.extract(dict(request.headers))
-        with self._tracer.start_as_current_span(
+        span = self._tracer.start_span(
             f"{binding.http_method} {binding.template.template}", context=parent,
             kind=SpanKind.SERVER,
             attributes={"http.request.method": binding.http_method,
                         "http.route": binding.template.template,
                         "url.path": request.url.path,
-                        "rpc.method": binding.rpc_path},
-        ) as span:
-            response = await self._transcode_and_call(request, receive, binding, path_values)
+                        "rpc.method": binding.rpc_path})
+        stream: _NdjsonStream | None = None
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                response = await self._transcode_and_call(request, receive, binding, path_values)
             span.set_attribute("http.response.status_code", response.status_code)
             if response.status_code >= 500:
                 span.set_status(StatusCode.ERROR)
+            if isinstance(response, _NdjsonStream):
+                stream, response.span = response, span  # the stream ends the span
             return response
+        finally:
+            if stream is None:
+                span.end()
 
     async def _transcode_and_call(self, request: Request, receive: Receive, binding: HttpBinding,
-                                  path_values: dict[str, str]) -> Response:
+                                  path_values: dict[str, str]) -> Response | _NdjsonStream:
         method = binding.method.full_name
         try:
-            timeout_header = request.headers.get("grpc-timeout")
-            timeout = (timeout_seconds(timeout_header) if timeout_header
-                       else self._settings.default_deadline_s)
-            if timeout <= 0:  # grpc-gateway reads a zero timeout as "none"; the mesh wants one
-                timeout = self._settings.default_deadline_s
+            timeout = self._timeout(request.headers.get("grpc-timeout"))
             metadata = request_metadata(
                 request.headers.items(), request.headers.get("host"),
                 request.client.host if request.client else None)
-            body = await request.body()
+            body = b""
+            if binding.body:
+                check_media_type(request.headers.get("content-type"))
+                body = await read_body(request, self._settings.max_body_bytes)
+                check_json_depth(body, self._settings.max_json_depth)
             message = build_request(binding, self._request_classes[method], body, path_values,
                                     request.url.query)
         except MeshError as error:
@@ -149,6 +203,8 @@ class _Gateway:
         if self.channel is None:
             return status_response(code_status(grpc.StatusCode.UNAVAILABLE,
                                                "the REST front has no channel (not started)"))
+        if binding.method.server_streaming:
+            return await self._open_stream(binding, message, timeout, metadata, receive)
         callable_ = self.channel.unary_unary(
             binding.rpc_path,
             request_serializer=lambda item: item.SerializeToString(),
@@ -170,14 +226,107 @@ class _Gateway:
         return Response(response_json(reply, binding.response_body), status_code=200,
                         headers=headers, media_type=JSON)
 
+    def _timeout(self, header: str | None) -> float:
+        """The forwarded call's deadline in seconds: the Grpc-Timeout header's, capped at
+        `max_deadline_s`, or the default deadline when there is none (or it is zero, which
+        grpc-gateway reads as "none"; the mesh wants one).
 
-async def _cancel_on_disconnect(call: grpc.aio.UnaryUnaryCall, receive: Receive) -> bool:
-    """Waits for the call to end; cancels it if the HTTP client disconnects first. Returns whether
-    the client disconnected."""
+        Raises:
+            InvalidArgument: a malformed Grpc-Timeout.
+        """
+        timeout = timeout_seconds(header) if header else self._settings.default_deadline_s
+        if timeout <= 0:
+            timeout = self._settings.default_deadline_s
+        return min(timeout, self._settings.max_deadline_s)
+
+    async def _open_stream(self, binding: HttpBinding, message: object, timeout: float,
+                           metadata: list, receive: Receive) -> Response | _NdjsonStream:
+        """Starts a server-streaming call and waits for its first message: an error before it is
+        an ordinary error response; otherwise the stream of NDJSON lines."""
+        callable_ = self.channel.unary_stream(  # type: ignore[union-attr]
+            binding.rpc_path,
+            request_serializer=lambda item: item.SerializeToString(),
+            response_deserializer=self._response_classes[binding.method.full_name].FromString,
+        )
+        call = callable_(message, timeout=timeout, metadata=metadata)
+        first_read = asyncio.ensure_future(call.read())
+        if await _cancel_on_disconnect(call, receive, first_read):
+            return status_response(code_status(grpc.StatusCode.CANCELLED,
+                                               "the HTTP client went away"))
+        try:
+            first = first_read.result()
+        except grpc.aio.AioRpcError as error:
+            return status_response(status_from_rpc_error(error),
+                                   response_headers(error.initial_metadata()))
+        headers = response_headers(await call.initial_metadata())
+        return _NdjsonStream(call, first, binding.response_body, headers)
+
+
+class _NdjsonStream:
+    """The ASGI response of a server-streaming call: 200, then one `{"result": ...}` line per
+    message as it arrives (`first` already read), and `{"error": <google.rpc.Status>}` if the call
+    fails. A client that disconnects cancels the call; the REST span ends with the stream."""
+
+    status_code = 200
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall, first: object, response_body: str,
+                 headers: dict[str, str]) -> None:
+        self._call = call
+        self._first = first
+        self._response_body = response_body
+        self._headers = headers
+        self.span: trace.Span | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(b"content-type", NDJSON.encode()), (b"cache-control", b"no-cache"),
+                   (b"x-accel-buffering", b"no")]
+        headers += [(key.lower().encode("latin-1"), value.encode("latin-1"))
+                    for key, value in self._headers.items()]
+        disconnect = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            item = self._first
+            while item is not grpc.aio.EOF:
+                line = b'{"result":' + response_json(item, self._response_body) + b"}\n"
+                await send({"type": "http.response.body", "body": line, "more_body": True})
+                read = asyncio.ensure_future(self._call.read())
+                await asyncio.wait({read, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    self._call.cancel()
+                    self._end_span("the HTTP client went away")
+                    return
+                try:
+                    item = read.result()
+                except grpc.aio.AioRpcError as error:
+                    status = status_from_rpc_error(error)
+                    line = b'{"error":' + status_json(status) + b"}\n"
+                    await send({"type": "http.response.body", "body": line, "more_body": True})
+                    self._end_span(f"{error.code().name}: {error.details()}")
+                    break
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            disconnect.cancel()
+            self._call.cancel()  # no-op once the call has ended
+            self._end_span()
+
+    def _end_span(self, error: str | None = None) -> None:
+        if self.span is None:
+            return
+        if error is not None:
+            self.span.set_status(StatusCode.ERROR, error)
+        self.span.end()
+        self.span = None
+
+
+async def _cancel_on_disconnect(call: grpc.aio.Call, receive: Receive,
+                                waited: asyncio.Future | None = None) -> bool:
+    """Waits for the call to end (or for `waited`, e.g. a stream's first read); cancels the call
+    if the HTTP client disconnects first. Returns whether the client disconnected."""
 
     async def finished() -> None:
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
-            await call
+            await (waited if waited is not None else call)
 
     waiters = {asyncio.ensure_future(finished()),
                disconnect := asyncio.ensure_future(_wait_for_disconnect(receive))}
@@ -265,13 +414,80 @@ def build_rest_app(
             await channel.close()
 
     routes = [
-        Route("/health", health, methods=["GET"]),
-        Route("/ready", ready, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        Route("/health", _GetOnly(health)),
+        Route("/ready", _GetOnly(ready)),
+        Route("/openapi.json", _GetOnly(openapi)),
+        Route("/metrics", _GetOnly(metrics)),
         Route("/{path:path}", gateway),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = []
+    if settings.cors_allowed_origins:
+        middleware.append(Middleware(
+            _StatusCorsMiddleware, allow_origins=list(settings.cors_allowed_origins),
+            allow_methods=sorted({b.http_method for b in bindings} | {"GET"}),
+            allow_headers=list(CORS_ALLOWED_HEADERS), expose_headers=list(CORS_EXPOSED_HEADERS),
+            max_age=settings.cors_max_age_s))
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                     exception_handlers={HTTPException: _http_exception,
+                                         Exception: _unexpected_exception})
+
+
+class _GetOnly:
+    """An ASGI app serving `endpoint` for GET and HEAD; 405 with `Allow` and a google.rpc.Status
+    body for any other method (a Starlette route limited to GET would let other methods fall
+    through to the gateway's catch-all, a 404)."""
+
+    def __init__(self, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
+        self._endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        if request.method in ("GET", "HEAD"):
+            response = await self._endpoint(request)
+        else:
+            response = status_response(
+                code_status(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed"),
+                {"Allow": "GET, HEAD"}, status_code=405)
+        await response(scope, receive, send)
+
+
+CORS_ALLOWED_HEADERS = ("Content-Type", "Authorization", "X-Api-Key", "Grpc-Timeout",
+                        "Traceparent", "Tracestate")
+"""Request headers a browser may send cross-site (when CORS is on)."""
+CORS_EXPOSED_HEADERS = ("Retry-After", "Grpc-Metadata-X-Served-By")
+"""Response headers a cross-site script may read besides the CORS-safelisted ones."""
+
+
+class _StatusCorsMiddleware(CORSMiddleware):
+    """Starlette's CORSMiddleware, whose refused preflight (a plain-text 400) becomes a 403 with a
+    `google.rpc.Status` body (PERMISSION_DENIED) like every other error of the front."""
+
+    def preflight_response(self, request_headers) -> Response:  # type: ignore[no-untyped-def]
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        headers = {key: value for key, value in response.headers.items()
+                   if key.lower() not in ("content-length", "content-type")}
+        reason = bytes(response.body).decode("utf-8", "replace")
+        return status_response(
+            code_status(grpc.StatusCode.PERMISSION_DENIED, f"CORS preflight refused: {reason}"),
+            headers, status_code=403)
+
+
+async def _http_exception(_: Request, error: Exception) -> Response:
+    """Starlette's own HTTP errors (405 on /health, /ready, /openapi.json) as google.rpc.Status."""
+    assert isinstance(error, HTTPException)
+    codes = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}
+    code = codes.get(error.status_code, grpc.StatusCode.INVALID_ARGUMENT)
+    return status_response(code_status(code, str(error.detail)), dict(error.headers or {}),
+                           status_code=error.status_code)
+
+
+async def _unexpected_exception(request: Request, error: Exception) -> Response:
+    """A bug: logged with its traceback, answered 500 INTERNAL without it."""
+    log.error("REST %s %s failed", request.method, request.url.path, exc_info=error)
+    return status_response(code_status(grpc.StatusCode.INTERNAL,
+                                       "internal error in the REST front"))
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -289,6 +505,17 @@ class RunningRest:
         self._server = server
         self._task = task
 
+    def connection_sockets(self) -> list[socket.socket]:
+        """The sockets of the connections open now (their options can be read; for tests and
+        diagnostics)."""
+        sockets = []
+        for connection in list(self._server.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            sock = transport.get_extra_info("socket") if transport is not None else None
+            if sock is not None:
+                sockets.append(sock)
+        return sockets
+
     async def stop(self) -> None:
         """Stops accepting, lets in-flight requests finish, runs the app's shutdown (closes the
         channel)."""
@@ -305,7 +532,10 @@ async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float 
     Raises:
         RuntimeError: the server did not start (port taken, app start-up failed).
     """
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when their protocol
+    # says TCP (accepted sockets inherit the listening socket's), see the module docstring.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -4,9 +4,11 @@ picks one for a request, with grpc-gateway v2's `ServeMux` rules.
 Routing rules (grpc-gateway `runtime/mux.go`): bindings are tried per HTTP method, the one
 registered last first (its `Handle` prepends); a template with a verb matches only when the last
 path component ends in ":" + verb; a last component that is exactly ":" + verb is a 404. When no
-binding of the request's method matches but one of another method does, the answer is grpc-gateway's
-default for "method not allowed": gRPC UNIMPLEMENTED, which its status table turns into HTTP 501
-(its `DefaultRoutingErrorHandler`; a 405 needs a custom routing error handler there). Otherwise 404.
+binding of the request's method matches but one of another method does, the answer is "method not
+allowed": HTTP 405 with an `Allow` header listing the methods that do match and a
+`google.rpc.Status` body with code UNIMPLEMENTED (grpc-gateway's default routing error handler
+answers 501 there; the front behaves like grpc-gateway with a custom routing error handler, as
+browsers and proxies expect 405, e.g. for an OPTIONS preflight when CORS is off). Otherwise 404.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class HttpBinding:
 def service_bindings(service: ServiceDescriptor) -> list[HttpBinding]:
     """Every HTTP binding of the service's unary methods, in declaration order.
 
-    Streaming methods are not served (their REST mapping, newline-delimited JSON, is not built).
+    Server-streaming methods are served as newline-delimited JSON (`app`); client- and
+    bidirectional-streaming methods are not served over REST (no binding; not built).
 
     Raises:
         AnnotationError: a rule that grpc-gateway's generator would reject.
@@ -72,7 +75,7 @@ def service_bindings(service: ServiceDescriptor) -> list[HttpBinding]:
         options = method.GetOptions()
         if not options.HasExtension(annotations_pb2.http):
             continue
-        if method.client_streaming or method.server_streaming:
+        if method.client_streaming:
             continue
         rule = options.Extensions[annotations_pb2.http]
         rules = [rule, *rule.additional_bindings]
@@ -137,6 +140,8 @@ class RouteMatch:
     status: RouteStatus
     binding: HttpBinding | None = None
     path_values: dict[str, str] | None = None
+    allowed: tuple[str, ...] = ()
+    """For METHOD_NOT_ALLOWED: the HTTP methods that have a binding for the path."""
 
 
 class Router:
@@ -159,13 +164,17 @@ class Router:
             values = binding.template.match(*split)
             if values is not None:
                 return RouteMatch(RouteStatus.FOUND, binding, values)
+        allowed: list[str] = []
         for method, bindings in self._by_method.items():
             if method == http_method:
                 continue
             for binding in bindings:
                 split = _split_verb(components, binding.template.verb)
                 if split is not None and binding.template.match(*split) is not None:
-                    return RouteMatch(RouteStatus.METHOD_NOT_ALLOWED)
+                    allowed.append(method)
+                    break
+        if allowed:
+            return RouteMatch(RouteStatus.METHOD_NOT_ALLOWED, allowed=tuple(sorted(allowed)))
         return RouteMatch(RouteStatus.NOT_FOUND)
 
 

@@ -6,7 +6,8 @@ IANA permanent request headers become `grpcgateway-<header>`, `Authorization` is
 `authorization`, and `x-forwarded-host` / `x-forwarded-for` are added (the client address appended
 to an incoming X-Forwarded-For). `Grpc-Timeout` ("<digits><H|M|S|m|u|n>") sets the deadline; without
 it the front's default deadline applies (grpc-gateway has none by default; every call in the mesh
-carries one). Outgoing: response header metadata becomes `Grpc-Metadata-<key>` headers.
+carries one), and a longer one is capped at the front's maximum. Outgoing: response header metadata
+becomes `Grpc-Metadata-<key>` headers.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _PERMANENT_HEADERS = frozenset({
     "If-Modified-Since", "If-None-Match", "If-Schedule-Tag-Match", "If-Unmodified-Since",
     "Max-Forwards", "Origin", "Pragma", "Referer", "User-Agent", "Via", "Warning",
 })
-_TIMEOUT = re.compile(r"(\d+)([HMSmun])\Z")
+_TIMEOUT = re.compile(r"(\d{1,8})([HMSmun])\Z")  # the gRPC spec: at most 8 digits
 _UNIT_SECONDS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _VALID_KEY = re.compile(r"[0-9a-z_.\-]+\Z")
 
@@ -39,10 +40,11 @@ def canonical_header(key: str) -> str:
 
 
 def timeout_seconds(value: str) -> float:
-    """Seconds of a `Grpc-Timeout` header value such as "500m" or "2S".
+    """Seconds of a `Grpc-Timeout` header value such as "500m" or "2S" (up to "99999999H", about
+    11,400 years: the caller caps it).
 
     Raises:
-        InvalidArgument: the value is not digits followed by one of H M S m u n.
+        InvalidArgument: the value is not 1 to 8 digits followed by one of H M S m u n.
     """
     match = _TIMEOUT.match(value.strip())
     if match is None:

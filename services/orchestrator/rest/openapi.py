@@ -5,7 +5,9 @@ Schemas follow the proto3 JSON mapping the front speaks: lowerCamelCase property
 integers as strings, enums as their value names, well-known types in their JSON forms. Operation ids
 are grpc-gateway's ("OrchestratorService_SolveProblem", then "...2" for additional bindings). Query
 parameters are listed for bindings whose body is not "*" (every scalar leaf field not bound by the
-path or the body, with dotted lowerCamelCase names, as protoc-gen-openapiv2 lists them).
+path or the body, with dotted lowerCamelCase names, as protoc-gen-openapiv2 lists them). A
+server-streaming operation's 200 response is `application/x-ndjson` whose every line is
+protoc-gen-openapiv2's stream envelope: `{"result": <message>}` or `{"error": <google.rpc.Status>}`.
 """
 
 from __future__ import annotations
@@ -98,13 +100,26 @@ def _operation(binding: HttpBinding, schemas: _Schemas) -> dict[str, object]:
     if binding.body != "*":
         excluded = path_fields | ({(binding.body,)} if binding.body else set())
         parameters.extend(_query_parameters(request, (), excluded, schemas, set()))
-    success = {"application/json": {"schema": _response_schema(binding, schemas)}}
+    if binding.method.server_streaming:
+        envelope = {
+            "type": "object",
+            "title": f"Stream result of {binding.method.output_type.full_name}",
+            "description": "One line of the newline-delimited JSON stream.",
+            "properties": {"result": _response_schema(binding, schemas),
+                           "error": {"$ref": "#/components/schemas/google.rpc.Status"}},
+        }
+        success = {"application/x-ndjson": {"schema": envelope}}
+    else:
+        success = {"application/json": {"schema": _response_schema(binding, schemas)}}
     operation: dict[str, object] = {
         "operationId": binding.operation_id,
         "tags": [binding.method.containing_service.name],
         "parameters": parameters,
         "responses": {
-            "200": {"description": "A successful response.", "content": success},
+            "200": {"description": ("A stream of responses, one JSON object per line."
+                                     if binding.method.server_streaming
+                                     else "A successful response."),
+                    "content": success},
             "default": {"description": "An error: a google.rpc.Status.",
                         "content": {"application/json": {
                             "schema": {"$ref": "#/components/schemas/google.rpc.Status"}}}},

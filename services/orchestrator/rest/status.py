@@ -62,19 +62,25 @@ def status_json(status: status_pb2.Status) -> bytes:
         return response_json(kept)
 
 
-def status_response(status: status_pb2.Status, headers: dict[str, str] | None = None) -> Response:
-    """The HTTP error response for a gRPC status."""
+def status_response(status: status_pb2.Status, headers: dict[str, str] | None = None,
+                    status_code: int | None = None) -> Response:
+    """The HTTP error response for a gRPC status; `status_code` overrides the HTTP status the
+    table gives (405, 413, 415: statuses that no gRPC code maps to)."""
     out = dict(headers or {})
     if status.code == grpc.StatusCode.UNAUTHENTICATED.value[0]:
         out["WWW-Authenticate"] = status.message
-    return Response(status_json(status), status_code=http_status(status.code), headers=out,
-                    media_type=JSON)
+    return Response(status_json(status), status_code=status_code or http_status(status.code),
+                    headers=out, media_type=JSON)
 
 
 def error_response(error: MeshError) -> Response:
     """The HTTP error response for an error raised by the REST front itself (routing, transcoding,
-    headers), with the same `google.rpc` details the gRPC servers attach."""
-    return status_response(to_status(error, REST_SERVICE))
+    headers, body limits), with the same `google.rpc` details the gRPC servers attach. An error
+    with an `http_status` attribute (`limits.RequestRefused`) answers with that status, and one
+    with `close` set closes the connection (its body was not read to the end)."""
+    headers = {"Connection": "close"} if getattr(error, "close", False) else None
+    return status_response(to_status(error, REST_SERVICE), headers,
+                           getattr(error, "http_status", None))
 
 
 def code_status(code: grpc.StatusCode, message: str) -> status_pb2.Status:

@@ -203,9 +203,10 @@ async def test_routing_errors(mesh):
     missing = await client.post("/v1/problems:unknown", json={})
     assert missing.status_code == 404
     assert missing.json() == {"code": 5, "message": "Not Found", "details": []}
-    # grpc-gateway's default for a known path with another method: UNIMPLEMENTED -> 501
+    # a known path with another method: 405 with Allow (grpc-gateway's default says 501)
     wrong_method = await client.delete("/v1/problems:solve")
-    assert wrong_method.status_code == 501
+    assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "GET, POST"
     assert wrong_method.json()["code"] == 12
     assert wrong_method.json()["message"] == "Method Not Allowed"
 
@@ -321,6 +322,7 @@ async def test_openapi_lists_every_binding(mesh):
     assert set(paths) == {
         "/v1/problems:solve", "/v1/threads/{thread_id}/problems:solve", "/v1/queries:answer",
         "/v1/threads/{thread_id}/queries:answer", "/v1/collections/{collection}/documents:ingest",
+        "/v1/problems:streamSolve",
     }
     assert set(paths["/v1/problems:solve"]) == {"get", "post"}
     get = paths["/v1/problems:solve"]["get"]

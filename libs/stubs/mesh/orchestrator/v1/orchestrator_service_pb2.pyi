@@ -161,6 +161,92 @@ class SolveProblemResponse(_message.Message):
     answered_by: Agent
     def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., answered_by: _Optional[_Union[Agent, str]] = ...) -> None: ...
 
+class StreamSolveProblemRequest(_message.Message):
+    __slots__ = ("connect_four", "sudoku", "maze", "agents", "simulations", "max_iterations", "seed", "thread_id")
+    CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
+    SUDOKU_FIELD_NUMBER: _ClassVar[int]
+    MAZE_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    connect_four: _common_pb2.ConnectFourPosition
+    sudoku: SudokuProblem
+    maze: MazeProblem
+    agents: _containers.RepeatedScalarFieldContainer[Agent]
+    simulations: int
+    max_iterations: int
+    seed: int
+    thread_id: str
+    def __init__(self, connect_four: _Optional[_Union[_common_pb2.ConnectFourPosition, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuProblem, _Mapping]] = ..., maze: _Optional[_Union[MazeProblem, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., simulations: _Optional[int] = ..., max_iterations: _Optional[int] = ..., seed: _Optional[int] = ..., thread_id: _Optional[str] = ...) -> None: ...
+
+class IterationStarted(_message.Message):
+    __slots__ = ("agents", "simulations", "reason")
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedScalarFieldContainer[Agent]
+    simulations: int
+    reason: str
+    def __init__(self, agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., simulations: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AgentStarted(_message.Message):
+    __slots__ = ("agent",)
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    agent: Agent
+    def __init__(self, agent: _Optional[_Union[Agent, str]] = ...) -> None: ...
+
+class AgentFinished(_message.Message):
+    __slots__ = ("agent", "latency_ms", "vote", "abstain_reason", "error_code", "error_message")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    VOTE_FIELD_NUMBER: _ClassVar[int]
+    ABSTAIN_REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    agent: Agent
+    latency_ms: float
+    vote: AgentVote
+    abstain_reason: str
+    error_code: str
+    error_message: str
+    def __init__(self, agent: _Optional[_Union[Agent, str]] = ..., latency_ms: _Optional[float] = ..., vote: _Optional[_Union[AgentVote, _Mapping]] = ..., abstain_reason: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class RoundTally(_message.Message):
+    __slots__ = ("answer", "confidence", "consensus_score", "agreed", "verified", "votes")
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    CONSENSUS_SCORE_FIELD_NUMBER: _ClassVar[int]
+    AGREED_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    answer: str
+    confidence: float
+    consensus_score: float
+    agreed: bool
+    verified: bool
+    votes: _containers.RepeatedCompositeFieldContainer[AgentVote]
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., consensus_score: _Optional[float] = ..., agreed: _Optional[bool] = ..., verified: _Optional[bool] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ...) -> None: ...
+
+class StreamSolveProblemResponse(_message.Message):
+    __slots__ = ("iteration", "elapsed_ms", "iteration_started", "agent_started", "agent_finished", "tally", "response")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_STARTED_FIELD_NUMBER: _ClassVar[int]
+    AGENT_STARTED_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    TALLY_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    elapsed_ms: float
+    iteration_started: IterationStarted
+    agent_started: AgentStarted
+    agent_finished: AgentFinished
+    tally: RoundTally
+    response: SolveProblemResponse
+    def __init__(self, iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ..., iteration_started: _Optional[_Union[IterationStarted, _Mapping]] = ..., agent_started: _Optional[_Union[AgentStarted, _Mapping]] = ..., agent_finished: _Optional[_Union[AgentFinished, _Mapping]] = ..., tally: _Optional[_Union[RoundTally, _Mapping]] = ..., response: _Optional[_Union[SolveProblemResponse, _Mapping]] = ...) -> None: ...
+
 class AnswerQueryRequest(_message.Message):
     __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id")
     QUERY_FIELD_NUMBER: _ClassVar[int]

@@ -42,6 +42,11 @@ class OrchestratorServiceStub:
                 request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.SolveProblemRequest.SerializeToString,
                 response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.SolveProblemResponse.FromString,
                 _registered_method=True)
+        self.StreamSolveProblem = channel.unary_stream(
+                '/mesh.orchestrator.v1.OrchestratorService/StreamSolveProblem',
+                request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamSolveProblemRequest.SerializeToString,
+                response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamSolveProblemResponse.FromString,
+                _registered_method=True)
         self.AnswerQuery = channel.unary_unary(
                 '/mesh.orchestrator.v1.OrchestratorService/AnswerQuery',
                 request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.AnswerQueryRequest.SerializeToString,
@@ -83,6 +88,23 @@ class OrchestratorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamSolveProblem(self, request, context):
+        """Solves a problem as SolveProblem does, streaming one event per step of
+        the consensus loop as it happens: an iteration starting (with the agents
+        routed to it and its simulations), each agent starting and finishing
+        (with its proposal, confidence and timing, or why it abstained or
+        failed), the tally after each round (the counted votes and whether they
+        agree), and last the SolveProblemResponse that SolveProblem would have
+        returned. Over REST the stream is newline-delimited JSON, one
+        {"result": ...} object per message and an {"error": google.rpc.Status}
+        line when the call fails after its first message.
+        Errors: those of SolveProblem; an error raised before the first event
+        (a bad request) ends the call without events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AnswerQuery(self, request, context):
         """Answers a text query from retrieved passages through the LLM gateway,
         with the sources it used.
@@ -112,6 +134,11 @@ def add_OrchestratorServiceServicer_to_server(servicer, server):
                     servicer.SolveProblem,
                     request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.SolveProblemRequest.FromString,
                     response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.SolveProblemResponse.SerializeToString,
+            ),
+            'StreamSolveProblem': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamSolveProblem,
+                    request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamSolveProblemRequest.FromString,
+                    response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamSolveProblemResponse.SerializeToString,
             ),
             'AnswerQuery': grpc.unary_unary_rpc_method_handler(
                     servicer.AnswerQuery,
@@ -154,6 +181,33 @@ class OrchestratorService:
             '/mesh.orchestrator.v1.OrchestratorService/SolveProblem',
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.SolveProblemRequest.SerializeToString,
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.SolveProblemResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamSolveProblem(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mesh.orchestrator.v1.OrchestratorService/StreamSolveProblem',
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamSolveProblemRequest.SerializeToString,
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamSolveProblemResponse.FromString,
             options,
             channel_credentials,
             insecure,
