@@ -3,7 +3,8 @@ port base 0, so concrete free ports are chosen up front) with every service a re
 
 - A frozen mcts (SIGSTOP): the orchestrator's health reports "mesh.mcts.v1.MctsService" UNKNOWN
   within a few seconds while its own status stays SERVING, and /ready answers 200 listing mcts as
-  UNKNOWN; after SIGCONT it is SERVING again.
+  UNKNOWN; mcts's own "liveness" check times out (what restarts it in Kubernetes); after SIGCONT
+  it is SERVING again and was not restarted.
 - A killed mcts (SIGKILL): reported NOT_SERVING, restarted by `up` on the same port, reported
   SERVING again, and a solve through the orchestrator uses mcts again.
 """
@@ -133,6 +134,12 @@ def test_a_frozen_dependency_is_unknown_within_seconds_and_the_front_stays_ready
         assert states(reply)["neural"] == "SERVING"
         mcts = next(d for d in reply.json()["dependencies"] if d["name"] == "mcts")
         assert mcts["detail"] == "no answer within 1.0 s"
+        # What a Kubernetes liveness probe on the "liveness" name sees of a wedged process.
+        with grpc.insecure_channel(f"127.0.0.1:{up.ports['mcts']}") as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service="liveness"), timeout=1)
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for(up, MCTS, {STATUS.SERVING}, within_s=10)

@@ -44,11 +44,23 @@ def test_serve_names_the_port_it_cannot_bind(held_port, tmp_path):
     assert json.loads(port_file.read_text()) == {"error": expected}
 
 
-def test_up_stops_with_the_bind_error_instead_of_a_traceback(held_port, tmp_path):
-    base = held_port - 1  # mcts is the orchestrator's port + 1
-    others = [base, base + 2, base + 3, base + 4]
-    if base < 1024 or not all(_free(port) for port in others):
-        pytest.skip(f"ports around {held_port} are in use by others")
+@pytest.fixture
+def held_mcts_port():
+    """A held port (as `held_port`) whose neighbours are free: with `--port-base PORT - 1` it is
+    mcts's and only mcts's port (the orchestrator is the base, mcts base + 1, ... llm base + 4)."""
+    for _ in range(50):
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            port = holder.getsockname()[1]
+            if all(_free(other) for other in (port - 1, port + 1, port + 2, port + 3)):
+                yield port
+                return
+    pytest.skip("found no free run of five loopback ports in 50 tries")
+
+
+def test_up_stops_with_the_bind_error_instead_of_a_traceback(held_mcts_port, tmp_path):
+    held_port, base = held_mcts_port, held_mcts_port - 1
     done = subprocess.run(
         [sys.executable, "-m", "mcts_mesh.cli", "up", "--port-base", str(base), "--rest-port",
          "0", "--log-dir", str(tmp_path / "logs")],
