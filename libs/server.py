@@ -270,7 +270,7 @@ async def start_server(
         probe: re-evaluated every `settings.health_interval_s` seconds after `ready()` (see
             `Probe`); None keeps the service SERVING from `ready()` until it stops.
     Raises:
-        PortInUse: the port could not be bound (the message names the address and why).
+        BindError: the port could not be bound (the message names the address and why).
     """
     server = grpc.aio.server(
         interceptors=[aio_server_interceptor(tracer_provider=tracer_provider),
