@@ -28,6 +28,10 @@ from services.neural.settings import NeuralSettings
 from services.retrieval import main as retrieval_main
 from services.retrieval.settings import RetrievalSettings
 
+# qdrant-client warns (from a worker thread, so under whichever test runs then) that it could not
+# read the version of the unreachable server one test points it at.
+pytestmark = pytest.mark.filterwarnings("ignore:Failed to obtain server version:UserWarning")
+
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 FAST = {"health_interval_s": 0.1, "health_timeout_s": 2.0}
