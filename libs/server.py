@@ -5,13 +5,20 @@ Order (as in grpc/grpc examples/python/health_checking): create the server, add 
 health starts NOT_SERVING, bind, start, run the service's `ready()` hook (compile kernels, load
 models, open stores), then SERVING; on SIGTERM or SIGINT health goes NOT_SERVING and in-flight
 calls get `drain_grace_s` seconds to finish.
+
+While it runs, a service's readiness `probe` (when it has one) is evaluated every
+`health_interval_s` seconds in a background task, never on a request's path: health for "" and
+every served name follows it (SERVING while it returns None, NOT_SERVING with the reason logged
+once it returns a reason, raises, or gives no answer within `health_timeout_s`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +38,46 @@ from libs.telemetry import ServerTelemetryInterceptor, current_trace_id, setup_t
 
 log = logging.getLogger(__name__)
 
+Probe = Callable[[], Awaitable[str | None]]
+"""A readiness probe: returns None while the service can answer requests, else the reason it
+cannot (one line, logged when health changes). It must be cheap (no model call, no paid API call):
+it runs every `health_interval_s` seconds."""
+
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+LIVENESS = "liveness"
+"""Health service name that is SERVING from start-up until the drain, whatever the readiness: a
+check of it fails only when the process does not answer at all (a wedged event loop), which is what
+a Kubernetes liveness probe must restart; readiness probes check "" instead."""
+
+
+class BindError(RuntimeError):
+    """The gRPC port could not be bound; the message names the service, the address and why, e.g.
+    "mcts: cannot bind 127.0.0.1:50052: address already in use"."""
+
+
+def _bind(server: grpc.aio.Server, name: str, host: str, port: int) -> int:
+    """Binds `server` to host:port and returns the port; raises BindError saying why not.
+
+    gRPC only says that binding failed; binding a plain socket the same way (SO_REUSEADDR, as
+    gRPC does) recovers the operating system's reason.
+    """
+    address = f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if bound:
+        return bound
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    reason = "gRPC could not bind it"
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            reason = (error.strerror or str(error)).lower()
+    raise BindError(f"{name}: cannot bind {address}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -129,6 +175,7 @@ class RunningServer:
         self.health = health
         self.port = port
         self.service_names = service_names
+        self.readiness: ReadinessLoop | None = None
 
     async def set_serving(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving
@@ -138,8 +185,69 @@ class RunningServer:
 
     async def stop(self, grace_s: float | None = 5.0) -> None:
         """Health goes NOT_SERVING, then in-flight calls get `grace_s` seconds to finish."""
+        if self.readiness is not None:
+            await self.readiness.stop()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace_s)
+
+
+class ReadinessLoop:
+    """Evaluates a service's `Probe` every `interval_s` seconds and sets its health to follow it.
+
+    At most one probe runs at a time: one still running after `timeout_s` counts as "not ready"
+    (a wedged store or lock) and is awaited again on the next round instead of starting another.
+    """
+
+    def __init__(self, running: RunningServer, probe: Probe, interval_s: float,
+                 timeout_s: float) -> None:
+        self._running = running
+        self._probe = probe
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._pending: asyncio.Future[str | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.reason: str | None = None
+        """Why the last evaluation found the service not ready; None when it was ready."""
+
+    async def evaluate(self) -> str | None:
+        """Runs (or keeps waiting for) the probe; returns its reason, None when ready."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._probe())
+        done, _ = await asyncio.wait({self._pending}, timeout=self._timeout_s)
+        if not done:
+            return f"readiness probe gave no answer in {self._timeout_s:.1f} s"
+        finished, self._pending = self._pending, None
+        try:
+            return finished.result()
+        except Exception as error:  # noqa: BLE001 - a failing probe is a reason, not a crash
+            return f"readiness probe failed: {type(error).__name__}: {error}"
+
+    async def apply(self, reason: str | None) -> None:
+        """Sets health for "" and every served name; logs when the service changes state."""
+        name = self._running.name
+        if (reason is None) != (self.reason is None):
+            if reason is None:
+                log.info("%s: SERVING again", name)
+            else:
+                log.warning("%s: NOT_SERVING: %s", name, reason)
+        self.reason = reason
+        await self._running.set_serving(reason is None)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=f"{self._running.name}-readiness")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._pending):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._task = self._pending = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self.apply(await self.evaluate())
 
 
 async def start_server(
@@ -148,18 +256,23 @@ async def start_server(
     servicers: list[Servicer],
     ready: Callable[[], Awaitable[None]] | None = None,
     tracer_provider: TracerProvider | None = None,
+    probe: Probe | None = None,
 ) -> RunningServer:
-    """Creates, binds and starts a service; health reports SERVING once `ready()` has returned.
+    """Creates, binds and starts a service; health reports SERVING once `ready()` has returned
+    (and, with a `probe`, while the probe says ready).
 
     Args:
         name: the service's word ("mcts", "neural", ...), used in logs and error details.
-        settings: host and port (port 0 binds a free port).
+        settings: host and port (port 0 binds a free port); `health_interval_s` and
+            `health_timeout_s` pace the probe.
         servicers: what to serve.
         ready: awaited after the server starts and before SERVING: load models, compile kernels.
         tracer_provider: the provider for server spans; None uses the process's global provider.
         Metrics of every call are recorded when `settings.metrics_port` is not -1.
+        probe: re-evaluated every `settings.health_interval_s` seconds after `ready()` (see
+            `Probe`); None keeps the service SERVING from `ready()` until it stops.
     Raises:
-        RuntimeError: the port could not be bound.
+        BindError: the port could not be bound (the message names the address and why).
     """
     server = grpc.aio.server(
         interceptors=[ServerTelemetryInterceptor(tracer_provider,
@@ -179,17 +292,24 @@ async def start_server(
          reflection.SERVICE_NAME],
         server,
     )
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
-    if port == 0:
-        raise RuntimeError(f"{name}: could not bind {settings.host}:{settings.port}")
+    await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
+    port = _bind(server, name, settings.host, settings.port)
     running = RunningServer(name, server, health, port, service_names)
     await running.set_serving(False)
     await server.start()
     log.info("%s listening on %s:%d (not serving until ready)", name, settings.host, port)
     if ready is not None:
         await ready()
-    await running.set_serving(True)
-    log.info("%s ready: SERVING", name)
+    if probe is None:
+        await running.set_serving(True)
+        log.info("%s ready: SERVING", name)
+        return running
+    running.readiness = ReadinessLoop(running, probe, settings.health_interval_s,
+                                      settings.health_timeout_s)
+    await running.readiness.apply(await running.readiness.evaluate())
+    if running.readiness.reason is None:
+        log.info("%s ready: SERVING", name)
+    running.readiness.start()
     return running
 
 
@@ -204,6 +324,7 @@ async def serve(
     ready: Callable[[], Awaitable[None]] | None = None,
     on_listening: Callable[[dict[str, int]], None] | None = None,
     start_extra: ExtraStarter | None = None,
+    probe: Probe | None = None,
 ) -> None:
     """Runs a service until SIGTERM or SIGINT, then drains for `settings.drain_grace_s` seconds.
 
@@ -213,9 +334,10 @@ async def serve(
         on_listening: called once everything is SERVING with the bound ports, {"grpc": port, ...}
             (the launcher learns the ports chosen for port 0 this way); "metrics" is there unless
             `settings.metrics_port` is -1.
+        probe: the service's readiness probe (see `start_server`).
     """
     metrics = start_metrics_server(name, settings.host, settings.metrics_port)
-    running = await start_server(name, settings, servicers, ready)
+    running = await start_server(name, settings, servicers, ready, probe=probe)
     ports = {"grpc": running.port}
     if metrics is not None:
         ports["metrics"] = metrics.port

@@ -24,6 +24,12 @@ class ServiceSettings(BaseSettings):
     """gRPC port; 0 binds a free port (tests)."""
     drain_grace_s: float = 5.0
     """Seconds in-flight calls get to finish after SIGTERM."""
+    health_interval_s: float = Field(default=1.0, gt=0)
+    """Seconds between two evaluations of the service's readiness probe (the orchestrator also
+    checks each dependency's health this often)."""
+    health_timeout_s: float = Field(default=1.0, gt=0)
+    """Seconds a readiness probe, or the orchestrator's health check of a dependency, may take
+    before it counts as failed (a frozen dependency is reported within interval + timeout)."""
     otel_exporter_otlp_endpoint: str | None = Field(
         default=None,
         validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),

@@ -278,24 +278,74 @@ def cmd_query(args) -> int:
     return 0
 
 
+def _write_port_file(path: str, content: dict) -> None:
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(content))
+    tmp.replace(path)
+
+
 def cmd_serve(args) -> int:
-    """Runs one service's entry point, `services.<name>.main.main(settings, on_listening)`."""
-    settings_cls = _import(SERVICE_ENTRY[args.service][0])
-    main_module = _import(SERVICE_ENTRY[args.service][1])
+    """Runs one service's entry point, `services.<name>.main.main(settings, on_listening)`.
+
+    A start-up failure (a taken port, bad settings, a locked data directory) is one line on stderr,
+    e.g. "mcts: cannot bind 127.0.0.1:50052: address already in use", written as {"error": ...} to
+    the port file too (the launcher shows it), with the traceback in the log; exit status 1."""
+    from libs.server import BindError
+
+    listening = False
 
     def on_listening(ports: dict[str, int]) -> None:
+        nonlocal listening
+        listening = True
         if args.port_file:
-            tmp = Path(args.port_file + ".tmp")
-            tmp.write_text(json.dumps(ports))
-            tmp.replace(args.port_file)
+            _write_port_file(args.port_file, ports)
 
-    overrides = {"log_format": args.log_format} if args.log_format else {}
-    main_module.main(settings_cls(**overrides), on_listening=on_listening)
+    try:
+        settings_cls = _import(SERVICE_ENTRY[args.service][0])
+        main_module = _import(SERVICE_ENTRY[args.service][1])
+        overrides = {"log_format": args.log_format} if args.log_format else {}
+        main_module.main(settings_cls(**overrides), on_listening=on_listening)
+    except Exception as error:
+        if listening:
+            raise
+        if isinstance(error, BindError):
+            message = str(error)  # says it all; no traceback
+        else:
+            message = f"{args.service}: start-up failed: {type(error).__name__}: {error}"
+            logging.getLogger("mcts_mesh.cli").exception("%s", message)
+        print(message, file=sys.stderr, flush=True)
+        if args.port_file:
+            _write_port_file(args.port_file, {"error": message})
+        return 1
     return 0
 
 
+def _supervise(mesh, args) -> int:
+    """Keeps the mesh up until a signal: restarts services that exit (`Supervisor`), or with
+    --fail-fast stops the mesh when one exits. Returns the exit status of `up`."""
+    from mcts_mesh.launcher import GaveUp, RestartPolicy, Supervisor
+
+    if args.fail_fast:
+        while all(p.poll() is None for p in mesh.processes.values()):
+            time.sleep(0.5)
+        dead = [n for n, p in mesh.processes.items() if p.poll() is not None]
+        print(f"service exited: {', '.join(dead)}; stopping the mesh (--fail-fast)",
+              file=sys.stderr)
+        return 1
+    supervisor = Supervisor(mesh, RestartPolicy(
+        max_restarts=args.max_restarts, backoff_initial_s=args.restart_backoff,
+        backoff_max_s=args.restart_backoff_max))
+    try:
+        while True:
+            supervisor.step()
+            time.sleep(0.2)
+    except GaveUp as error:
+        print(f"{error}; stopping the mesh", file=sys.stderr)
+        return 1
+
+
 def cmd_up(args) -> int:
-    from mcts_mesh.launcher import start_mesh
+    from mcts_mesh.launcher import LaunchError, start_mesh
 
     # SIGTERM and SIGINT both stop the mesh gracefully (a background job starts with SIGINT
     # ignored; the services run in their own sessions, so only this process gets the signal).
@@ -314,9 +364,13 @@ def cmd_up(args) -> int:
     signal.signal(signal.SIGINT, interrupt)
     print("starting mcts, neural, retrieval, llm_gateway, orchestrator on loopback ...", flush=True)
     started = time.perf_counter()
-    mesh = start_mesh(port_base=args.port_base, rest_port=args.rest_port,
-                      log_dir=Path(args.log_dir) if args.log_dir else None,
-                      log_format=args.log_format)
+    try:
+        mesh = start_mesh(port_base=args.port_base, rest_port=args.rest_port,
+                          log_dir=Path(args.log_dir) if args.log_dir else None,
+                          log_format=args.log_format)
+    except LaunchError as error:
+        print(f"{error}; the mesh did not start", file=sys.stderr)
+        return 1
     print(f"mesh up in {time.perf_counter() - started:.1f} s: " + ", ".join(
         f"{name} :{port}" for name, port in mesh.ports.items()) + f", REST :{mesh.rest_port}"
         f"  (logs in {next(iter(mesh.logs.values())).parent})", flush=True)
@@ -328,11 +382,7 @@ def cmd_up(args) -> int:
 
             run_demo(mesh.target, args)
         print("serving; Ctrl-C stops the mesh", flush=True)
-        while all(p.poll() is None for p in mesh.processes.values()):
-            time.sleep(0.5)
-        dead = [n for n, p in mesh.processes.items() if p.poll() is not None]
-        print(f"service exited: {', '.join(dead)}; stopping the mesh", file=sys.stderr)
-        return 1
+        return _supervise(mesh, args)
     except KeyboardInterrupt:
         print("\nstopping the mesh (graceful drain) ...", flush=True)
         return 0
@@ -388,6 +438,20 @@ def cmd_models_presets(args) -> int:
     return 0
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcts-mesh", description=__doc__)
     parser.add_argument("--target", default=DEFAULT_TARGET,
@@ -410,6 +474,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Pons positions per file in the demo")
     up.add_argument("--data-dir", default=None,
                     help="shared data folder (default: ../shared/data beside the repository)")
+    up.add_argument("--fail-fast", action="store_true",
+                    help="stop the whole mesh when one service exits (no restarts)")
+    up.add_argument("--max-restarts", type=_non_negative_int, default=5,
+                    help="restarts in a row of one service before the mesh gives up; a service "
+                         "that stays up 60 s starts a fresh count (default %(default)s)")
+    up.add_argument("--restart-backoff", type=_positive_float, default=0.5,
+                    help="seconds before the first restart, doubled for each one in a row "
+                         "(default %(default)s)")
+    up.add_argument("--restart-backoff-max", type=_positive_float, default=30.0,
+                    help="longest wait before a restart, in seconds (default %(default)s)")
     up.set_defaults(func=cmd_up)
 
     serve = sub.add_parser("serve", help="run one service (its settings come from the environment)")

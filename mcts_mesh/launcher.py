@@ -3,20 +3,30 @@
 Each service runs its own entry point (`mcts-mesh serve <service>`), exactly as a Kubernetes
 Deployment would; the launcher only chooses ports, passes settings through the services'
 environment variables (the same names compose and k8s use), and waits until each reports SERVING.
-Port base 0 gives every service a free port (tests).
+Port base 0 gives every service a free port (tests): the launcher picks concrete free ports up
+front, so that a restarted service comes back on the same port and the orchestrator's targets stay
+valid.
+
+`Supervisor` keeps a started mesh running: a service that exits is restarted on the same port and
+with the same settings after an exponential backoff, up to a limit of restarts in a row (a service
+that stayed up `stable_s` seconds starts a fresh count); the others keep serving meanwhile.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 # Start order: the orchestrator needs the others' addresses.
 SERVICES = ("mcts", "neural", "retrieval", "llm_gateway", "orchestrator")
@@ -37,12 +47,18 @@ DEFAULT_REST_PORT = 8080
 
 
 class LaunchError(RuntimeError):
-    """A service exited or did not become ready in time; the message names it and its log."""
+    """A service exited or did not become ready in time; the message names it and says why (its
+    own one-line start-up error, e.g. "mcts: cannot bind 127.0.0.1:50052: address already in use",
+    or the tail of its log)."""
 
 
 @dataclass
 class Mesh:
-    """The running mesh: gRPC ports per service, the REST port, and the child processes."""
+    """The running mesh: gRPC ports per service, the REST port, and the child processes.
+
+    `envs` holds each service's environment and `run_dir` its port files, so that `launch(name)`
+    can start a service again exactly as it was started; `command` is what runs a service (the
+    service's name and `--port-file PATH` follow it)."""
 
     ports: dict[str, int] = field(default_factory=dict)
     rest_port: int = 0
@@ -50,6 +66,27 @@ class Mesh:
     logs: dict[str, Path] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)
     """Each service's Prometheus port (`http://127.0.0.1:PORT/metrics`)."""
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)
+    run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mcts-mesh-run-")))
+    command: list[str] = field(
+        default_factory=lambda: [sys.executable, "-m", "mcts_mesh.cli", "serve"])
+
+    def port_file(self, name: str) -> Path:
+        return self.run_dir / f"{name}.json"
+
+    def launch(self, name: str, append_log: bool = False) -> subprocess.Popen:
+        """Starts service `name` (`mcts-mesh serve name`) with its environment; its output goes to
+        its log (appended on a restart). Does not wait for it."""
+        port_file = self.port_file(name)
+        port_file.unlink(missing_ok=True)
+        with self.logs[name].open("ab" if append_log else "wb") as log_handle:
+            process = subprocess.Popen(
+                [*self.command, name, "--port-file", str(port_file)],
+                env=self.envs[name], stdout=log_handle, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes[name] = process
+        return process
 
     @property
     def target(self) -> str:
@@ -70,17 +107,53 @@ class Mesh:
                 process.wait()
 
 
+def _read_port_file(path: Path) -> dict | None:
+    """The ports a service wrote once SERVING, or {"error": ...} if its start-up failed; None
+    while it has written nothing."""
+    if path.exists() and path.stat().st_size > 0:
+        return json.loads(path.read_text())
+    return None
+
+
+def _exit_reason(name: str, process: subprocess.Popen, port_file: Path, log: Path) -> str:
+    """Why a service that exited during start-up did: its own one-line error when it wrote one,
+    else its exit code and the tail of its log."""
+    info = _read_port_file(port_file)
+    if info and "error" in info:
+        return str(info["error"])
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+    return f"{name} exited with code {process.returncode}; log {log}:\n{tail}"
+
+
 def _wait_for_port_file(name: str, path: Path, process: subprocess.Popen, log: Path,
                         timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-            raise LaunchError(f"{name} exited with code {process.returncode}; log {log}:\n{tail}")
-        if path.exists() and path.stat().st_size > 0:
-            return json.loads(path.read_text())
+            raise LaunchError(_exit_reason(name, process, path, log))
+        info = _read_port_file(path)
+        if info is not None:
+            if "error" in info:  # it wrote its error and is exiting
+                process.wait()
+                raise LaunchError(str(info["error"]))
+            return info
         time.sleep(0.1)
     raise LaunchError(f"{name} was not ready after {timeout_s:.0f} s; log {log}")
+
+
+def reserve_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free on `host` now (the kernel's choice for port 0), so that each
+    service gets a concrete port it keeps across restarts."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAULT_REST_PORT,
@@ -90,8 +163,9 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     """Starts all five services and returns once each reports SERVING.
 
     Args:
-        port_base: the orchestrator's gRPC port; the others follow (+1..+4). 0 picks free ports.
-        rest_port: the REST front's port (0 picks one); None leaves the REST front off.
+        port_base: the orchestrator's gRPC port; the others follow (+1..+4). 0 picks free ports
+            (concrete ones, chosen here, kept across restarts).
+        rest_port: the REST front's port (0 picks a free one); None leaves the REST front off.
         env: extra environment for every service (settings such as RETRIEVAL_DATA_DIR).
         log_dir: where each service's log goes; a temporary folder by default.
         ready_timeout_s: seconds each service gets to become ready (models load, kernels compile).
@@ -103,42 +177,41 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     """
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="mcts-mesh-logs-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix="mcts-mesh-run-"))
     base_env = {**os.environ, **(env or {})}
     mesh = Mesh()
+    if port_base:
+        ports = {name: port_base + PORT_OFFSET[name] for name in SERVICES}
+        metrics_ports = {name: port + METRICS_PORT_OFFSET for name, port in ports.items()}
+    else:
+        free = reserve_ports(2 * len(SERVICES) + 1)
+        ports = dict(zip(SERVICES, free[:len(SERVICES)], strict=True))
+        metrics_ports = dict(zip(SERVICES, free[len(SERVICES):-1], strict=True))
+        if rest_port == 0:
+            rest_port = free[-1]
     try:
         for name in SERVICES:
             prefix = ENV_PREFIX[name]
             child_env = dict(base_env)
-            child_env[f"{prefix}PORT"] = str(port_base + PORT_OFFSET[name] if port_base else 0)
+            child_env[f"{prefix}PORT"] = str(ports[name])
             if metrics:
-                child_env[f"{prefix}METRICS_PORT"] = str(
-                    port_base + PORT_OFFSET[name] + METRICS_PORT_OFFSET if port_base else 0)
+                child_env[f"{prefix}METRICS_PORT"] = str(metrics_ports[name])
             if log_format is not None:
                 child_env[f"{prefix}LOG_FORMAT"] = log_format
             if name == "orchestrator":
-                child_env["ORCHESTRATOR_MCTS_TARGET"] = f"127.0.0.1:{mesh.ports['mcts']}"
-                child_env["ORCHESTRATOR_NEURAL_TARGET"] = f"127.0.0.1:{mesh.ports['neural']}"
-                child_env["ORCHESTRATOR_RETRIEVAL_TARGET"] = f"127.0.0.1:{mesh.ports['retrieval']}"
-                child_env["ORCHESTRATOR_LLM_TARGET"] = f"127.0.0.1:{mesh.ports['llm_gateway']}"
+                child_env["ORCHESTRATOR_MCTS_TARGET"] = f"127.0.0.1:{ports['mcts']}"
+                child_env["ORCHESTRATOR_NEURAL_TARGET"] = f"127.0.0.1:{ports['neural']}"
+                child_env["ORCHESTRATOR_RETRIEVAL_TARGET"] = f"127.0.0.1:{ports['retrieval']}"
+                child_env["ORCHESTRATOR_LLM_TARGET"] = f"127.0.0.1:{ports['llm_gateway']}"
                 child_env["ORCHESTRATOR_REST_PORT"] = "-1" if rest_port is None else str(rest_port)
-            port_file = run_dir / f"{name}.json"
-            log = log_dir / f"{name}.log"
-            with log.open("wb") as log_handle:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "mcts_mesh.cli", "serve", name,
-                     "--port-file", str(port_file)],
-                    env=child_env, stdout=log_handle, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            mesh.processes[name] = process
-            mesh.logs[name] = log
+            mesh.envs[name] = child_env
+            mesh.logs[name] = log_dir / f"{name}.log"
+            mesh.launch(name)
             # Start the four backends together; wait for them before the orchestrator.
             if name == "llm_gateway" or name == "orchestrator":
                 waiting = ["mcts", "neural", "retrieval", "llm_gateway"] if name == "llm_gateway" \
                     else ["orchestrator"]
                 for waited in waiting:
-                    info = _wait_for_port_file(waited, run_dir / f"{waited}.json",
+                    info = _wait_for_port_file(waited, mesh.port_file(waited),
                                                mesh.processes[waited], mesh.logs[waited],
                                                ready_timeout_s)
                     mesh.ports[waited] = int(info["grpc"])
@@ -150,3 +223,129 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
         mesh.stop()
         raise
     return mesh
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How `Supervisor` restarts a service that exits.
+
+    Attributes:
+        max_restarts: restarts in a row at most per service; one more exit stops the mesh.
+        backoff_initial_s: seconds before the first restart; each restart in a row doubles it.
+        backoff_max_s: the longest wait before a restart, in seconds.
+        stable_s: a service that stays up this many seconds starts a fresh count (and backoff).
+        ready_timeout_s: seconds a restarted service gets to report SERVING before it is killed
+            and counted as a failed restart.
+    """
+
+    max_restarts: int = 5
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    stable_s: float = 60.0
+    ready_timeout_s: float = 300.0
+
+    def backoff_s(self, restart: int) -> float:
+        """Seconds before restart number `restart` (1 = the first in a row)."""
+        return min(self.backoff_initial_s * 2 ** (restart - 1), self.backoff_max_s)
+
+
+@dataclass
+class _Watch:
+    started_at: float
+    restarts: int = 0
+    due: float | None = None
+    """When the pending restart starts (time.monotonic()); None when none is pending."""
+    starting: bool = False
+    """Restarted and not yet SERVING."""
+
+
+class GaveUp(RuntimeError):
+    """A service exited more times in a row than the policy allows; the message says which, how
+    often and why it last exited."""
+
+
+def _exit_description(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"
+
+
+class Supervisor:
+    """Restarts the services of `mesh` that exit, following `policy`. Call `step()` often (every
+    0.1-0.5 s); it never blocks. The mesh stays up as long as no service exceeds its restarts.
+
+    Each exit and restart is logged (logger `mcts_mesh.launcher`) and counted in `restarts`.
+    """
+
+    def __init__(self, mesh: Mesh, policy: RestartPolicy | None = None) -> None:
+        self.mesh = mesh
+        self.policy = policy or RestartPolicy()
+        now = time.monotonic()
+        self._watches = {name: _Watch(started_at=now) for name in mesh.processes}
+        self.restarts: dict[str, int] = {name: 0 for name in mesh.processes}
+        """Restarts made so far per service (in all, not in a row)."""
+
+    def step(self) -> None:
+        """Looks at every service once: restarts those whose backoff has passed, notes those that
+        came back SERVING, schedules a restart for those that exited.
+
+        Raises:
+            GaveUp: a service exited after `policy.max_restarts` restarts in a row.
+        """
+        now = time.monotonic()
+        for name, watch in self._watches.items():
+            self._step(name, watch, now)
+
+    def _step(self, name: str, watch: _Watch, now: float) -> None:
+        mesh = self.mesh
+        if watch.due is not None:
+            if now >= watch.due:
+                watch.due = None
+                watch.starting = True
+                watch.started_at = now
+                self.restarts[name] += 1
+                log.warning("restarting %s (restart %d in a row, %d in all) on port %s", name,
+                            watch.restarts, self.restarts[name], mesh.ports.get(name, "?"))
+                mesh.launch(name, append_log=True)
+            return
+        process = mesh.processes[name]
+        code = process.poll()
+        if watch.starting:
+            if code is None:
+                info = _read_port_file(mesh.port_file(name))
+                if info is not None and "error" not in info:
+                    watch.starting = False
+                    log.warning("%s is back: SERVING on port %s after %.1f s", name,
+                                info.get("grpc"), now - watch.started_at)
+                    return
+                if now - watch.started_at < self.policy.ready_timeout_s:
+                    return
+                log.warning("%s was not ready %.0f s after its restart; killing it", name,
+                            self.policy.ready_timeout_s)
+                process.kill()
+                code = process.wait()
+            info = _read_port_file(mesh.port_file(name))
+            reason = (str(info["error"]) if info and "error" in info else
+                      f"{name} exited with {_exit_description(code)} while starting; log "
+                      f"{mesh.logs[name]}")
+            watch.starting = False
+        elif code is None:
+            return
+        else:
+            reason = f"{name} exited with {_exit_description(code)}; log {mesh.logs[name]}"
+        self._schedule(name, watch, now, reason)
+
+    def _schedule(self, name: str, watch: _Watch, now: float, reason: str) -> None:
+        if now - watch.started_at >= self.policy.stable_s:
+            watch.restarts = 0
+        if watch.restarts >= self.policy.max_restarts:
+            raise GaveUp(f"{name} exited {watch.restarts + 1} times in a row; giving up after "
+                         f"{watch.restarts} restarts. Last: {reason}")
+        watch.restarts += 1
+        delay = self.policy.backoff_s(watch.restarts)
+        watch.due = now + delay
+        log.warning("%s; restarting it in %.1f s (restart %d of at most %d in a row)",
+                    reason, delay, watch.restarts, self.policy.max_restarts)

@@ -33,17 +33,30 @@ class Answer:
     attempts: tuple[Attempt, ...]
 
 
+NO_PROVIDER = ("no LLM provider is configured and LLM_OFFLINE_ENABLED is false: set a key or a "
+               "local base URL, or enable the offline provider")
+
+
 class Gateway:
     """Tries `providers` in order until one answers.
 
     Args:
-        providers: in fallback order, each with its own timeout, retries and circuit.
+        providers: in fallback order, each with its own timeout, retries and circuit; none means
+            the gateway runs but cannot answer (NOT_SERVING, every call UNAVAILABLE).
     """
 
     def __init__(self, providers: list[ResilientProvider]) -> None:
-        if not providers:
-            raise ValueError("the gateway needs at least one provider")
         self.providers = providers
+
+    async def readiness(self) -> str | None:
+        """None while some provider would take a call now; else why none would: none is
+        configured, or every provider's circuit is open (its ttl not yet passed). Sends nothing
+        to any provider (it reads the circuits only), so it is cheap enough to poll."""
+        if not self.providers:
+            return NO_PROVIDER
+        if any([await provider.accepts_calls() for provider in self.providers]):
+            return None
+        return "every LLM provider's circuit is open: " + ", ".join(self.order)
 
     @property
     def order(self) -> list[str]:
@@ -60,6 +73,8 @@ class Gateway:
             DeadlineExceeded: the deadline passed before any provider answered.
             Unavailable: every provider failed or has an open circuit (the message lists them).
         """
+        if not self.providers:
+            raise Unavailable(NO_PROVIDER)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         attempts: list[Attempt] = []
         for provider in self.providers:
@@ -132,14 +147,13 @@ def configured_providers(settings: LlmGatewaySettings) -> list[Provider]:
 def build_gateway(settings: LlmGatewaySettings) -> Gateway:
     """The gateway for `settings`: configured providers in order, one policy, one breaker each.
 
-    Raises:
-        ValueError: no provider is configured and the offline provider is disabled.
+    With no provider configured and the offline provider disabled the gateway still starts (so
+    that the misconfiguration shows as NOT_SERVING with its reason, not as a crash loop), and says
+    so in the log.
     """
     providers = configured_providers(settings)
     if not providers:
-        raise ValueError(
-            "no LLM provider is configured and LLM_OFFLINE_ENABLED is false: set a key or a "
-            "local base URL, or enable the offline provider")
+        log.error("%s", NO_PROVIDER)
     policy = RetryPolicy(settings.timeout_s, settings.max_retries, settings.backoff_initial_s,
                          settings.backoff_max_s)
     breakers = new_breakers(settings.breaker_threshold, settings.breaker_ttl_s)

@@ -21,13 +21,12 @@ log = logging.getLogger(__name__)
 async def build_servicers(
     settings: LlmGatewaySettings, gateway: Gateway | None = None
 ) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
-    """The gateway's servicer and its readiness hook.
+    """The gateway's servicer and its readiness hook. Its probe is `gateway.readiness` (NOT_SERVING
+    while no provider is configured or every circuit is open).
 
     Args:
         settings: the gateway's settings; used to build the gateway when none is given.
         gateway: a prebuilt gateway (tests pass one with their own providers).
-    Raises:
-        ValueError: no provider is configured and the offline provider is disabled.
     """
     gateway = gateway or build_gateway(settings)
     servicer = LlmServicer(gateway)
@@ -51,7 +50,8 @@ def main(settings: LlmGatewaySettings | None = None,
         gateway = build_gateway(settings)
         servicers, ready = await build_servicers(settings, gateway)
         try:
-            await serve(NAME, settings, servicers, ready, on_listening=on_listening)
+            await serve(NAME, settings, servicers, ready, on_listening=on_listening,
+                        probe=gateway.readiness)
         finally:
             await gateway.aclose()
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from purgatory import AsyncCircuitBreakerFactory
-from purgatory.domain.model import OpenedState
+from purgatory.domain.model import OPENED, OpenedState
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -97,6 +97,15 @@ class ResilientProvider:
         passed still reads "opened" until the next call makes it half-open."""
         breaker = await self._breakers.get_breaker(self.name)
         return breaker.context.state
+
+    async def accepts_calls(self) -> bool:
+        """Whether a call now would reach the provider: the circuit is closed or half-open, or
+        open with its ttl passed (the next call is a trial call)."""
+        context = (await self._breakers.get_breaker(self.name)).context
+        if context.state != OPENED:
+            return True
+        # purgatory stamps opened_at with time.time() and compares it the same way.
+        return time.time() > (context.opened_at or 0.0) + context.ttl
 
     async def call(self, request: GenerationRequest, deadline: float | None) -> Attempt:
         """Generates with retries; never raises for a provider failure (the Attempt says how it

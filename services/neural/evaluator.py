@@ -39,6 +39,16 @@ class PositionEvaluator:
             raise Unavailable("the model registry is still loading")
         return self._registry
 
+    async def readiness(self) -> str | None:
+        """The service's readiness probe: None once a registry holding at least one model is
+        installed, else why not (still loading, or the models folder held no checkpoint; a later
+        ReloadModel that loads one makes the service ready)."""
+        if self._registry is None:
+            return "the models are still loading"
+        if len(self._registry) == 0:
+            return f"no checkpoint is loaded (models folder {self._registry.models_dir})"
+        return None
+
     def model(self, name: str) -> RegisteredModel:
         """The model called `name` ("" is the default model).
 

@@ -77,7 +77,8 @@ def main(settings: NeuralSettings | None = None,
                                  settings.max_wait_ms)
         servicers, ready = await build_servicers(settings, evaluator, solver)
         try:
-            await serve(NAME, settings, servicers, ready, on_listening=on_listening)
+            await serve(NAME, settings, servicers, ready, on_listening=on_listening,
+                        probe=evaluator.readiness)
         finally:
             await evaluator.close()
             await solver.close()

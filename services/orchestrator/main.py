@@ -10,11 +10,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from mesh.llm.v1 import llm_service_pb2_grpc
-from mesh.mcts.v1 import mcts_service_pb2_grpc
-from mesh.neural.v1 import neural_service_pb2_grpc
+from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
+from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
+from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
-from mesh.retrieval.v1 import retrieval_service_pb2_grpc
+from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.channels import open_channel
 from libs.connect4.solver import best_moves
@@ -27,6 +27,7 @@ from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningModels
 from services.orchestrator.agents.retrieval import RetrievalAgent
 from services.orchestrator.agents.solver import SolverAgent
+from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
 from services.orchestrator.routing import AgentName
 from services.orchestrator.servicer import OrchestratorServicer
@@ -42,6 +43,16 @@ solver's kernels before the service reports SERVING."""
 log = logging.getLogger(__name__)
 
 
+DEPENDENCY_SERVICES = {
+    "mcts": mcts_service_pb2.DESCRIPTOR.services_by_name["MctsService"].full_name,
+    "neural": neural_service_pb2.DESCRIPTOR.services_by_name["NeuralService"].full_name,
+    "retrieval": retrieval_service_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
+    "llm_gateway": llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"].full_name,
+}
+"""The services the orchestrator depends on: word -> full proto service name (the name its health
+service reports each one under)."""
+
+
 class Wiring:
     """The channels the servicer's agents talk over; `aclose()` closes them."""
 
@@ -52,6 +63,13 @@ class Wiring:
             "retrieval": open_channel(settings.retrieval_target),
             "llm": open_channel(settings.llm_target),
         }
+
+    def dependencies(self) -> list[Dependency]:
+        """Each dependency with the channel its agents use (health is checked over it)."""
+        channel_of = {"mcts": "mcts", "neural": "neural", "retrieval": "retrieval",
+                      "llm_gateway": "llm"}
+        return [Dependency(name, service, self.channels[channel_of[name]])
+                for name, service in DEPENDENCY_SERVICES.items()]
 
     async def aclose(self) -> None:
         for channel in self.channels.values():
@@ -114,11 +132,20 @@ async def run(settings: OrchestratorSettings,
               on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
     """Serves gRPC (and REST unless `rest_port` is -1) until SIGTERM or SIGINT, then drains.
 
+    Once serving, it watches its dependencies' health (`DependencyWatcher`): its own health
+    service reports each under the dependency's service name, apart from its own readiness ("" and
+    its service name), and /ready lists them.
     `on_listening({"grpc": port, "rest": port})` is called once both listen (no "rest" when off).
     """
     wiring = Wiring(settings)
 
-    async def start_rest(settings: OrchestratorSettings, running: RunningServer):
+    async def start_extra(settings: OrchestratorSettings, running: RunningServer):
+        watcher = DependencyWatcher(wiring.dependencies(), settings.health_interval_s,
+                                    settings.health_timeout_s, on_change=running.health.set)
+        await watcher.check_all()
+        watcher.start()
+        if settings.rest_port < 0:
+            return {}, watcher.stop
         grpc_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
         app = build_rest_app(
             f"{grpc_host}:{running.port}",
@@ -129,14 +156,20 @@ async def run(settings: OrchestratorSettings,
                          max_body_bytes=settings.rest_max_body_bytes,
                          max_json_depth=settings.rest_max_json_depth,
                          cors_allowed_origins=settings.rest_cors_allowed_origins,
-                         cors_max_age_s=settings.rest_cors_max_age_s))
+                         cors_max_age_s=settings.rest_cors_max_age_s),
+            dependencies=watcher.report)
         rest = await serve_rest(app, settings.host, settings.rest_port)
-        return {"rest": rest.port}, rest.stop
+
+        async def stop() -> None:
+            await watcher.stop()
+            await rest.stop()
+
+        return {"rest": rest.port}, stop
 
     try:
         servicers, ready = await build_servicers(settings, wiring)
         await serve(NAME, settings, servicers, ready, on_listening=on_listening,
-                    start_extra=start_rest if settings.rest_port >= 0 else None)
+                    start_extra=start_extra)
     finally:
         await wiring.aclose()
 

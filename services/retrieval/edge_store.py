@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import qdrant_edge as qe
 
-from libs.errors import FailedPrecondition, NotFound
+from libs.errors import FailedPrecondition, NotFound, Unavailable
 from services.retrieval.store import (
     FILTER_KEYS,
     ChunkRecord,
@@ -61,6 +61,10 @@ class _DirectoryLock:
         self._file.truncate()
         self._file.write(str(os.getpid()))
         self._file.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
 
     def release(self) -> None:
         if not self._file.closed:
@@ -167,6 +171,15 @@ class EdgeStore:
                 shard.close()
             self._shards.clear()
         self._lock.release()
+
+    def check(self) -> None:
+        if self._lock.closed:
+            raise Unavailable(f"the embedded store at {self.data_dir} is closed")
+        if not self._collections_dir.is_dir():
+            raise Unavailable(f"the embedded store's directory {self._collections_dir} is gone")
+        if not os.access(self._collections_dir, os.W_OK):
+            raise Unavailable(f"the embedded store's directory {self._collections_dir} is not "
+                              f"writable")
 
     def _shard(self, collection: str) -> qe.EdgeShard:
         with self._table_lock:

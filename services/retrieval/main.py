@@ -51,7 +51,8 @@ async def build_servicers(
     settings: RetrievalSettings, embedder: Embedder | None = None,
 ) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
     """The retrieval servicer and its readiness hook, which loads the embedder (unless one is
-    given; tests share one) and opens the store: health turns SERVING only after both.
+    given; tests share one) and opens the store: health turns SERVING only after both, and then
+    follows `servicers[0].servicer.readiness` (the probe: the store can be reached).
     `servicers[0].servicer.close()` releases the store.
 
     Raises (from the hook):
@@ -76,7 +77,8 @@ def main(settings: RetrievalSettings | None = None,
     async def run() -> None:
         servicers, ready = await build_servicers(settings)
         try:
-            await serve(NAME, settings, servicers, ready, on_listening=on_listening)
+            await serve(NAME, settings, servicers, ready, on_listening=on_listening,
+                        probe=servicers[0].servicer.readiness)
         finally:
             servicers[0].servicer.close()
 

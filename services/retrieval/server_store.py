@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from qdrant_client import QdrantClient, models
 
-from libs.errors import FailedPrecondition, NotFound
+from libs.errors import FailedPrecondition, NotFound, Unavailable
 from services.retrieval.store import (
     FILTER_KEYS,
     ChunkRecord,
@@ -95,6 +95,13 @@ class ServerStore:
 
     def close(self) -> None:
         self._client.close()
+
+    def check(self) -> None:
+        try:
+            self._client.get_collections()
+        except Exception as error:  # noqa: BLE001 - any failure to answer means unreachable
+            raise Unavailable(f"cannot reach the Qdrant server: {type(error).__name__}: "
+                              f"{error}") from error
 
     def _dim(self, name: str) -> int:
         vectors = self._client.get_collection(name).config.params.vectors

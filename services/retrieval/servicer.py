@@ -11,7 +11,7 @@ import time
 from mesh.retrieval.v1 import retrieval_service_pb2 as pb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
-from libs.errors import InvalidArgument, Unavailable
+from libs.errors import InvalidArgument, MeshError, Unavailable
 from libs.telemetry import set_work_attributes
 from services.retrieval import metrics
 from services.retrieval.retriever import Retriever
@@ -109,6 +109,18 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):
         if self._retriever is not None:
             self._retriever.store.close()
             self._retriever = None
+
+    async def readiness(self) -> str | None:
+        """The service's readiness probe: None while the store can serve, else why not (the
+        store is closed, or `VectorStore.check` failed). Runs the check in a worker thread."""
+        retriever = self._retriever
+        if retriever is None:
+            return "the store is not open"
+        try:
+            await asyncio.to_thread(retriever.store.check)
+        except MeshError as error:
+            return error.message
+        return None
 
     def _ready(self) -> Retriever:
         if self._retriever is None:

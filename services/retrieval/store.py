@@ -140,3 +140,9 @@ class VectorStore(Protocol):
     def close(self) -> None:
         """Flushes and releases the store; it is unusable afterwards."""
         ...
+
+    def check(self) -> None:
+        """Raises `Unavailable` saying why when the store cannot serve: the server cannot be
+        reached, or the embedded store is closed or its directory is gone. Cheap (one round trip
+        at most): the readiness probe calls it every second."""
+        ...

@@ -3,8 +3,7 @@ annotations of a gRPC service, forwarding each call to the gRPC server like grpc
 reverse proxy.
 
 Routes: every annotated unary RPC's bindings (see `bindings`, `transcoding`, `metadata`, `status`
-for the exact rules), plus `/health` (200 while the process runs), `/ready` (200 only while the gRPC
-server's health service reports the service SERVING, else 503 with a `google.rpc.Status` body),
+for the exact rules), plus `/health` (200 while the process runs), `/ready` (below),
 `/metrics` (Prometheus text format, the process's registry) and `/openapi.json` (generated from the
 same annotations).
 
@@ -29,6 +28,13 @@ response written in two parts (headers, body) waits for the client's delayed ACK
 kept-alive connection. uvicorn parses HTTP with httptools (a dependency; its pure-Python h11
 parser, used when httptools is absent, cost about 0.2 ms more per request in `bench/rest_cost.py`'s
 setting).
+
+`/ready` answers 200 while the gRPC server's health service reports the service SERVING, else 503;
+the body is the same either way: `{"status": ..., "dependencies": [...]}` with each dependency's
+last known state (name, service, state SERVING / NOT_SERVING / UNKNOWN, detail, for_s) when the app
+was given a dependency view, plus `code` and `message` (a `google.rpc.Status`'s fields) on a 503.
+A dependency that is down does not make it 503: the orchestrator still answers what its in-process
+agents can (the exact checker, the puzzle solver) and says which agents failed.
 
 Tracing: a W3C `traceparent` on the HTTP request is extracted and the REST span is its child; the
 channel's OpenTelemetry interceptor then carries the trace to the gRPC server. A client that
@@ -353,6 +359,7 @@ def build_rest_app(
     settings: RestSettings | None = None,
     service: ServiceDescriptor = ORCHESTRATOR_SERVICE,
     tracer_provider: TracerProvider | None = None,
+    dependencies: Callable[[], list[dict[str, object]]] | None = None,
 ) -> Starlette:
     """The REST front for `service`, forwarding to the gRPC server at `channel_target`.
 
@@ -365,6 +372,8 @@ def build_rest_app(
         service: the annotated service descriptor.
         tracer_provider: provider for the REST spans and the channel's client spans; None uses the
             process's global provider.
+        dependencies: the dependencies' last known states, listed by /ready (the orchestrator
+            passes `DependencyWatcher.report`); None lists none.
     Raises:
         AnnotationError: an annotation that cannot be served (checked here, at start-up).
     """
@@ -377,22 +386,29 @@ def build_rest_app(
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "SERVING"})
 
-    async def ready(_: Request) -> Response:
+    async def own_status() -> tuple[str, str]:
+        """The service's own health: (ServingStatus name, why it is not SERVING)."""
         if gateway.channel is None:
-            return status_response(code_status(grpc.StatusCode.UNAVAILABLE, "not started"))
+            return "UNKNOWN", "not started"
         stub = health_pb2_grpc.HealthStub(gateway.channel)
         try:
             reply = await stub.Check(health_pb2.HealthCheckRequest(service=service.full_name),
                                      timeout=settings.ready_timeout_s)
         except grpc.aio.AioRpcError as error:
-            reason = f"{error.code().name}: {error.details()}"
-            return status_response(code_status(
-                grpc.StatusCode.UNAVAILABLE, f"{service.full_name}: health check failed: {reason}"))
-        if reply.status != health_pb2.HealthCheckResponse.SERVING:
-            status_name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-            return status_response(code_status(grpc.StatusCode.UNAVAILABLE,
-                                               f"{service.full_name}: {status_name}"))
-        return JSONResponse({"status": "SERVING"})
+            return "UNKNOWN", f"health check failed: {error.code().name}: {error.details()}"
+        status_name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        return status_name, status_name
+
+    async def ready(_: Request) -> Response:
+        status_name, reason = await own_status()
+        body: dict[str, object] = {"status": status_name}
+        if dependencies is not None:
+            body["dependencies"] = dependencies()
+        if status_name == "SERVING":
+            return JSONResponse(body)
+        body.update(code=grpc.StatusCode.UNAVAILABLE.value[0],
+                    message=f"{service.full_name}: {reason}", details=[])
+        return JSONResponse(body, status_code=503)
 
     async def openapi(_: Request) -> Response:
         return JSONResponse(document)

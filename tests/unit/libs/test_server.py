@@ -1,9 +1,12 @@
-"""libs.server: health follows readiness, domain errors become statuses with details, the server
-keeps serving after a bad request, and unexpected errors become INTERNAL without a stack trace."""
+"""libs.server: health follows readiness and then the service's probe, a taken port is named,
+domain errors become statuses with details, the server keeps serving after a bad request, and
+unexpected errors become INTERNAL without a stack trace."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 
 import grpc
 import pytest
@@ -13,7 +16,7 @@ from grpc_status import rpc_status
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.errors import InvalidArgument
-from libs.server import Servicer, start_server
+from libs.server import LIVENESS, BindError, Servicer, start_server
 from libs.settings import ServiceSettings
 
 
@@ -81,3 +84,115 @@ async def test_errors_map_to_status_with_details_and_server_keeps_serving(server
 
         reply = await stub.Generate(llm_service_pb2.GenerateRequest(prompt="hi"), timeout=5)
         assert reply.text == "hi"
+
+
+async def _status(port: int, service: str) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=5)
+        return reply.status
+
+
+async def _wait_status(port: int, service: str, wanted: int, within_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while (status := await _status(port, service)) != wanted:
+        assert asyncio.get_running_loop().time() < deadline, \
+            f"{service!r} stayed {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+        await asyncio.sleep(0.05)
+
+
+def _echo_servicer() -> list[Servicer]:
+    return [Servicer(llm_service_pb2_grpc.add_LlmServiceServicer_to_server, _Echo(),
+                     "mesh.llm.v1.LlmService")]
+
+
+async def test_health_follows_the_probe_while_the_service_runs():
+    reason: list[str | None] = ["store closed"]
+    calls = 0
+
+    async def probe() -> str | None:
+        nonlocal calls
+        calls += 1
+        return reason[0]
+
+    running = await start_server(
+        "echo", ServiceSettings(port=0, health_interval_s=0.05, health_timeout_s=1.0),
+        _echo_servicer(), probe=probe)
+    try:
+        not_serving, serving = (health_pb2.HealthCheckResponse.NOT_SERVING,
+                                health_pb2.HealthCheckResponse.SERVING)
+        for service in ("", "mesh.llm.v1.LlmService"):
+            assert await _status(running.port, service) == not_serving
+        # Liveness says only that the process answers: SERVING whatever the readiness.
+        assert await _status(running.port, LIVENESS) == serving
+        reason[0] = None
+        await _wait_status(running.port, "", serving)
+        await _wait_status(running.port, "mesh.llm.v1.LlmService", serving)
+        reason[0] = "every provider's circuit is open"
+        await _wait_status(running.port, "mesh.llm.v1.LlmService", not_serving)
+        assert running.readiness.reason == "every provider's circuit is open"
+        assert calls >= 3
+    finally:
+        await running.stop(0)
+
+
+async def test_a_probe_that_hangs_or_raises_means_not_serving():
+    behaviour = ["ok"]
+    release = asyncio.Event()
+    started = 0
+
+    async def probe() -> str | None:
+        nonlocal started
+        started += 1
+        if behaviour[0] == "hang":
+            await release.wait()
+        if behaviour[0] == "raise":
+            raise OSError("connection refused")
+        return None
+
+    running = await start_server(
+        "echo", ServiceSettings(port=0, health_interval_s=0.05, health_timeout_s=0.1),
+        _echo_servicer(), probe=probe)
+    try:
+        assert await _status(running.port, "") == health_pb2.HealthCheckResponse.SERVING
+        behaviour[0] = "hang"
+        await _wait_status(running.port, "", health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert "no answer in 0.1 s" in running.readiness.reason
+        hung_at = started
+        await asyncio.sleep(0.5)
+        assert started == hung_at, "a new probe started while one was still running"
+        behaviour[0] = "raise"
+        release.set()
+        await _wait_status(running.port, "", health_pb2.HealthCheckResponse.NOT_SERVING)
+        await asyncio.sleep(0.3)
+        assert running.readiness.reason == "readiness probe failed: OSError: connection refused"
+        behaviour[0] = "ok"
+        await _wait_status(running.port, "", health_pb2.HealthCheckResponse.SERVING)
+    finally:
+        await running.stop(0)
+
+
+async def test_health_goes_not_serving_on_stop_even_with_a_probe():
+    async def probe() -> str | None:
+        return None
+
+    running = await start_server(
+        "echo", ServiceSettings(port=0, health_interval_s=0.05), _echo_servicer(), probe=probe)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        stopping = asyncio.create_task(running.stop(1.0))
+        await asyncio.sleep(0.2)  # the probe loop must not turn it back to SERVING
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        await stopping
+
+
+async def test_a_taken_port_is_named_with_the_reason():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(BindError) as caught:
+            await start_server("mcts", ServiceSettings(port=port), _echo_servicer())
+    assert str(caught.value) == f"mcts: cannot bind 127.0.0.1:{port}: address already in use"

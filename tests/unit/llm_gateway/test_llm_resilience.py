@@ -197,9 +197,33 @@ def test_unconfigured_providers_are_skipped_and_offline_comes_last(wire):
     assert names == ["openai", "local"]
 
 
-def test_nothing_configured_and_offline_disabled_fails_at_start_up():
-    with pytest.raises(ValueError, match="no LLM provider"):
-        build_gateway(LlmGatewaySettings(offline_enabled=False))
+async def test_nothing_configured_and_offline_disabled_is_not_ready_and_unavailable():
+    gateway = build_gateway(LlmGatewaySettings(offline_enabled=False))
+    assert "no LLM provider is configured" in await gateway.readiness()
+    with pytest.raises(Unavailable, match="no LLM provider is configured"):
+        await gateway.generate(REQUEST, timeout_s=None)
+
+
+async def test_readiness_follows_the_circuits(wire, make_gateway):
+    wire.default = Reply(status=500)
+    gateway = make_gateway(max_retries=0, breaker_threshold=1, breaker_ttl_s=0.5)
+    assert await gateway.readiness() is None
+    with pytest.raises(Unavailable):
+        await gateway.generate(REQUEST, timeout_s=None)
+    assert await gateway.readiness() == \
+        "every LLM provider's circuit is open: openai, anthropic"
+    requests = len(wire.requests)
+    await asyncio.sleep(0.6)  # past the ttl: a trial call would be let through
+    assert await gateway.readiness() is None
+    assert len(wire.requests) == requests, "readiness must not call a provider"
+
+
+async def test_offline_provider_keeps_the_gateway_ready(wire, make_gateway):
+    wire.default = Reply(status=500)
+    gateway = make_gateway(max_retries=0, breaker_threshold=1, offline_enabled=True)
+    await gateway.generate(REQUEST, timeout_s=None)
+    assert await gateway.providers[0].circuit_state() == "opened"
+    assert await gateway.readiness() is None
 
 
 def test_secrets_are_masked_when_printed():
