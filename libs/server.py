@@ -19,12 +19,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
 from libs.errors import MeshError, to_status
+from libs.reflection import enable_server_reflection
 from libs.settings import ServiceSettings
 from libs.telemetry import current_trace_id, setup_tracing
 
@@ -171,11 +171,8 @@ async def start_server(
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     service_names = [item.service_name for item in servicers]
-    reflection.enable_server_reflection(
-        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME],
-        server,
-    )
+    enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     if port == 0:
         raise RuntimeError(f"{name}: could not bind {settings.host}:{settings.port}")
