@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,13 @@ def _wait_for_port_file(name: str, path: Path, process: subprocess.Popen, log: P
     raise LaunchError(f"{name} was not ready after {timeout_s:.0f} s; log {log}")
 
 
+def _free_port() -> int:
+    """A TCP port free on loopback now (the kernel's choice for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAULT_REST_PORT,
                env: dict[str, str] | None = None, log_dir: Path | None = None,
                ready_timeout_s: float = 300.0) -> Mesh:
@@ -97,12 +105,20 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     log_dir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="mcts-mesh-run-"))
     base_env = {**os.environ, **(env or {})}
+    # mcts reaches neural for neural leaf evaluation (MCTS_NEURAL_TARGET), and starts beside it, so
+    # neural's port is fixed before either starts (with port base 0, a free port picked here; it
+    # stays the same if neural is started again).
+    neural_port = port_base + PORT_OFFSET["neural"] if port_base else _free_port()
     mesh = Mesh()
     try:
         for name in SERVICES:
             prefix = ENV_PREFIX[name]
             child_env = dict(base_env)
             child_env[f"{prefix}PORT"] = str(port_base + PORT_OFFSET[name] if port_base else 0)
+            if name == "neural":
+                child_env["NEURAL_PORT"] = str(neural_port)
+            if name == "mcts":
+                child_env["MCTS_NEURAL_TARGET"] = f"127.0.0.1:{neural_port}"
             if name == "orchestrator":
                 child_env["ORCHESTRATOR_MCTS_TARGET"] = f"127.0.0.1:{mesh.ports['mcts']}"
                 child_env["ORCHESTRATOR_NEURAL_TARGET"] = f"127.0.0.1:{mesh.ports['neural']}"
