@@ -20,13 +20,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_status import rpc_status
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
 from libs.errors import MeshError, to_status
+from libs.logs import setup_logging
+from libs.metrics import start_metrics_server
 from libs.reflection import enable_server_reflection
 from libs.settings import ServiceSettings
-from libs.telemetry import current_trace_id, setup_tracing
+from libs.telemetry import ServerTelemetryInterceptor, current_trace_id, setup_tracing
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +157,13 @@ async def start_server(
         servicers: what to serve.
         ready: awaited after the server starts and before SERVING: load models, compile kernels.
         tracer_provider: the provider for server spans; None uses the process's global provider.
+        Metrics of every call are recorded when `settings.metrics_port` is not -1.
     Raises:
         RuntimeError: the port could not be bound.
     """
     server = grpc.aio.server(
-        interceptors=[aio_server_interceptor(tracer_provider=tracer_provider),
+        interceptors=[ServerTelemetryInterceptor(tracer_provider,
+                                                 metrics=settings.metrics_port >= 0),
                       ErrorMappingInterceptor(name)],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -205,10 +208,14 @@ async def serve(
         start_extra: starts a front that lives beside the gRPC server in the same process (the
             orchestrator's REST front); returns its ports by name and a coroutine that stops it.
         on_listening: called once everything is SERVING with the bound ports, {"grpc": port, ...}
-            (the launcher learns the ports chosen for port 0 this way).
+            (the launcher learns the ports chosen for port 0 this way); "metrics" is there unless
+            `settings.metrics_port` is -1.
     """
+    metrics = start_metrics_server(name, settings.host, settings.metrics_port)
     running = await start_server(name, settings, servicers, ready)
     ports = {"grpc": running.port}
+    if metrics is not None:
+        ports["metrics"] = metrics.port
     stop_extra = None
     if start_extra is not None:
         extra_ports, stop_extra = await start_extra(settings, running)
@@ -224,15 +231,18 @@ async def serve(
     if stop_extra is not None:
         await stop_extra()
     await running.stop(settings.drain_grace_s)
+    if metrics is not None:
+        metrics.stop()
 
 
 def run_service(name: str, settings: ServiceSettings, run: Callable[[], Awaitable[None]]) -> None:
-    """The body of every service's `main()`: logs the settings (secrets masked), sets up tracing,
-    runs the service's coroutine (which calls `serve`) to the end, then flushes spans."""
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """The body of every service's `main()`: sets up logging (`settings.log_format`), logs the
+    settings (secrets masked), sets up tracing, runs the service's coroutine (which calls `serve`)
+    to the end, then flushes spans."""
+    setup_logging(name, settings.log_format)
     log.info("%s settings: %s", name, settings.masked())
-    provider = setup_tracing(name, settings.otel_exporter_otlp_endpoint)
+    provider = setup_tracing(name, settings.otel_exporter_otlp_endpoint,
+                             sample_ratio=settings.trace_sample_ratio)
     try:
         asyncio.run(run())
     finally:

@@ -7,6 +7,8 @@ once, in `main()`, and passed down; nothing below `main()` reads `os.environ`.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -28,6 +30,14 @@ class ServiceSettings(BaseSettings):
     )
     """OTLP/gRPC endpoint for traces (Jaeger's 4317), read from the standard variable
     `OTEL_EXPORTER_OTLP_ENDPOINT` for every service; unset means spans are not exported."""
+    trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Share of new traces recorded and exported (parent-based: a call whose caller was sampled is
+    always recorded)."""
+    metrics_port: int = Field(default=-1, ge=-1, le=65535)
+    """Prometheus metrics port (`/metrics`): -1 off (no port, no RPC metrics), 0 a free port."""
+    log_format: Literal["json", "text"] = "json"
+    """Log lines: one JSON object per line (time, level, service, logger, message, trace_id,
+    span_id), or plain text for a terminal."""
 
     def masked(self) -> dict[str, object]:
         """The settings as a dict with every secret masked, for the start-up log line."""

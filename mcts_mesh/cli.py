@@ -277,7 +277,8 @@ def cmd_serve(args) -> int:
             tmp.write_text(json.dumps(ports))
             tmp.replace(args.port_file)
 
-    main_module.main(settings_cls(), on_listening=on_listening)
+    overrides = {"log_format": args.log_format} if args.log_format else {}
+    main_module.main(settings_cls(**overrides), on_listening=on_listening)
     return 0
 
 
@@ -302,10 +303,13 @@ def cmd_up(args) -> int:
     print("starting mcts, neural, retrieval, llm_gateway, orchestrator on loopback ...", flush=True)
     started = time.perf_counter()
     mesh = start_mesh(port_base=args.port_base, rest_port=args.rest_port,
-                      log_dir=Path(args.log_dir) if args.log_dir else None)
+                      log_dir=Path(args.log_dir) if args.log_dir else None,
+                      log_format=args.log_format)
     print(f"mesh up in {time.perf_counter() - started:.1f} s: " + ", ".join(
         f"{name} :{port}" for name, port in mesh.ports.items()) + f", REST :{mesh.rest_port}"
         f"  (logs in {next(iter(mesh.logs.values())).parent})", flush=True)
+    print("metrics: " + ", ".join(f"{name} :{port}" for name, port in mesh.metrics_ports.items())
+          + f" and REST :{mesh.rest_port}/metrics", flush=True)
     try:
         if args.demo:
             from mcts_mesh.demo import run_demo
@@ -395,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="orchestrator gRPC port; the others follow +1..+4 (0: free ports)")
     up.add_argument("--rest-port", type=int, default=8080)
     up.add_argument("--log-dir", default=None)
+    up.add_argument("--log-format", choices=["json", "text"], default=None,
+                    help="every service's log lines: JSON objects (default) or plain text")
     up.add_argument("--demo", action="store_true",
                     help="send the demo workload (Pons positions, SciFact claims) once up")
     up.add_argument("--demo-positions", type=int, default=20,
@@ -416,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("service", choices=sorted(SERVICE_ENTRY))
     serve.add_argument("--port-file", default=None,
                        help="write the bound ports as JSON here once SERVING")
+    serve.add_argument("--log-format", choices=["json", "text"], default=None,
+                       help="log lines: JSON objects or plain text (default: the *_LOG_FORMAT "
+                            "setting, json)")
     serve.set_defaults(func=cmd_serve)
 
     solve = sub.add_parser("solve", help="ask the orchestrator to solve a problem")

@@ -31,6 +31,8 @@ ENV_PREFIX = {
 # Offsets from the port base: orchestrator 50051, mcts 50052, neural 50053, retrieval 50054,
 # llm_gateway 50055.
 PORT_OFFSET = {"orchestrator": 0, "mcts": 1, "neural": 2, "retrieval": 3, "llm_gateway": 4}
+METRICS_PORT_OFFSET = 10
+"""Metrics ports follow the gRPC ports 10 higher: orchestrator 50061, mcts 50062, ... 50065."""
 DEFAULT_PORT_BASE = 50051
 DEFAULT_REST_PORT = 8080
 
@@ -47,6 +49,8 @@ class Mesh:
     rest_port: int = 0
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    """Each service's Prometheus port (`http://127.0.0.1:PORT/metrics`)."""
 
     @property
     def target(self) -> str:
@@ -89,7 +93,8 @@ def _free_port() -> int:
 
 def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAULT_REST_PORT,
                env: dict[str, str] | None = None, log_dir: Path | None = None,
-               ready_timeout_s: float = 300.0) -> Mesh:
+               ready_timeout_s: float = 300.0, metrics: bool = True,
+               log_format: str | None = None) -> Mesh:
     """Starts all five services and returns once each reports SERVING.
 
     Args:
@@ -98,6 +103,9 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
         env: extra environment for every service (settings such as RETRIEVAL_DATA_DIR).
         log_dir: where each service's log goes; a temporary folder by default.
         ready_timeout_s: seconds each service gets to become ready (models load, kernels compile).
+        metrics: give every service a metrics port (gRPC port + 10; free ports with port base 0).
+        log_format: "json" or "text" for every service's log (their `*_LOG_FORMAT`); None keeps
+            the services' setting.
     Raises:
         LaunchError: a service exited or was not ready in time (the mesh started so far is stopped).
     """
@@ -119,6 +127,11 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
                 child_env["NEURAL_PORT"] = str(neural_port)
             if name == "mcts":
                 child_env["MCTS_NEURAL_TARGET"] = f"127.0.0.1:{neural_port}"
+            if metrics:
+                child_env[f"{prefix}METRICS_PORT"] = str(
+                    port_base + PORT_OFFSET[name] + METRICS_PORT_OFFSET if port_base else 0)
+            if log_format is not None:
+                child_env[f"{prefix}LOG_FORMAT"] = log_format
             if name == "orchestrator":
                 child_env["ORCHESTRATOR_MCTS_TARGET"] = f"127.0.0.1:{mesh.ports['mcts']}"
                 child_env["ORCHESTRATOR_NEURAL_TARGET"] = f"127.0.0.1:{mesh.ports['neural']}"
@@ -145,6 +158,8 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
                                                mesh.processes[waited], mesh.logs[waited],
                                                ready_timeout_s)
                     mesh.ports[waited] = int(info["grpc"])
+                    if "metrics" in info:
+                        mesh.metrics_ports[waited] = int(info["metrics"])
                     if waited == "orchestrator":
                         mesh.rest_port = int(info.get("rest", 0))
     except BaseException:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from libs.errors import DeadlineExceeded, Unavailable
+from services.llm_gateway import metrics
 from services.llm_gateway.providers.anthropic_provider import AnthropicProvider
 from services.llm_gateway.providers.offline_provider import OfflineProvider
 from services.llm_gateway.providers.openai_provider import OpenAIProvider
@@ -66,6 +67,7 @@ class Gateway:
                 break
             attempt = await provider.call(request, deadline)
             attempts.append(attempt)
+            await _observe(provider, attempt)
             if attempt.generation is not None:
                 return Answer(attempt.generation, provider.name, tuple(attempts))
             log.warning("provider %s failed: %s", provider.name, attempt.error)
@@ -78,6 +80,18 @@ class Gateway:
         """Closes every provider's connections."""
         for provider in self.providers:
             await provider.provider.aclose()
+
+
+async def _observe(provider: ResilientProvider, attempt: Attempt) -> None:
+    """Counts one provider call (its outcome, retries and tokens) and its breaker's state now."""
+    metrics.CALLS.labels(provider.name, attempt.outcome).inc()
+    if attempt.retries:
+        metrics.RETRIES.labels(provider.name).inc(attempt.retries)
+    if attempt.generation is not None:
+        metrics.TOKENS.labels(provider.name, "prompt").inc(attempt.generation.prompt_tokens)
+        metrics.TOKENS.labels(provider.name, "completion").inc(
+            attempt.generation.completion_tokens)
+    metrics.set_circuit_state(provider.name, await provider.circuit_state())
 
 
 def configured_providers(settings: LlmGatewaySettings) -> list[Provider]:

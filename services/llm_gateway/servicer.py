@@ -9,6 +9,7 @@ import grpc
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.errors import InvalidArgument
+from libs.telemetry import set_work_attributes
 from services.llm_gateway.gateway import Answer, Gateway
 from services.llm_gateway.providers.provider import GenerationRequest, Passage
 
@@ -36,6 +37,14 @@ class LlmServicer(llm_service_pb2_grpc.LlmServiceServicer):
         """
         generation_request = to_generation_request(request)
         answer = await self._gateway.generate(generation_request, context.time_remaining())
+        set_work_attributes({
+            "mesh.llm.provider": answer.provider,
+            "mesh.llm.model": answer.generation.model,
+            "mesh.llm.prompt_tokens": answer.generation.prompt_tokens,
+            "mesh.llm.completion_tokens": answer.generation.completion_tokens,
+            "mesh.llm.offline": answer.generation.offline,
+            "mesh.llm.attempts": len(answer.attempts),
+        })
         return to_response(answer)
 
 

@@ -14,6 +14,8 @@ from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
 from libs.connect4.board import IllegalPosition, Position
 from libs.errors import DeadlineExceeded, InvalidArgument
+from libs.telemetry import set_work_attributes
+from services.mcts import metrics
 from services.mcts.batched_servicer import RULES, BatchedSearches
 from services.mcts.search import SearchResult, SearchStopped, uct_search
 from services.mcts.settings import MctsSettings
@@ -124,6 +126,25 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
         """PUCT and Gumbel searches (rule PUCT / GUMBEL, and SearchExternal)."""
 
     async def Search(
+        self, request: mcts_service_pb2.SearchRequest, context: grpc.aio.ServicerContext
+    ) -> mcts_service_pb2.SearchResponse:
+        """`_search`, counted in the searches-running gauge; a finished search's simulations, rate
+        and tree size go to the metrics and the SERVER span."""
+        with metrics.SEARCHES_RUNNING.track_inprogress():
+            response = await self._search(request, context)
+        stats = response.statistics
+        metrics.observe_search(stats.simulations, stats.simulations_per_second, stats.tree_size)
+        set_work_attributes({
+            "mesh.problem.kind": "connect_four",
+            "mesh.mcts.rule": mcts_service_pb2.SelectionRule.Name(request.rule),
+            "mesh.mcts.simulations": stats.simulations,
+            "mesh.mcts.simulations_per_second": stats.simulations_per_second,
+            "mesh.mcts.tree_nodes": stats.tree_size,
+            "mesh.mcts.threads": stats.threads,
+        })
+        return response
+
+    async def _search(
         self, request: mcts_service_pb2.SearchRequest, context: grpc.aio.ServicerContext
     ) -> mcts_service_pb2.SearchResponse:
         """Runs the search in a worker thread (the event loop stays free).

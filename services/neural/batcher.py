@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from libs.errors import Unavailable
+from services.neural import metrics
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class _Request:
     inputs: tuple[np.ndarray, ...]
     rows: int
     future: asyncio.Future = field(repr=False)
+    queued_at: float = 0.0
+    """`loop.time()` when it was queued (for the queue-wait histogram)."""
 
 
 class DynamicBatcher:
@@ -88,7 +91,7 @@ class DynamicBatcher:
         for start in range(0, rows, self.max_batch):
             chunk = tuple(array[start:start + self.max_batch] for array in inputs)
             future = loop.create_future()
-            self._pending.append(_Request(chunk, len(chunk[0]), future))
+            self._pending.append(_Request(chunk, len(chunk[0]), future, loop.time()))
             self._pending_rows += len(chunk[0])
             futures.append(future)
         self._wakeup.set()
@@ -163,6 +166,11 @@ class DynamicBatcher:
                                                                  strict=True))
         rows = len(inputs[0])
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        waited = metrics.QUEUE_WAIT.labels(self.name)
+        for request in batch:
+            waited.observe(now - request.queued_at)
+        metrics.BATCH_SIZE.labels(self.name).observe(rows)
         try:
             outputs = await loop.run_in_executor(self._executor, self._infer, inputs)
             if any(len(output) != rows for output in outputs):

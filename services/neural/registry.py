@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from libs.errors import FailedPrecondition, NotFound, Unavailable
+from services.neural import metrics
 from services.neural.checkpoint import CheckpointError, load_checkpoint
 from services.neural.models import hrm, trm
 from services.neural.reasoning_task import GridTask, TaskError, task_from_metadata
@@ -87,6 +89,7 @@ def load_model(directory: Path, device: str) -> RegisteredModel:
         CheckpointError: the checkpoint cannot be loaded (see `load_checkpoint`), or a reasoning
             model's task is missing, malformed, or does not fit its config (vocabulary, length).
     """
+    started = time.perf_counter()
     checkpoint = load_checkpoint(directory, device=device)
     task = None
     if checkpoint.architecture in REASONING_ARCHITECTURES:
@@ -112,6 +115,7 @@ def load_model(directory: Path, device: str) -> RegisteredModel:
         module=checkpoint.model,
         task=task,
     )
+    metrics.MODEL_LOAD_SECONDS.labels(model.name).set(time.perf_counter() - started)
     log.info("loaded model %s version %s (%s%s, %d parameters) on %s", model.name, model.version,
              model.architecture, f", {model.task_name}" if task else "", model.parameter_count,
              device)

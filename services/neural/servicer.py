@@ -12,6 +12,7 @@ from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
 from libs.connect4.board import IllegalPosition, Position, encode, legal_mask
 from libs.errors import InvalidArgument
+from libs.telemetry import set_work_attributes
 from services.neural.evaluator import PositionEvaluator
 from services.neural.reasoning_solver import ReasoningSolver, Solution
 from services.neural.registry import RegisteredModel
@@ -86,6 +87,8 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
         self._evaluator.model(request.model)
         planes, legal = parse_positions(request.positions)
         model, policy, value = await self._evaluator.evaluate(request.model, planes, legal)
+        set_work_attributes({"mesh.neural.model": model.name,
+                             "mesh.neural.batch_size": len(planes)})
         evaluations = [
             neural_service_pb2.PositionEvaluation(policy=row.tolist(), value=float(v))
             for row, v in zip(policy, value, strict=True)
@@ -110,6 +113,9 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
             raise InvalidArgument("halting_mode", f"unknown halting mode {request.halting_mode}")
         max_segments = request.max_segments if request.HasField("max_segments") else None
         solution = await self._solver.solve(request.model, request.grid, mode, max_segments)
+        set_work_attributes({"mesh.neural.model": solution.model.name,
+                             "mesh.neural.batch_size": 1,
+                             "mesh.neural.segments": solution.segments_used})
         return solve_response(solution)
 
     async def ReloadModel(self, request, context):

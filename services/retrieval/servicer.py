@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 from mesh.retrieval.v1 import retrieval_service_pb2 as pb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
 from libs.errors import InvalidArgument, Unavailable
+from libs.telemetry import set_work_attributes
+from services.retrieval import metrics
 from services.retrieval.retriever import Retriever
 from services.retrieval.store import FILTER_KEYS, Hit, check_collection_name
 
@@ -99,6 +102,7 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):
 
     def attach(self, retriever: Retriever) -> None:
         self._retriever = retriever
+        metrics.set_points(retriever.collections())
 
     def close(self) -> None:
         """Closes the store (flushes and releases the embedded store's directory)."""
@@ -114,18 +118,26 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):
     async def IngestDocuments(self, request, context):
         collection = resolve_collection(request.collection, self._default_collection)
         validate_documents(request.documents)
-        result = await asyncio.to_thread(self._ready().ingest, collection, request.documents)
+        retriever = self._ready()
+        result = await asyncio.to_thread(retriever.ingest, collection, request.documents)
+        metrics.POINTS.labels(collection).set(
+            await asyncio.to_thread(retriever.store.count, collection))
         return pb.IngestDocumentsResponse(document_count=result.document_count,
                                           chunk_count=result.chunk_count)
 
     async def SearchDocuments(self, request, context):
         collection = resolve_collection(request.collection, self._default_collection)
         top_k, filter, min_score = validate_search(request)
+        set_work_attributes({"mesh.retrieval.collection": collection,
+                             "mesh.retrieval.top_k": top_k})
+        started = time.perf_counter()
         hits = await asyncio.to_thread(self._ready().search, collection, request.query, top_k,
                                        filter, min_score)
+        metrics.QUERY_SECONDS.labels(collection).observe(time.perf_counter() - started)
         return pb.SearchDocumentsResponse(results=[result_proto(hit) for hit in hits])
 
     async def ListCollections(self, request, context):
         collections = await asyncio.to_thread(self._ready().collections)
+        metrics.set_points(collections)
         return pb.ListCollectionsResponse(collections=[
             pb.Collection(name=c.name, chunk_count=c.chunk_count) for c in collections])

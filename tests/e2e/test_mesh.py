@@ -27,10 +27,12 @@ from mcts_mesh.launcher import start_mesh
 
 
 class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP/gRPC trace receiver that keeps (trace id, service name, span name) of every span."""
+    """An OTLP/gRPC trace receiver that keeps (trace id, service name, span name) of every span in
+    `spans`, and every span with its service in `records` (OTLP `Span` protos)."""
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, str, str]] = []
+        self.records: list[tuple[str, object]] = []
 
     def Export(self, request, context):
         for resource_spans in request.resource_spans:
@@ -39,6 +41,7 @@ class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     self.spans.append((span.trace_id.hex(), service, span.name))
+                    self.records.append((service, span))
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -225,3 +228,245 @@ def test_cli_solve_and_eval_sudoku(mesh, data_dir, tmp_path):
     lines = [json.loads(line) for line in evaluated.stdout.splitlines()]
     assert lines[-1]["summary"] and lines[-1]["valid"] == 3
     assert {"puzzle", "solution", "valid", "agents", "latency_ms"} <= set(lines[0])
+
+
+# --- Metrics, traces and logs of the running mesh (issue 17 items 2, 4, 5) ---
+
+METRICS_MODULES = {
+    "mcts": "services.mcts.metrics",
+    "neural": "services.neural.metrics",
+    "retrieval": "services.retrieval.metrics",
+    "llm_gateway": "services.llm_gateway.metrics",
+    "orchestrator": "services.orchestrator.metrics",
+}
+
+
+def _declared(module_name: str) -> set[str]:
+    """The family names of every metric a module declares (a Counter's without `_total`)."""
+    import importlib
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    module = importlib.import_module(module_name)
+    return {metric.describe()[0].name for metric in vars(module).values()
+            if isinstance(metric, MetricWrapperBase)}
+
+
+def _scrape(port: int, path: str = "/metrics") -> dict[str, object]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    reply = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=10)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"].startswith("text/plain")
+    return {family.name: family for family in text_string_to_metric_families(reply.text)}
+
+
+def _total(families: dict, sample_name: str, **labels: str) -> float:
+    family_name = sample_name.removesuffix("_total").removesuffix("_count")
+    family = families.get(family_name)
+    if family is None:
+        return 0.0
+    return sum(sample.value for sample in family.samples if sample.name == sample_name
+               and all(sample.labels.get(k) == v for k, v in labels.items()))
+
+
+def _mesh_requests(target: str) -> None:
+    """A Connect Four solve with mcts and neural, a Sudoku solve, an ingest and a text query."""
+    with grpc.insecure_channel(target) as channel:
+        stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+        stub.SolveProblem(pb.SolveProblemRequest(
+            connect_four=common_pb2.ConnectFourPosition(moves="4453"), simulations=2000,
+            agents=[pb.AGENT_MCTS, pb.AGENT_NEURAL]), timeout=120)
+        stub.SolveProblem(pb.SolveProblemRequest(sudoku=pb.SudokuProblem(
+            puzzle=SUDOKU)), timeout=120)
+        stub.IngestDocuments(pb.IngestDocumentsRequest(collection="metrics", documents=[
+            common_pb2.Document(id="m1", text="Prometheus scrapes metrics over HTTP.")]),
+            timeout=120)
+        stub.AnswerQuery(pb.AnswerQueryRequest(query="How does Prometheus get metrics?",
+                                               collection="metrics"), timeout=60)
+
+
+SUDOKU = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
+
+
+def test_every_service_exports_every_declared_metric_and_the_counters_move(mesh):
+    assert set(mesh.metrics_ports) == set(METRICS_MODULES)
+    before = {name: _scrape(port) for name, port in mesh.metrics_ports.items()}
+    _mesh_requests(mesh.target)
+    after = {name: _scrape(port) for name, port in mesh.metrics_ports.items()}
+    shared = _declared("libs.metrics")
+    for name, module in METRICS_MODULES.items():
+        missing = (shared | _declared(module)) - set(after[name])
+        assert not missing, f"{name} does not export {sorted(missing)}"
+        assert _total(after[name], "grpc_server_handled_total", grpc_code="OK") > \
+            _total(before[name], "grpc_server_handled_total", grpc_code="OK"), name
+        assert _total(after[name], "grpc_server_handling_seconds_count") > \
+            _total(before[name], "grpc_server_handling_seconds_count"), name
+
+    def moved(service: str, sample: str, **labels: str) -> bool:
+        return _total(after[service], sample, **labels) > _total(before[service], sample, **labels)
+
+    assert moved("mcts", "mesh_mcts_simulations_total")
+    assert moved("mcts", "mesh_mcts_tree_nodes_count")
+    assert moved("mcts", "mesh_mcts_search_simulations_per_second_count")
+    assert _total(after["mcts"], "mesh_mcts_searches_running") == 0
+    assert moved("neural", "mesh_neural_batch_size_count", model="connect4-pv")
+    assert moved("neural", "mesh_neural_queue_wait_seconds_count", model="connect4-pv")
+    assert _total(after["neural"], "mesh_neural_model_load_seconds", model="connect4-pv") > 0
+    assert moved("retrieval", "mesh_retrieval_query_seconds_count", collection="metrics")
+    assert _total(after["retrieval"], "mesh_retrieval_collection_points",
+                  collection="metrics") >= 1
+    assert moved("llm_gateway", "mesh_llm_calls_total", provider="offline", outcome="ok")
+    assert moved("llm_gateway", "mesh_llm_tokens_total", provider="offline")
+    assert _total(after["llm_gateway"], "mesh_llm_circuit_state", provider="offline",
+                  state="closed") == 1
+    for kind in ("connect_four", "sudoku", "text_query"):
+        assert moved("orchestrator", "mesh_orchestrator_consensus_iterations_count", kind=kind)
+    for agent in ("mcts", "neural", "solver", "checker", "retrieval", "llm"):
+        assert moved("orchestrator", "mesh_orchestrator_agent_outcomes_total", agent=agent), agent
+    # The REST front serves the orchestrator's registry too.
+    rest = _scrape(mesh.rest_port)
+    assert {"grpc_server_handled", "mesh_orchestrator_consensus_iterations",
+            "mesh_orchestrator_rate_limit_rejections"} <= set(rest)
+
+
+def _spans_of(receiver, trace_id: str, wanted: set[str], timeout_s: float = 30) -> list:
+    """The trace's spans as (service, span) once spans of every `wanted` service arrived."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        spans = [(service, span) for service, span in list(receiver.records)
+                 if span.trace_id.hex() == trace_id]
+        if wanted <= {service for service, _ in spans} or time.monotonic() > deadline:
+            time.sleep(1.0)  # the batch with the last spans of a service may trail by 0.5 s
+            return [(service, span) for service, span in list(receiver.records)
+                    if span.trace_id.hex() == trace_id]
+        time.sleep(0.2)
+
+
+def _attributes(span) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for attribute in span.attributes:
+        value = attribute.value
+        kind = value.WhichOneof("value")
+        out[attribute.key] = ([v.string_value for v in value.array_value.values]
+                              if kind == "array_value" else getattr(value, kind))
+    return out
+
+
+SERVER = 2  # opentelemetry.proto.trace.v1.Span.SPAN_KIND_SERVER
+STATUS_ERROR = 2  # Status.STATUS_CODE_ERROR
+
+
+def _server_span(spans, service: str):
+    found = [span for svc, span in spans if svc == service and span.kind == SERVER]
+    assert found, f"no SERVER span of {service}"
+    return found[0]
+
+
+async def _traced(mesh, request_name: str, call) -> str:
+    from libs.channels import open_channel
+
+    provider = TracerProvider()
+    channel = open_channel(mesh.target, tracer_provider=provider)
+    stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+    with provider.get_tracer("e2e").start_as_current_span(request_name) as span:
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        try:
+            await call(stub)
+        finally:
+            await channel.close()
+    return trace_id
+
+
+async def test_traces_show_the_work_the_loop_steps_and_the_real_status(mesh, collector):
+    receiver, _ = collector
+
+    async def connect_four(stub):
+        await stub.SolveProblem(pb.SolveProblemRequest(
+            connect_four=common_pb2.ConnectFourPosition(moves="4453"), simulations=3000,
+            agents=[pb.AGENT_MCTS, pb.AGENT_NEURAL]), timeout=120)
+
+    async def sudoku(stub):
+        await stub.SolveProblem(pb.SolveProblemRequest(
+            sudoku=pb.SudokuProblem(puzzle=SUDOKU)), timeout=120)
+
+    async def text(stub):
+        await stub.IngestDocuments(pb.IngestDocumentsRequest(collection="traced", documents=[
+            common_pb2.Document(id="t1", text="Jaeger shows traces of requests.")]), timeout=120)
+        await stub.AnswerQuery(pb.AnswerQueryRequest(query="What does Jaeger show?",
+                                                     collection="traced", top_k=3), timeout=60)
+
+    async def invalid(stub):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.SolveProblem(pb.SolveProblemRequest(
+                connect_four=common_pb2.ConnectFourPosition(moves="4489")), timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    c4 = _spans_of(receiver, await _traced(mesh, "c4", connect_four),
+                   {"orchestrator", "mcts", "neural"})
+    orchestrator = _attributes(_server_span(c4, "orchestrator"))
+    assert orchestrator["mesh.problem.kind"] == "connect_four"
+    assert set(orchestrator["mesh.agents"]) == {"mcts", "neural"}
+    assert orchestrator["mesh.consensus.iterations"] >= 1
+    mcts = _attributes(_server_span(c4, "mcts"))
+    assert mcts["mesh.mcts.simulations"] >= 1 and mcts["mesh.mcts.simulations_per_second"] > 0
+    neural = _attributes(_server_span(c4, "neural"))
+    assert neural["mesh.neural.model"] == "connect4-pv" and neural["mesh.neural.batch_size"] >= 1
+    by_id = {span.span_id: (service, span) for service, span in c4}
+    names = {span.name for _, span in c4}
+    assert {"consensus route", "consensus agents", "consensus aggregate", "agent mcts",
+            "agent neural"} <= names, names
+    for service, span in c4:
+        assert span.status.code != STATUS_ERROR, (service, span.name, span.status.message)
+        if service == "mcts" and span.kind == SERVER:
+            # mcts's SERVER span sits under the orchestrator's "agent mcts" span (via the client).
+            ancestors = []
+            parent = span.parent_span_id
+            while parent in by_id:
+                ancestors.append(by_id[parent][1].name)
+                parent = by_id[parent][1].parent_span_id
+            assert "agent mcts" in ancestors and "consensus agents" in ancestors, ancestors
+
+    puzzle = _spans_of(receiver, await _traced(mesh, "sudoku", sudoku), {"orchestrator"})
+    orchestrator = _attributes(_server_span(puzzle, "orchestrator"))
+    assert orchestrator["mesh.problem.kind"] == "sudoku"
+    assert "solver" in orchestrator["mesh.agents"]
+    assert {"consensus route", "consensus verify", "consensus aggregate", "agent solver",
+            "agent checker"} <= {span.name for _, span in puzzle}
+
+    query = _spans_of(receiver, await _traced(mesh, "text", text),
+                      {"orchestrator", "retrieval", "llm_gateway"})
+    retrieval = _attributes([span for service, span in query if service == "retrieval"
+                             and span.kind == SERVER and span.name.endswith("SearchDocuments")][0])
+    assert retrieval["mesh.retrieval.collection"] == "traced"
+    assert retrieval["mesh.retrieval.top_k"] == 3
+    llm = _attributes(_server_span(query, "llm_gateway"))
+    assert llm["mesh.llm.provider"] == "offline" and llm["mesh.llm.model"]
+    assert llm["mesh.llm.prompt_tokens"] > 0 and llm["mesh.llm.completion_tokens"] > 0
+    answer = [span for service, span in query if service == "orchestrator" and span.kind == SERVER
+              and span.name.endswith("AnswerQuery")][0]
+    assert _attributes(answer)["mesh.problem.kind"] == "text_query"
+
+    bad_trace = await _traced(mesh, "bad", invalid)
+    bad = _spans_of(receiver, bad_trace, {"orchestrator"})
+    server = _server_span(bad, "orchestrator")
+    assert server.status.code == STATUS_ERROR
+    assert server.status.message.startswith("INVALID_ARGUMENT")
+    assert "connect_four.moves" in server.status.message
+    assert _attributes(server)["rpc.grpc.status_code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert _attributes(server)["mesh.problem.kind"] == "connect_four"
+
+    # Health checks (the launcher's, the tests') and reflection never make a span.
+    assert not [span.name for _, span in receiver.records
+                if span.name.startswith(("grpc.health.v1.Health/", "grpc.reflection."))]
+
+    # Every service's log is JSON lines; the bad request's line carries its trace id.
+    for service, path in mesh.logs.items():
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        assert lines and all({"time", "level", "service", "logger", "message", "trace_id",
+                              "span_id"} <= set(line) for line in lines), service
+        assert all(line["service"] == service for line in lines)
+    lines = [json.loads(line) for line in mesh.logs["orchestrator"].read_text().splitlines()]
+    logged = [line for line in lines if line["trace_id"] == bad_trace]
+    assert logged and "INVALID_ARGUMENT" in logged[0]["message"], logged
+    assert logged[0]["span_id"] == server.span_id.hex()

@@ -4,8 +4,9 @@ reverse proxy.
 
 Routes: every annotated unary RPC's bindings (see `bindings`, `transcoding`, `metadata`, `status`
 for the exact rules), plus `/health` (200 while the process runs), `/ready` (200 only while the gRPC
-server's health service reports the service SERVING, else 503 with a `google.rpc.Status` body) and
-`/openapi.json` (generated from the same annotations).
+server's health service reports the service SERVING, else 503 with a `google.rpc.Status` body),
+`/metrics` (Prometheus text format, the process's registry) and `/openapi.json` (generated from the
+same annotations).
 
 Tracing: a W3C `traceparent` on the HTTP request is extracted and the REST span is its child; the
 channel's OpenTelemetry interceptor then carries the trace to the gRPC server. A client that
@@ -30,6 +31,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -68,12 +70,15 @@ class RestSettings:
         default_deadline_s: deadline of a forwarded call when the request has no Grpc-Timeout
             header.
         ready_timeout_s: deadline of the health check behind /ready.
+        metrics: serve the process's Prometheus registry at /metrics (the orchestrator's metrics
+            are on); when False /metrics answers 404 saying they are off.
     """
 
     host: str = "127.0.0.1"
     port: int = 8080
     default_deadline_s: float = 30.0
     ready_timeout_s: float = 2.0
+    metrics: bool = False
 
 
 class _Gateway:
@@ -243,6 +248,13 @@ def build_rest_app(
     async def openapi(_: Request) -> Response:
         return JSONResponse(document)
 
+    async def metrics(_: Request) -> Response:
+        if not settings.metrics:
+            return status_response(code_status(
+                grpc.StatusCode.NOT_FOUND,
+                "metrics are off: set ORCHESTRATOR_METRICS_PORT (0 or a port) to turn them on"))
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         gateway.channel = open_channel(channel_target, tracer_provider=tracer_provider)
@@ -256,6 +268,7 @@ def build_rest_app(
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/{path:path}", gateway),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
@@ -300,7 +313,9 @@ async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float 
         sock.close()
         raise RuntimeError(f"REST: could not bind {host}:{port}: {error}") from error
     bound_port = sock.getsockname()[1]
+    # log_config=None: uvicorn's records propagate to the root handler (the service's JSON lines).
     config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False,
+                            log_config=None,
                             timeout_graceful_shutdown=drain_grace_s)
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -277,7 +277,7 @@ async def test_traceparent_joins_the_callers_trace(mesh, spans):
     assert reply.status_code == 200
     finished = exporter.get_finished_spans()
     server_spans = [span for span in finished
-                    if span.name == f"/{SERVICE}/AnswerQuery" and span.kind.name == "SERVER"]
+                    if span.name == f"{SERVICE}/AnswerQuery" and span.kind.name == "SERVER"]
     assert server_spans, [span.name for span in finished]
     assert {format(span.context.trace_id, "032x") for span in server_spans} == {trace_id}
     rest_spans = [span for span in finished if span.name == "POST /v1/queries:answer"]
