@@ -23,6 +23,7 @@ from grpc_status import rpc_status
 from opentelemetry.sdk.trace import TracerProvider
 
 from libs.errors import MeshError, to_status
+from libs.health_metrics import watch_health
 from libs.logs import setup_logging
 from libs.metrics import start_metrics_server
 from libs.reflection import enable_server_reflection
@@ -173,6 +174,7 @@ async def start_server(
         item.add_to_server(item.servicer, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    watch_health(name, health)
     service_names = [item.service_name for item in servicers]
     enable_server_reflection(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
