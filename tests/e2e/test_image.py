@@ -2,13 +2,17 @@
 (deploy/compose.yaml) and answers one solve through the published gRPC port.
 
 Runs where podman can start a container and the base image can be had; otherwise it skips and the
-reason says which step failed (on the project's machines: podman's runtime cannot create a
-container under their cgroup setup, and no container registry is reachable for the base image).
+reason says which step failed. On the project's machines podman needs `scripts/podman_setup.sh`
+(ulimits podman may set, the hugetlb cgroup off the unified hierarchy, a Debian base image made
+with debootstrap since no container registry is reachable); that script prints the variables to
+export: MESH_BASE_IMAGE (the base image) and MESH_IMAGE_BUILD_OPTIONS (extra `podman build`
+options, e.g. the local wheelhouse and CA bundle).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -21,6 +25,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
 BASE_IMAGE = os.environ.get("MESH_BASE_IMAGE", "python:3.11-slim-bookworm")
+BUILD_OPTIONS = shlex.split(os.environ.get("MESH_IMAGE_BUILD_OPTIONS", ""))
 IMAGE = "mcts-mesh:0.1.0"
 
 
@@ -70,7 +75,8 @@ def podman(tmp_path_factory):
 
 def test_image_builds_and_the_composed_mesh_solves(podman, repo_root):
     built = _run(podman, "build", "-f", "deploy/Dockerfile", "-t", IMAGE,
-                 "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", ".", cwd=repo_root, timeout=3000)
+                 "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", *BUILD_OPTIONS, ".", cwd=repo_root,
+                 timeout=3000)
     assert built.returncode == 0, built.stderr[-3000:]
     # Runs as uid 10001 with nothing but the run-time packages.
     whoami = _run(podman, "run", "--rm", "--read-only", "--entrypoint", "id", IMAGE, "-u")
@@ -83,7 +89,9 @@ def test_image_builds_and_the_composed_mesh_solves(podman, repo_root):
     grpc_port = _free_port()
     env = {**os.environ, "MESH_GRPC_PORT": str(grpc_port), "MESH_REST_PORT": str(_free_port())}
     compose = ["podman-compose", "-f", "deploy/compose.yaml", "-p", f"mesh{grpc_port}"]
-    up = _run(*compose, "up", "-d", cwd=repo_root, env=env, timeout=600)
+    # The five services (Jaeger's image may not be reachable; the services export to it when it is).
+    up = _run(*compose, "up", "-d", "--no-build", "mcts", "neural", "retrieval", "llm-gateway",
+              "orchestrator", cwd=repo_root, env=env, timeout=600)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         deadline = time.monotonic() + 600
