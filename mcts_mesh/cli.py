@@ -378,9 +378,14 @@ def cmd_models_presets(args) -> int:
 
 def cmd_mcp(args) -> int:
     """Runs the MCP server (mcts_mesh/mcp_server.py) over the orchestrator at --target."""
+    import os
+
     from mcts_mesh.mcp_server import serve, write_port_file
 
+    # The global --api-key where the command has one, else $MCTS_MESH_API_KEY.
+    api_key = getattr(args, "api_key", None) or os.environ.get("MCTS_MESH_API_KEY") or None
     serve(args.target, args.transport, host=args.host, port=args.port, deadline_s=args.deadline,
+          api_key=api_key,
           on_listening=write_port_file(args.port_file) if args.port_file else None)
     return 0
 

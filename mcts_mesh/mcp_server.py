@@ -11,6 +11,8 @@ running one: `mcts-mesh mcp --target HOST:PORT --transport stdio|http [--host H 
 
 A failed call comes back as a tool error (`is_error`) whose text is the gRPC code, its message and
 each BadRequest field violation ("field connect_four.moves: ..."), which a model can act on.
+With an API key (`--api-key` or $MCTS_MESH_API_KEY), every call carries it as `x-api-key`, as the
+`mcts-mesh` command sends it, for an orchestrator that requires keys.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ INSTRUCTIONS = (
 class _Orchestrator:
     """One grpc.aio channel to the orchestrator, opened in the serving event loop on first use."""
 
-    def __init__(self, target: str, deadline_s: float) -> None:
+    def __init__(self, target: str, deadline_s: float, api_key: str | None = None) -> None:
         self.target = target
         self.deadline_s = deadline_s
+        self.metadata = (("x-api-key", api_key),) if api_key else None
         self._channel: grpc.aio.Channel | None = None
 
     def channel(self) -> grpc.aio.Channel:
@@ -59,7 +62,8 @@ class _Orchestrator:
     async def call(self, method: str, request) -> dict[str, Any]:
         """Calls `method`; the response as JSON-ready dict (proto field names), or a ToolError."""
         try:
-            response = await getattr(self.stub(), method)(request, timeout=self.deadline_s)
+            response = await getattr(self.stub(), method)(request, timeout=self.deadline_s,
+                                                          metadata=self.metadata)
         except grpc.aio.AioRpcError as error:
             raise ToolError(describe_error(error)) from None
         return json_format.MessageToDict(response, preserving_proto_field_name=True)
@@ -99,9 +103,11 @@ def _problem(kind: str, problem: str) -> dict[str, Any]:
     return {"maze": pb.MazeProblem(grid=grid)}
 
 
-def build_server(target: str, deadline_s: float = 120.0) -> MCPServer:
-    """The MCP server with its four tools, calling the orchestrator at `target` ("host:port")."""
-    orchestrator = _Orchestrator(target, deadline_s)
+def build_server(target: str, deadline_s: float = 120.0,
+                 api_key: str | None = None) -> MCPServer:
+    """The MCP server with its four tools, calling the orchestrator at `target` ("host:port"),
+    each call with a deadline of `deadline_s` seconds and `api_key` (if any) as x-api-key."""
+    orchestrator = _Orchestrator(target, deadline_s, api_key)
     server = MCPServer(name="mcts-mesh", instructions=INSTRUCTIONS)
 
     @server.tool()
@@ -159,7 +165,8 @@ def build_server(target: str, deadline_s: float = 120.0) -> MCPServer:
         address does not answer."""
         stub = health_pb2_grpc.HealthStub(orchestrator.channel())
         try:
-            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10,
+                                     metadata=orchestrator.metadata)
         except grpc.aio.AioRpcError as error:
             return {"target": target, "status": "UNREACHABLE", "error": describe_error(error)}
         return {"target": target,
@@ -169,14 +176,14 @@ def build_server(target: str, deadline_s: float = 120.0) -> MCPServer:
 
 
 def serve(target: str, transport: Literal["stdio", "http"], host: str = "127.0.0.1",
-          port: int = 8765, deadline_s: float = 120.0,
+          port: int = 8765, deadline_s: float = 120.0, api_key: str | None = None,
           on_listening: Callable[[int], None] | None = None) -> None:
     """Runs the MCP server until the client disconnects (stdio) or SIGINT/SIGTERM (http).
 
     http: streamable HTTP on http://host:port/mcp (port 0 picks a free one; `on_listening`
     gets the bound port once the socket is bound).
     """
-    server = build_server(target, deadline_s)
+    server = build_server(target, deadline_s, api_key)
     if transport == "stdio":
         server.run("stdio")
         return
