@@ -69,11 +69,17 @@ function statusDetails(error) {
   return {code: status.code, message: status.message, details};
 }
 
-/** Calls `method` of `client` with `request`; resolves with the response, rejects with the error. */
-function call(client, method, request, deadlineSeconds = 120) {
+/**
+ * Calls `method` of `client` with `request`; resolves with the response, rejects with the error.
+ * An API key ($MCTS_MESH_API_KEY unless `apiKey` is given) is sent as x-api-key.
+ */
+function call(client, method, request, deadlineSeconds = 120, apiKey = process.env.MCTS_MESH_API_KEY) {
   const deadline = new Date(Date.now() + deadlineSeconds * 1000);
+  const metadata = new grpc.Metadata();
+  if (apiKey) metadata.set("x-api-key", apiKey);
   return new Promise((resolve, reject) => {
-    client[method](request, {deadline}, (error, response) => (error ? reject(error) : resolve(response)));
+    client[method](request, metadata, {deadline},
+                   (error, response) => (error ? reject(error) : resolve(response)));
   });
 }
 
