@@ -32,6 +32,10 @@ from libs.telemetry import ServerTelemetryInterceptor, current_trace_id, setup_t
 
 log = logging.getLogger(__name__)
 
+LIVENESS_SERVICE = "liveness"
+"""The grpc.health.v1 service name that answers SERVING while the process answers at all (the
+Kubernetes liveness probe's `grpc.service`); "" and the services' names follow readiness."""
+
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -175,6 +179,9 @@ async def start_server(
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     watch_health(name, health)
+    # Liveness: SERVING for as long as the process answers (until the drain), whatever readiness
+    # says, so a Kubernetes liveness probe restarts a wedged process, not a NOT_SERVING one.
+    await health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     service_names = [item.service_name for item in servicers]
     enable_server_reflection(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)

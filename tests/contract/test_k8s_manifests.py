@@ -16,6 +16,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from libs.server import LIVENESS_SERVICE
+
 K8S_VERSION = "1.31.0"
 SERVICES = ("mcts", "neural", "retrieval", "llm-gateway", "orchestrator")
 KUBECTL = shutil.which("kubectl")
@@ -91,6 +93,10 @@ def test_services_have_grpc_probes_that_restart_a_wedged_pod(repo_root):
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert container[probe]["grpc"]["port"] == port, (name, probe)
         liveness = container["livenessProbe"]
+        # Liveness asks the health service that stays SERVING while the process answers
+        # (libs.server.LIVENESS_SERVICE); readiness the overall status.
+        assert liveness["grpc"]["service"] == LIVENESS_SERVICE
+        assert "service" not in container["readinessProbe"]["grpc"]
         # A pod that stops answering its health check is restarted within about a minute.
         assert liveness["timeoutSeconds"] >= 1 and liveness["failureThreshold"] >= 1
         assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 120
