@@ -26,13 +26,14 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry.sdk.trace import TracerProvider
 
 from libs.errors import MeshError, to_status
+from libs.health_metrics import watch_health
 from libs.logs import setup_logging
 from libs.metrics import start_metrics_server
+from libs.reflection import enable_server_reflection
 from libs.settings import ServiceSettings
 from libs.telemetry import ServerTelemetryInterceptor, current_trace_id, setup_tracing
 
@@ -286,12 +287,10 @@ async def start_server(
         item.add_to_server(item.servicer, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    watch_health(name, health)
     service_names = [item.service_name for item in servicers]
-    reflection.enable_server_reflection(
-        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME],
-        server,
-    )
+    enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
     await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     port = _bind(server, name, settings.host, settings.port)
     running = RunningServer(name, server, health, port, service_names)

@@ -452,6 +452,20 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def cmd_mcp(args) -> int:
+    """Runs the MCP server (mcts_mesh/mcp_server.py) over the orchestrator at --target."""
+    import os
+
+    from mcts_mesh.mcp_server import serve, write_port_file
+
+    # The global --api-key where the command has one, else $MCTS_MESH_API_KEY.
+    api_key = getattr(args, "api_key", None) or os.environ.get("MCTS_MESH_API_KEY") or None
+    serve(args.target, args.transport, host=args.host, port=args.port, deadline_s=args.deadline,
+          api_key=api_key,
+          on_listening=write_port_file(args.port_file) if args.port_file else None)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcts-mesh", description=__doc__)
     parser.add_argument("--target", default=DEFAULT_TARGET,
@@ -485,6 +499,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--restart-backoff-max", type=_positive_float, default=30.0,
                     help="longest wait before a restart, in seconds (default %(default)s)")
     up.set_defaults(func=cmd_up)
+
+    mcp = sub.add_parser("mcp", help="an MCP server (tools solve, query, run_mcts, health) over "
+                         "the orchestrator at --target")
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                     help="stdio (the MCP client starts this command) or streamable HTTP on /mcp")
+    mcp.add_argument("--host", default="127.0.0.1", help="http: address to bind")
+    mcp.add_argument("--port", type=int, default=8765, help="http: port (0: a free one)")
+    mcp.add_argument("--port-file", default=None, help="http: write the bound port as JSON here")
+    mcp.set_defaults(func=cmd_mcp)
 
     serve = sub.add_parser("serve", help="run one service (its settings come from the environment)")
     serve.add_argument("service", choices=sorted(SERVICE_ENTRY))
