@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,6 +147,7 @@ async def start_server(
     servicers: list[Servicer],
     ready: Callable[[], Awaitable[None]] | None = None,
     tracer_provider: TracerProvider | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> RunningServer:
     """Creates, binds and starts a service; health reports SERVING once `ready()` has returned.
 
@@ -156,12 +157,14 @@ async def start_server(
         servicers: what to serve.
         ready: awaited after the server starts and before SERVING: load models, compile kernels.
         tracer_provider: the provider for server spans; None uses the process's global provider.
+        interceptors: the service's own, run inside tracing and error mapping (the
+            orchestrator's access control).
     Raises:
         RuntimeError: the port could not be bound.
     """
     server = grpc.aio.server(
         interceptors=[aio_server_interceptor(tracer_provider=tracer_provider),
-                      ErrorMappingInterceptor(name)],
+                      ErrorMappingInterceptor(name), *interceptors],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)],
@@ -201,6 +204,7 @@ async def serve(
     ready: Callable[[], Awaitable[None]] | None = None,
     on_listening: Callable[[dict[str, int]], None] | None = None,
     start_extra: ExtraStarter | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> None:
     """Runs a service until SIGTERM or SIGINT, then drains for `settings.drain_grace_s` seconds.
 
@@ -210,7 +214,7 @@ async def serve(
         on_listening: called once everything is SERVING with the bound ports, {"grpc": port, ...}
             (the launcher learns the ports chosen for port 0 this way).
     """
-    running = await start_server(name, settings, servicers, ready)
+    running = await start_server(name, settings, servicers, ready, interceptors=interceptors)
     ports = {"grpc": running.port}
     stop_extra = None
     if start_extra is not None:

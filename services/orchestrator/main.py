@@ -19,6 +19,8 @@ from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 from libs.channels import open_channel
 from libs.connect4.solver import best_moves
 from libs.server import RunningServer, Servicer, run_service, serve
+from services.orchestrator.access import open_access
+from services.orchestrator.access.interceptor import AccessInterceptor
 from services.orchestrator.agents.checker import CheckerAgent
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
@@ -114,6 +116,9 @@ async def run(settings: OrchestratorSettings,
               on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
     """Serves gRPC (and REST unless `rest_port` is -1) until SIGTERM or SIGINT, then drains.
 
+    Every call of the API passes access control first (API keys, rate limits, admission; see
+    `services.orchestrator.access`); health and reflection stay open.
+
     `on_listening({"grpc": port, "rest": port})` is called once both listen (no "rest" when off).
     """
     wiring = Wiring(settings)
@@ -127,11 +132,14 @@ async def run(settings: OrchestratorSettings,
         rest = await serve_rest(app, settings.host, settings.rest_port)
         return {"rest": rest.port}, rest.stop
 
+    access = await open_access(settings)
     try:
         servicers, ready = await build_servicers(settings, wiring)
         await serve(NAME, settings, servicers, ready, on_listening=on_listening,
-                    start_extra=start_rest if settings.rest_port >= 0 else None)
+                    start_extra=start_rest if settings.rest_port >= 0 else None,
+                    interceptors=[AccessInterceptor(access)])
     finally:
+        await access.aclose()
         await wiring.aclose()
 
 
