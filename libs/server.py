@@ -31,6 +31,7 @@ from libs.telemetry import current_trace_id, setup_tracing
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_METADATA_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,11 @@ async def start_server(
                       ErrorMappingInterceptor(name), *interceptors],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.so_reuseport", 0)],
+                 ("grpc.so_reuseport", 0),
+                 # Read metadata up to gRPC's hard limit instead of refusing 8-16 KiB at random
+                 # (the soft limit), so that an oversized API key gets a clear UNAUTHENTICATED.
+                 ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+                 ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES)],
     )
     for item in servicers:
         item.add_to_server(item.servicer, server)
