@@ -399,3 +399,61 @@ async def test_keys_in_redis_are_revoked_on_every_replica(front, redis_url):
         assert await _grpc_code(replica.stub, (("x-api-key", key),)) == \
             grpc.StatusCode.UNAUTHENTICATED
     await store._redis.aclose()
+
+
+# --- a streaming method goes through the same checks ---
+
+
+async def test_streams_are_checked_and_release_their_slot(tmp_path):
+    """A stream-stream method (MctsService.SearchExternal stands in for any streaming RPC): no key
+    gets UNAUTHENTICATED before the servicer runs; with a key the stream flows, and its admission
+    slot is held until the stream ends."""
+    from mesh.mcts.v1 import mcts_service_pb2 as mcts_pb
+    from mesh.mcts.v1 import mcts_service_pb2_grpc as mcts_grpc
+
+    class _Streams(mcts_grpc.MctsServiceServicer):
+        def __init__(self) -> None:
+            self.opened = 0
+
+        async def SearchExternal(self, request_iterator, context):
+            self.opened += 1
+            async for _ in request_iterator:
+                yield mcts_pb.SearchExternalResponse(batch=mcts_pb.LeafBatch(batch_id=1))
+
+    keys = FileKeyStore(tmp_path / "api-keys.json")
+    key = await keys.create("alice")
+    control = await open_access(OrchestratorSettings(
+        require_api_key=True, api_keys_file=str(keys.path), max_in_flight=1))
+    servicer = _Streams()
+    server = await start_server("orchestrator", OrchestratorSettings(port=0), [Servicer(
+        mcts_grpc.add_MctsServiceServicer_to_server, servicer, "mesh.mcts.v1.MctsService")],
+        interceptors=[AccessInterceptor(control)])
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    stub = mcts_grpc.MctsServiceStub(channel)
+    try:
+        refused = stub.SearchExternal(timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await refused.read()
+        assert missing.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert servicer.opened == 0
+
+        stream = stub.SearchExternal(metadata=(("x-api-key", key),), timeout=10)
+        await stream.write(mcts_pb.SearchExternalRequest())
+        assert (await stream.read()).HasField("batch")
+        assert control.in_flight == 1
+        second = stub.SearchExternal(metadata=(("x-api-key", key),), timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as full:
+            await second.read()
+        assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await stream.done_writing()
+        assert await stream.read() == grpc.aio.EOF
+        assert await stream.code() == grpc.StatusCode.OK
+        for _ in range(100):
+            if control.in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert control.in_flight == 0
+    finally:
+        await channel.close()
+        await server.stop(0)
+        await control.aclose()
