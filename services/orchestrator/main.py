@@ -19,7 +19,7 @@ from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 from libs.channels import open_channel
 from libs.connect4.solver import best_moves
 from libs.server import RunningServer, Servicer, run_service, serve
-from services.orchestrator.agents.checker import CheckerAgent
+from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
 from services.orchestrator.agents.neural import NeuralAgent
@@ -73,7 +73,10 @@ async def build_servicers(
     wiring = wiring or Wiring(settings)
     retrieval = retrieval_service_pb2_grpc.RetrievalServiceStub(wiring.channels["retrieval"])
     game_agents = [
-        CheckerAgent(settings.checker_max_nodes),
+        CheckerAgent(CheckerBudget(max_nodes=settings.checker_max_nodes,
+                                   time_budget_s=settings.checker_time_budget_ms / 1e3,
+                                   min_moves=settings.checker_min_moves,
+                                   base_nodes=settings.checker_base_nodes)),
         MctsAgent(mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
                   settings.mcts_deadline_s),
         NeuralAgent(neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"]),

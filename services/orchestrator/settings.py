@@ -39,7 +39,16 @@ class OrchestratorSettings(ServiceSettings):
     text_max_iterations: int = 2
     """Consensus-loop iterations of a text query (one draft today, so one is used)."""
     checker_max_nodes: int = 2_000_000
-    """Node budget of the exact checker's solver per request (negamax nodes)."""
+    """Node budget of the exact checker's solver per request (negamax nodes), at most."""
+    checker_time_budget_ms: float = 100.0
+    """Milliseconds of exact solving per request at most (the request's deadline shortens it)."""
+    checker_min_moves: int = 8
+    """Below this many moves played the checker does not solve (only immediate wins, forced
+    blocks and double threats): no Pons position with fewer than 8 moves finishes within
+    2,000,000 nodes (`bench/connect4_checker_budget.py`)."""
+    checker_base_nodes: int = 2_000
+    """Node budget at `checker_min_moves` moves, 4x per further move up to `checker_max_nodes`
+    (2,000 nodes at 8 moves, 8,000 at 9, ... 2,000,000 from 13)."""
     solver_time_budget_s: float = 10.0
     """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
     deadline shortens it)."""
@@ -87,8 +96,10 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("need 1 <= default_simulations <= max_simulations <= 10,000,000")
         if not 1 <= self.max_iterations <= 10 or not 1 <= self.text_max_iterations <= 10:
             raise ValueError("max_iterations and text_max_iterations must be in 1..10")
-        if self.checker_max_nodes < 0:
-            raise ValueError("checker_max_nodes must be >= 0")
+        if self.checker_max_nodes < 0 or self.checker_min_moves < 0:
+            raise ValueError("checker_max_nodes and checker_min_moves must be >= 0")
+        if self.checker_base_nodes < 1 or self.checker_time_budget_ms <= 0:
+            raise ValueError("checker_base_nodes must be >= 1, checker_time_budget_ms > 0")
         if not 1 <= self.default_top_k <= 20:
             raise ValueError("default_top_k must be in 1..20")
         if self.reasoning_max_segments is not None and \
