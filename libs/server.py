@@ -24,13 +24,15 @@ from grpc_status import rpc_status
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
-from libs.errors import MeshError, to_status
+from libs.channels import message_limit_options, set_caller_deadline
+from libs.errors import InvalidArgument, MeshError, to_status
 from libs.settings import ServiceSettings
 from libs.telemetry import current_trace_id, setup_tracing
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Largest request or response a service takes or sends (gRPC's default receive limit, explicit)."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,46 @@ class Servicer:
     service_name: str
 
 
+class _Malformed:
+    """What `_tolerant` returns for request bytes that do not parse; the wrapped handler answers
+    INVALID_ARGUMENT instead of letting grpc log a traceback and answer UNKNOWN."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer):
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as error:  # noqa: BLE001 - DecodeError, or whatever a parser raises
+            return _Malformed(error)
+
+    return deserialize
+
+
+def _check_parsed(request) -> None:
+    if isinstance(request, _Malformed):
+        raise InvalidArgument("request", f"not a valid protobuf message of this method's "
+                                         f"request type ({type(request.error).__name__})")
+
+
+async def _checked_stream(requests):
+    async for request in requests:
+        _check_parsed(request)
+        yield request
+
+
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     """Maps `MeshError` to its status code with `google.rpc` details; any other exception becomes
-    INTERNAL with the trace id and no stack trace (the stack trace goes to the service's log)."""
+    INTERNAL with the trace id and no stack trace (the stack trace goes to the service's log).
+    Request bytes that do not parse are INVALID_ARGUMENT on "request". It also records each
+    call's deadline for the mesh channels (`libs.channels.set_caller_deadline`)."""
 
     def __init__(self, service: str) -> None:
         self._service = service
@@ -57,27 +96,28 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
+        deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary(handler.stream_unary, method),
-                request_deserializer=handler.request_deserializer,
+                self._wrap_unary(handler.stream_unary, method, streaming=True),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(handler.unary_stream, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream(handler.stream_stream, method),
-            request_deserializer=handler.request_deserializer,
+            self._wrap_stream(handler.stream_stream, method, streaming=True),
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
 
@@ -94,9 +134,14 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
             )
         await context.abort_with_status(rpc_status.to_status(status))
 
-    def _wrap_unary(self, behaviour, method: str):
+    def _wrap_unary(self, behaviour, method: str, streaming: bool = False):
         async def wrapped(request, context):
+            set_caller_deadline(context.time_remaining())
             try:
+                if streaming:
+                    request = _checked_stream(request)
+                else:
+                    _check_parsed(request)
                 return await behaviour(request, context)
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
@@ -105,9 +150,14 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
         return wrapped
 
-    def _wrap_stream(self, behaviour, method: str):
+    def _wrap_stream(self, behaviour, method: str, streaming: bool = False):
         async def wrapped(request, context):
+            set_caller_deadline(context.time_remaining())
             try:
+                if streaming:
+                    request = _checked_stream(request)
+                else:
+                    _check_parsed(request)
                 async for response in behaviour(request, context):
                     yield response
             except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -162,8 +212,7 @@ async def start_server(
     server = grpc.aio.server(
         interceptors=[aio_server_interceptor(tracer_provider=tracer_provider),
                       ErrorMappingInterceptor(name)],
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        options=[*message_limit_options(MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)],
     )
     for item in servicers:

@@ -79,7 +79,9 @@ def _fail(error: grpc.RpcError) -> int:
 def _stub(target: str):
     from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
-    channel = grpc.insecure_channel(target)
+    from libs.channels import message_limit_options
+
+    channel = grpc.insecure_channel(target, options=message_limit_options())
     return channel, orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
 
 

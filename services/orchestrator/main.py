@@ -46,11 +46,12 @@ class Wiring:
     """The channels the servicer's agents talk over; `aclose()` closes them."""
 
     def __init__(self, settings: OrchestratorSettings) -> None:
+        connect = settings.connect_timeout_s
         self.channels = {
-            "mcts": open_channel(settings.mcts_target),
-            "neural": open_channel(settings.neural_target),
-            "retrieval": open_channel(settings.retrieval_target),
-            "llm": open_channel(settings.llm_target),
+            "mcts": open_channel(settings.mcts_target, connect_timeout_s=connect),
+            "neural": open_channel(settings.neural_target, connect_timeout_s=connect),
+            "retrieval": open_channel(settings.retrieval_target, connect_timeout_s=connect),
+            "llm": open_channel(settings.llm_target, connect_timeout_s=connect),
         }
 
     async def aclose(self) -> None:

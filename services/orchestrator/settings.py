@@ -68,6 +68,9 @@ class OrchestratorSettings(ServiceSettings):
     """Seconds a listing of the neural service's models is reused before it is listed again
     (a newly loaded HRM/TRM model is used after at most this long)."""
 
+    connect_timeout_s: float = 1.0
+    """Seconds a connection attempt to another service may take; a service that is down costs a
+    request at most this long (then its agent fails UNAVAILABLE and the others answer)."""
     request_deadline_s: float = 60.0
     """Budget of a request whose caller set no deadline, in seconds."""
     mcts_deadline_s: float = 30.0
@@ -109,7 +112,8 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("reasoning_models_ttl_s must be >= 0")
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
                      self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
-                     self.solver_time_budget_s, self.reasoning_deadline_s)
+                     self.solver_time_budget_s, self.reasoning_deadline_s,
+                     self.connect_timeout_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
         return self
