@@ -114,16 +114,15 @@ _TRANSPORT_DETAIL = {
     grpc.StatusCode.UNAVAILABLE: "not reachable",
     grpc.StatusCode.DEADLINE_EXCEEDED: "no answer before the deadline",
     grpc.StatusCode.CANCELLED: "the call was cancelled",
-    grpc.StatusCode.RESOURCE_EXHAUSTED: "a message exceeded the size limit, or the service is "
-                                        "overloaded",
 }
 
 
 def failure_detail(error: grpc.aio.AioRpcError) -> str:
     """What a failed call to a mesh service says, safe to show a client: the service's own message
-    when it answered with a status of ours (it carries `google.rpc` details), otherwise only what
-    the status code means, since gRPC's own messages name the peer's address ("failed to connect
-    to all addresses; ... ipv4:10.0.0.7:50052"). Any address left is masked."""
+    when it answered with a status of ours (it carries `google.rpc` details) or with a code the
+    transport does not produce; for UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED without our
+    details only what the code means, since gRPC's own messages name the peer's address ("failed
+    to connect to all addresses; ... ipv4:10.0.0.7:50052"). Any address left is masked."""
     code = error.code()
     ours = False
     try:
@@ -132,7 +131,10 @@ def failure_detail(error: grpc.aio.AioRpcError) -> str:
         ours = rpc_status.from_call(error) is not None
     except ValueError:  # a status whose code or message disagree with the call's
         ours = False
-    detail = (error.details() or "") if ours else _TRANSPORT_DETAIL.get(code, "")
+    if ours or code not in _TRANSPORT_DETAIL:
+        detail = error.details() or ""
+    else:
+        detail = _TRANSPORT_DETAIL[code]
     detail = _ADDRESS.sub("<address>", detail)
     return detail or code.name
 
