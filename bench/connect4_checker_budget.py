@@ -6,7 +6,7 @@ solves each with a cold transposition table up to `--max-nodes`, and prints, per
 played, the share of positions finished within each budget of the ladder and the median time of
 those that finished. It is the measurement behind the checker's budget schedule
 (`services.orchestrator.agents.checker.CheckerBudget`: nothing below 8 moves, then a budget that
-doubles per move played).
+grows 8x per move played).
 
     .venv/bin/python bench/connect4_checker_budget.py [--per-file 60] [--max-nodes 2000000] [--json]
 """

@@ -4,7 +4,7 @@ against the new one, in the same run.
 Starts the mcts and neural services and two orchestrators over them as child processes
 (`mcts-mesh serve`, free loopback ports): "2M nodes" gives the exact checker a flat 2,000,000-node
 budget at every depth (the behaviour before the budget schedule), "schedule" runs the default
-settings (no solve below 8 moves played, a node budget doubling per move from there, 100 ms at
+settings (no solve below 8 moves played, a node budget growing 8x per move from there, 500 ms at
 most). Then, for each concurrency, it sends SolveProblem requests (default agents: checker, mcts,
 neural; `--simulations` MCTS simulations) for early positions of Pons' files (fewer than
 `--max-moves` moves played) to each orchestrator in turn over one kept-alive gRPC channel and

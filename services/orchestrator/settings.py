@@ -40,15 +40,16 @@ class OrchestratorSettings(ServiceSettings):
     """Consensus-loop iterations of a text query (one draft today, so one is used)."""
     checker_max_nodes: int = 2_000_000
     """Node budget of the exact checker's solver per request (negamax nodes), at most."""
-    checker_time_budget_ms: float = 100.0
-    """Milliseconds of exact solving per request at most (the request's deadline shortens it)."""
+    checker_time_budget_ms: float = 500.0
+    """Milliseconds of exact solving per request at most (the request's deadline shortens it);
+    about what 2,000,000 nodes take on an idle core here."""
     checker_min_moves: int = 8
     """Below this many moves played the checker does not solve (only immediate wins, forced
     blocks and double threats): no Pons position with fewer than 8 moves finishes within
     2,000,000 nodes (`bench/connect4_checker_budget.py`)."""
     checker_base_nodes: int = 2_000
-    """Node budget at `checker_min_moves` moves, 4x per further move up to `checker_max_nodes`
-    (2,000 nodes at 8 moves, 8,000 at 9, ... 2,000,000 from 13)."""
+    """Node budget at `checker_min_moves` moves, 8x per further move up to `checker_max_nodes`
+    (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at 11, 2,000,000 from 12)."""
     solver_time_budget_s: float = 10.0
     """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
     deadline shortens it)."""

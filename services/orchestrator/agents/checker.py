@@ -15,9 +15,10 @@ files (`bench/connect4_checker_budget.py`, 2,000,000 nodes at most, about 300 ms
 position with fewer than 8 moves played finished; of those with 8-11 moves 6-67% did, most of them
 cheaply (at 9 moves 6 of the 9 that finished needed under 8,000 nodes); from 12 moves 88-100% did,
 with a median of 120,000-390,000 nodes at 12-15 moves. So the node budget follows the moves
-played: none below `min_moves` (only the tactics above run), then `base_nodes`, growing 4x per
-further move up to `max_nodes`; and `time_budget_s` stops the search in any case (`CancelToken`),
-as does a request that goes away. The search runs in a worker thread with the GIL released, so the
+played: none below `min_moves` (only the tactics above run), then `base_nodes`, growing 8x per
+further move up to `max_nodes` (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at
+11, 2,000,000 from 12); and `time_budget_s` stops the search in any case (`CancelToken`), as does
+a request that goes away. The search runs in a worker thread with the GIL released, so the
 event loop and the other agents run meanwhile.
 """
 
@@ -55,8 +56,8 @@ def _describe(score: int, num_moves: int) -> str:
     return f"loss in {stones - (num_moves - num_moves // 2)} (score {score:+d})"
 
 
-GROWTH_BITS = 2
-"""The node budget grows 4x (2 bits) per move played beyond `CheckerBudget.min_moves`."""
+GROWTH_BITS = 3
+"""The node budget grows 8x (3 bits) per move played beyond `CheckerBudget.min_moves`."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class CheckerBudget:
         max_nodes: negamax nodes at most, at any depth; 0 turns solving off.
         time_budget_s: seconds of solving at most (None: only nodes bound it).
         min_moves: below this many moves played the checker does not solve at all.
-        base_nodes: the budget at `min_moves` moves, 4x per further move; None means
+        base_nodes: the budget at `min_moves` moves, 8x per further move; None means
             `max_nodes` at every depth from `min_moves` on.
     """
 

@@ -88,8 +88,8 @@ def test_complete_scores_pick_the_best_column_nearest_the_centre():
 
 def test_the_node_budget_follows_the_moves_played():
     budget = CheckerBudget(max_nodes=2_000_000, min_moves=8, base_nodes=2_000)
-    assert [budget.nodes_for(n) for n in (0, 7, 8, 9, 10, 12, 13, 30)] == [
-        0, 0, 2_000, 8_000, 32_000, 512_000, 2_000_000, 2_000_000]
+    assert [budget.nodes_for(n) for n in (0, 7, 8, 9, 10, 11, 12, 30)] == [
+        0, 0, 2_000, 16_000, 128_000, 1_024_000, 2_000_000, 2_000_000]
     assert CheckerBudget(max_nodes=5).nodes_for(0) == 5  # the flat budget of old
     assert CheckerBudget(max_nodes=0, base_nodes=10).nodes_for(20) == 0
     with pytest.raises(ValueError):
