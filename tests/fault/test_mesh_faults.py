@@ -10,7 +10,12 @@ hang"): an expected failure until the orchestrator degrades. Killed: the request
 clear status (UNAVAILABLE or DEADLINE_EXCEEDED with a message) and none outlives its deadline;
 the service comes back (restarted by the launcher's supervision where it exists, else by the
 test, on the same port with the same environment, as a supervisor would) and the success rate
-returns to 100% with nothing else restarted. The supervision tests check that the launcher itself
+returns to 100% with nothing else restarted. Slow: a test-side proxy (`delay_proxy.DelayProxy`)
+between a second orchestrator and the real neural process delays every neural call by 3 s (no
+service carries a test-only delay setting) while that orchestrator waits 1 s for one: a Connect
+Four request with the default agents is still answered by the other agents before its deadline,
+one that allows the network alone fails with a clear status by its deadline, and once the delay
+is gone the network votes again. The supervision tests check that the launcher itself
 restarts each service (the orchestrator included) and skip while it cannot.
 """
 
@@ -23,7 +28,9 @@ import time
 
 import grpc
 import pytest
+from delay_proxy import DelayProxy
 from faultkit import (
+    DOWN_CODES,
     Load,
     assert_clear_failures,
     assert_no_hang,
@@ -32,7 +39,9 @@ from faultkit import (
     process_env,
     restart_by_hand,
     serving,
+    spawn_service,
     start_test_mesh,
+    stop_process,
     wait_for_full_success,
 )
 from mesh.common.v1 import common_pb2
@@ -42,8 +51,13 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
 DEADLINE_S = 5.0
-FREEZE_DEADLINE_S = 2.0
-FROZEN_S = 4.0  # twice the freeze deadline
+FREEZE_DEADLINE_S = 1.5
+FROZEN_S = 4.0  # more than twice the freeze deadline
+# The slow neural service: the proxy delays each call 3 s; the orchestrator waits 1 s for one.
+NEURAL_DEADLINE_S = 1.0
+DELAY_S = 3.0
+SLOW_DEADLINE_S = 8.0
+POSITION = common_pb2.ConnectFourPosition(moves="4453")
 BACKENDS = ("mcts", "neural", "retrieval", "llm_gateway")
 
 
@@ -128,6 +142,84 @@ async def test_with_the_llm_frozen_a_query_gets_the_retrieved_passages_before_it
         os.kill(pid, signal.SIGCONT)
         await channel.close()
     assert reply.sources and reply.sources[0].document_id == "heart"
+
+
+@pytest.fixture
+async def proxied(mesh, tmp_path):
+    """(stub of an orchestrator whose neural calls go through the proxy, the proxy)."""
+    proxy = await DelayProxy(f"127.0.0.1:{mesh.ports['neural']}").start()
+    env = {
+        "ORCHESTRATOR_PORT": "0",
+        "ORCHESTRATOR_REST_PORT": "-1",
+        "ORCHESTRATOR_MCTS_TARGET": f"127.0.0.1:{mesh.ports['mcts']}",
+        "ORCHESTRATOR_NEURAL_TARGET": proxy.target,
+        "ORCHESTRATOR_RETRIEVAL_TARGET": f"127.0.0.1:{mesh.ports['retrieval']}",
+        "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm_gateway']}",
+        "ORCHESTRATOR_NEURAL_DEADLINE_S": str(NEURAL_DEADLINE_S),
+    }
+    orchestrator, port = await asyncio.to_thread(spawn_service, "orchestrator", env,
+                                                 tmp_path)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel), proxy
+    await channel.close()
+    stop_process(orchestrator)
+    await proxy.stop()
+
+
+def _agents(reply: pb.SolveProblemResponse) -> set[str]:
+    return {pb.Agent.Name(vote.agent) for vote in reply.votes}
+
+
+async def test_a_slow_network_costs_its_vote_not_the_answer(proxied):
+    stub, proxy = proxied
+    request = pb.SolveProblemRequest(connect_four=POSITION, simulations=2000)
+    baseline = await stub.SolveProblem(request, timeout=SLOW_DEADLINE_S)
+    assert "AGENT_NEURAL" in _agents(baseline), baseline.votes
+
+    proxy.delay_s = DELAY_S
+    calls = proxy.calls
+    started = time.monotonic()
+    slow = await stub.SolveProblem(request, timeout=SLOW_DEADLINE_S)
+    elapsed = time.monotonic() - started
+    assert proxy.calls > calls  # the network was asked
+    assert 1 <= slow.connect_four.column <= 7
+    assert "AGENT_NEURAL" not in _agents(slow), slow.votes
+    assert elapsed < SLOW_DEADLINE_S
+    print(f"\nneural delayed {DELAY_S} s: answered in {elapsed:.2f} s by {sorted(_agents(slow))}")
+
+    proxy.delay_s = 0.0
+    recovered = await stub.SolveProblem(request, timeout=SLOW_DEADLINE_S)
+    assert "AGENT_NEURAL" in _agents(recovered)
+
+
+async def test_network_only_requests_fail_clearly_by_their_deadline_then_recover(proxied):
+    stub, proxy = proxied
+    request = pb.SolveProblemRequest(connect_four=POSITION, agents=[pb.AGENT_NEURAL])
+
+    async def call(deadline_s: float):
+        return await stub.SolveProblem(request, timeout=deadline_s)
+
+    await wait_for_full_success(call, SLOW_DEADLINE_S, needed=3)
+    proxy.delay_s = DELAY_S
+    load = Load(call, SLOW_DEADLINE_S, workers=2)
+    load.start()
+    await asyncio.sleep(2 * DELAY_S)
+    proxy.delay_s = 0.0
+    slow = list(load.outcomes)
+    recovered_in = await wait_for_full_success(call, SLOW_DEADLINE_S, needed=10)
+    recovered_at = time.monotonic()
+    await asyncio.sleep(1.0)
+    await load.stop()
+
+    assert_no_hang(load.outcomes)
+    assert_clear_failures(load.outcomes, DOWN_CODES)
+    failed = [o for o in slow if o.code is not None]
+    assert failed, "no network-only request failed while neural was 3 s slow"
+    after = load.since(recovered_at)
+    assert after and all(o.code is None for o in after)
+    print(f"\nnetwork only, neural delayed {DELAY_S} s: {len(failed)}/{len(slow)} failed "
+          f"({sorted({o.code.name for o in failed})}), longest "
+          f"{max(o.latency_s for o in slow):.2f} s; 100% again {recovered_in:.1f} s after")
 
 
 @pytest.mark.parametrize("name", BACKENDS)
