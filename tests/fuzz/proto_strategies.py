@@ -86,7 +86,7 @@ def _scalar(field: FieldDescriptor, text_max: int) -> st.SearchStrategy:
 
 def _is_map(field: FieldDescriptor) -> bool:
     return (field.type == F.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
-            and field.label == F.LABEL_REPEATED)
+            and field.is_repeated)
 
 
 def _fill(message: Message, draw, depth: int, text_max: int, max_items: int) -> None:
@@ -105,7 +105,7 @@ def _fill(message: Message, draw, depth: int, text_max: int, max_items: int) -> 
                         _fill(target[key], draw, depth - 1, text_max, max_items)
                 else:
                     target[key] = draw(_scalar(value_field, text_max))
-        elif field.label == F.LABEL_REPEATED:
+        elif field.is_repeated:
             count = draw(st.integers(0, max_items))
             if field.type == F.TYPE_MESSAGE:
                 if depth > 0:
