@@ -159,9 +159,9 @@ def build_workloads(kinds: set[str], simulations: int | None, count: int = 64) -
         from libs.puzzles.maze import format_maze, generate_maze
 
         rng = np.random.default_rng(7)
+        grids = [generate_maze(4, 4, rng, min_path_length=4)[0] for _ in range(count)]
         out["maze"] = [_solve("maze", pb.SolveProblemRequest(maze=pb.MazeProblem(
-            grid=format_maze(generate_maze(4, 4, rng, min_path_length=4)[0]))))
-            for _ in range(count)]
+            grid="\n".join(format_maze(row) for row in grid)))) for grid in grids]
     if "query" in kinds:
         claims = [json.loads(line)["text"] for line in
                   (DATA_DIR / "beir-scifact" / "queries.jsonl").read_text().splitlines()[:count]]

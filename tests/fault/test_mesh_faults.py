@@ -233,6 +233,7 @@ async def test_kill_9_under_load_fails_cleanly_and_recovers_after_the_restart(
         load.start()
         await asyncio.sleep(1.0)
         victim = mesh.processes[name]
+        others = {n: p.pid for n, p in mesh.processes.items() if n != name}
         env = process_env(victim.pid)
         killed_at = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
@@ -264,8 +265,9 @@ async def test_kill_9_under_load_fails_cleanly_and_recovers_after_the_restart(
     after = load.since(recovered_at)
     assert after and all(o.code is None for o in after), [
         (o.code, o.details) for o in after if o.code is not None][:3]
-    # Nothing else was restarted.
-    assert all(p.poll() is None for p in mesh.processes.values())
+    # Nothing else was restarted, and every service serves.
+    assert {n: p.pid for n, p in mesh.processes.items() if n != name} == others
+    assert all(serving(port, timeout_s=5) for port in mesh.ports.values())
     print(f"\n{name}: first error {first_error_s * 1e3:.0f} ms after the kill; "
           f"{len(failed)}/{len(during)} requests failed while down "
           f"({sorted({o.code.name for o in failed})}); back to 100% "
