@@ -3,19 +3,19 @@ load that records every request's status and wall time, restarts by hand, and th
 probe.
 
 Every test in tests/fault/ carries the `fault` marker (`pytest -m fault` selects them, `-m "not
-fault"` leaves them out); the ones that need `start_mesh` to restart crashed services also carry
-`supervision` and skip, saying why, while the launcher has no such feature.
+fault"` leaves them out); the ones that need the launcher to restart crashed services also carry
+`supervision` and skip, saying why, while the launcher has no `Supervisor`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mcts_mesh import launcher
 from mcts_mesh.launcher import ENV_PREFIX, Mesh, start_mesh
 
 # Codes a caller may get when a service is down or frozen: anything else is not a clear failure.
@@ -35,15 +36,40 @@ DEADLINE_SLACK_S = 1.5
 
 
 def launcher_supervises() -> bool:
-    """Whether `start_mesh` restarts a service that exits (the health helper's supervision adds a
-    `fail_fast` parameter that turns it off)."""
-    return "fail_fast" in inspect.signature(start_mesh).parameters
+    """Whether `mcts_mesh.launcher` can restart services that exit: the `Supervisor` that
+    `mcts-mesh up` drives (health helper's supervision; absent before it is merged)."""
+    return hasattr(launcher, "Supervisor")
 
 
 needs_supervision = pytest.mark.skipif(
     not launcher_supervises(),
-    reason="mcts_mesh.launcher.start_mesh has no supervision yet (no fail_fast parameter): "
-           "nothing restarts a crashed service")
+    reason="mcts_mesh.launcher has no Supervisor yet: nothing restarts a crashed service")
+
+
+class Supervision:
+    """The launcher's `Supervisor` stepped every 0.2 s in a thread, as `mcts-mesh up` does
+    (restarts after a 0.5 s backoff); `stop()` ends it and re-raises what it raised."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        self._supervisor = launcher.Supervisor(mesh, launcher.RestartPolicy(
+            backoff_initial_s=0.5, backoff_max_s=2.0, max_restarts=10))
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="supervision", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.wait(0.2):
+                self._supervisor.step()
+        except BaseException as error:  # noqa: BLE001 - re-raised in stop()
+            self._error = error
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(10)
+        if self._error is not None:
+            raise self._error
 
 
 def mesh_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -52,11 +78,12 @@ def mesh_env(tmp: Path, **extra: str) -> dict[str, str]:
             **extra}
 
 
-def start_test_mesh(tmp: Path, **extra: str) -> Mesh:
-    """`start_mesh` on free ports; with supervision, restarts on (the tests kill services)."""
-    kwargs = {"fail_fast": False} if launcher_supervises() else {}
-    return start_mesh(port_base=0, rest_port=0, env=mesh_env(tmp, **extra), log_dir=tmp / "logs",
-                      ready_timeout_s=600, **kwargs)
+def start_test_mesh(tmp: Path, **extra: str) -> tuple[Mesh, Supervision | None]:
+    """`start_mesh` on free ports, supervised when the launcher can supervise (the caller stops
+    the supervision before the mesh)."""
+    mesh = start_mesh(port_base=0, rest_port=0, env=mesh_env(tmp, **extra), log_dir=tmp / "logs",
+                      ready_timeout_s=600)
+    return mesh, (Supervision(mesh) if launcher_supervises() else None)
 
 
 def spawn_service(name: str, env: dict[str, str], tmp: Path) -> tuple[subprocess.Popen, int]:

@@ -64,7 +64,7 @@ BACKENDS = ("mcts", "neural", "retrieval", "llm_gateway")
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fault-kill")
-    running = start_test_mesh(tmp)
+    running, supervision = start_test_mesh(tmp)
     with grpc.insecure_channel(running.target) as channel:
         orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel).IngestDocuments(
             pb.IngestDocumentsRequest(collection="fault", documents=[
@@ -74,6 +74,8 @@ def mesh(tmp_path_factory):
                                     text="The Moon orbits the Earth about every 27 days.")]),
             timeout=300)
     yield running
+    if supervision is not None:
+        supervision.stop()
     running.stop()
 
 
