@@ -53,8 +53,10 @@ def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettin
             finite; "threads" outside 1..64; "parallelism" not a Parallelism value.
     """
     if request.game != mcts_service_pb2.GAME_CONNECT_FOUR:
-        raise InvalidArgument("game", f"is {mcts_service_pb2.Game.Name(request.game)}; "
-                                      "only GAME_CONNECT_FOUR is supported")
+        # An open enum: a value outside Game arrives as its number (Name() would raise).
+        known = request.game in mcts_service_pb2.Game.values()
+        name = mcts_service_pb2.Game.Name(request.game) if known else str(request.game)
+        raise InvalidArgument("game", f"is {name}; only GAME_CONNECT_FOUR is supported")
     moves = request.connect_four.moves
     try:
         position = Position.from_moves(moves)
