@@ -58,9 +58,6 @@ FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.
              grpc.StatusCode.UNIMPLEMENTED}
 ERROR_LINE = re.compile(r"(\bERROR\b|\bCRITICAL\b|\"level\":\s*\"(error|critical)\"|"
                         r"Traceback \(most recent call last\))")
-FAULTS_FIXING_MALFORMED = (
-    "issue 11 (faults helper): a request that is not valid protobuf gets UNKNOWN/INTERNAL and an "
-    "ERROR-level traceback from grpc's deserializer instead of INVALID_ARGUMENT")
 
 CASES: Counter = Counter()
 
@@ -170,7 +167,6 @@ def test_well_typed_hostile_messages_get_a_clear_status(mesh, channels, service,
     assert not errors, f"ERROR lines logged while fuzzing {_path(method)}: {errors}"
 
 
-@pytest.mark.xfail(strict=False, reason=FAULTS_FIXING_MALFORMED)
 @pytest.mark.parametrize(("service", "method"), METHODS, ids=method_id)
 def test_malformed_bytes_get_invalid_argument_and_no_traceback(mesh, channels, service, method):
     channel = channels[service]
@@ -257,8 +253,6 @@ def test_found_by_fuzzing_a_model_name_too_long_for_a_file_name_is_invalid_argum
 REST_EXAMPLES = int(os.environ.get("MCTS_MESH_FUZZ_REST_EXAMPLES", "80"))
 REST_DEADLINE = "3S"
 REST_FINE_5XX = {503, 504}  # UNAVAILABLE, DEADLINE_EXCEEDED
-REST_FIXING_NESTING = ("issue 17 item 6 (rest helper): a deeply nested JSON body makes the REST "
-                       "front fail with 500 (RecursionError) instead of 400")
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +355,6 @@ def test_hostile_ingest_bodies_are_400_naming_the_field(rest_url, name):
     assert any(field.startswith("documents") for field in violations), reply.text[:300]
 
 
-@pytest.mark.xfail(strict=False, reason=REST_FIXING_NESTING)
 def test_a_deeply_nested_body_is_400(rest_url):
     CASES["rest-hostile"] += 1
     depth = 100_000
