@@ -30,7 +30,7 @@ async def build_servicers(
         ValueError: no provider is configured and the offline provider is disabled.
     """
     gateway = gateway or build_gateway(settings)
-    servicer = LlmServicer(gateway)
+    servicer = LlmServicer(gateway, settings.prices)
 
     async def ready() -> None:
         # Providers are remote or in-process; nothing to load. Say what will answer.

@@ -36,8 +36,16 @@ class OrchestratorSettings(ServiceSettings):
     """Ceiling of the simulations a later iteration may double up to."""
     max_iterations: int = 3
     """Consensus-loop iterations when a request leaves `max_iterations` unset."""
-    text_max_iterations: int = 2
-    """Consensus-loop iterations of a text query (one draft today, so one is used)."""
+    text_max_iterations: int = 3
+    """Consensus-loop iterations of a text query: each samples another batch of drafts while
+    their vote is below `text_agreement` (self-consistency); one with the offline provider."""
+    text_sample_count: int = 5
+    """Drafts sampled per iteration (k of self-consistency, Wang et al. 2022) when a request
+    leaves `sample_count` unset; 1 drafts once at temperature 0, with no vote."""
+    text_temperature: float = 0.7
+    """Sampling temperature of the drafts when a request leaves `temperature` unset, 0..2."""
+    text_agreement: float = 0.6
+    """Vote share of the winning answer that ends sampling, in (0, 1]."""
     checker_max_nodes: int = 2_000_000
     """Node budget of the exact checker's solver per request (negamax nodes)."""
     solver_time_budget_s: float = 10.0
@@ -87,6 +95,10 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("need 1 <= default_simulations <= max_simulations <= 10,000,000")
         if not 1 <= self.max_iterations <= 10 or not 1 <= self.text_max_iterations <= 10:
             raise ValueError("max_iterations and text_max_iterations must be in 1..10")
+        if not 1 <= self.text_sample_count <= 20 or not 0 <= self.text_temperature <= 2 \
+                or not 0 < self.text_agreement <= 1:
+            raise ValueError("need text_sample_count in 1..20, text_temperature in 0..2 and "
+                             "text_agreement in (0, 1]")
         if self.checker_max_nodes < 0:
             raise ValueError("checker_max_nodes must be >= 0")
         if not 1 <= self.default_top_k <= 20:
