@@ -54,8 +54,9 @@ class OrchestratorSettings(ServiceSettings):
     neural_model: str = ""
     """Model of the neural service to ask; empty means its default model."""
     hrm_model: str = ""
-    """HRM model of the neural service for Sudoku and mazes; empty means, per grid, the first
-    (by name) HRM model whose task matches it ("sudoku-6x6", "maze-9x9")."""
+    """HRM model of the neural service for Sudoku and mazes; empty means, per puzzle, the HRM
+    model whose task matches the grid ("sudoku-6x6", "maze-9x9") and whose recorded training
+    blank count is nearest the puzzle's (ties: the better held-out exact accuracy, then name)."""
     trm_model: str = ""
     """TRM model for Sudoku and mazes, as `hrm_model`."""
     reasoning_halting_mode: Literal["paper", "act"] = "paper"
