@@ -57,7 +57,8 @@ class LlmAgent:
 
     async def propose(self, round_: Round) -> Proposal:
         """The draft as the answer; confidence is its grounding (`grounding_confidence`); `detail`
-        is the `Draft`.
+        is the `Draft`. With a `Sampling`: a batch of drafts and their vote (`_sample`), the
+        winning draft as the answer and its vote share as confidence.
 
         Raises:
             DeadlineExceeded: no time left, or the call ran past its deadline.
