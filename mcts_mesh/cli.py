@@ -272,6 +272,9 @@ def cmd_query(args) -> int:
     request = pb.AnswerQueryRequest(query=args.text, collection=args.collection)
     if args.top_k is not None:
         request.top_k = args.top_k
+    for field in ("sample_count", "temperature", "max_tokens", "max_cost_usd"):
+        if getattr(args, field) is not None:
+            setattr(request, field, getattr(args, field))
     try:
         response = stub.AnswerQuery(request, timeout=args.deadline)
     except grpc.RpcError as error:
@@ -292,6 +295,10 @@ def cmd_query(args) -> int:
     else:
         print(response.answer)
         print(f"\n(confidence {response.confidence:.2f}; drafted by {label})")
+    if response.drafts:
+        cost = f"${response.cost_usd:.6f}" if response.cost_known else "cost unknown (no price)"
+        print(f"  {len(response.drafts)} drafts, {response.total_tokens} tokens, {cost}; "
+              f"stopped: {response.stop_reason}")
     for i, source in enumerate(response.sources, 1):
         print(f"  [{i}] {source.document_id} {source.title[:70]!r} score {source.score:.3f}")
     return 0
@@ -647,6 +654,13 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("text")
     query.add_argument("--collection", default="")
     query.add_argument("--top-k", type=int, default=None)
+    query.add_argument("--samples", dest="sample_count", type=int, default=None,
+                       help="self-consistency drafts per iteration (default: the setting, 5)")
+    query.add_argument("--temperature", type=float, default=None)
+    query.add_argument("--max-tokens", type=int, default=None,
+                       help="token budget of the request (prompt + completion)")
+    query.add_argument("--max-cost-usd", type=float, default=None,
+                       help="cost budget in US dollars (needs LLM_PRICES for the model)")
     query.add_argument("--json", action="store_true")
     query.set_defaults(func=cmd_query)
 

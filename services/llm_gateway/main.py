@@ -29,7 +29,7 @@ async def build_servicers(
         gateway: a prebuilt gateway (tests pass one with their own providers).
     """
     gateway = gateway or build_gateway(settings)
-    servicer = LlmServicer(gateway)
+    servicer = LlmServicer(gateway, settings.prices)
 
     async def ready() -> None:
         # Providers are remote or in-process; nothing to load. Say what will answer.

@@ -11,7 +11,7 @@ from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 from libs.errors import InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.llm_gateway.gateway import Answer, Gateway
-from services.llm_gateway.providers.provider import GenerationRequest, Passage
+from services.llm_gateway.providers.provider import Generation, GenerationRequest, Passage
 
 MAX_PROMPT_CHARS = 10_000
 MAX_TOKENS_LIMIT = 32_768
@@ -20,10 +20,18 @@ MAX_TEMPERATURE = 2.0
 
 
 class LlmServicer(llm_service_pb2_grpc.LlmServiceServicer):
-    """mesh.llm.v1.LlmService over a `Gateway`."""
+    """mesh.llm.v1.LlmService over a `Gateway`.
 
-    def __init__(self, gateway: Gateway) -> None:
+    Args:
+        gateway: the providers in their fallback order.
+        prices: US dollars per million tokens by model, `(prompt, completion)` (settings'
+            `prices`); the response's `cost_usd` comes from them.
+    """
+
+    def __init__(self, gateway: Gateway,
+                 prices: dict[str, tuple[float, float]] | None = None) -> None:
         self._gateway = gateway
+        self._prices = dict(prices or {})
 
     async def Generate(
         self, request: llm_service_pb2.GenerateRequest, context: grpc.aio.ServicerContext
@@ -45,7 +53,7 @@ class LlmServicer(llm_service_pb2_grpc.LlmServiceServicer):
             "mesh.llm.offline": answer.generation.offline,
             "mesh.llm.attempts": len(answer.attempts),
         })
-        return to_response(answer)
+        return to_response(answer, self._prices)
 
 
 def to_generation_request(request: llm_service_pb2.GenerateRequest) -> GenerationRequest:
@@ -74,10 +82,27 @@ def to_generation_request(request: llm_service_pb2.GenerateRequest) -> Generatio
     )
 
 
-def to_response(answer: Answer) -> llm_service_pb2.GenerateResponse:
-    """The proto response for the gateway's answer, attempts in the order they were made."""
+def generation_cost(generation: Generation,
+                    prices: dict[str, tuple[float, float]]) -> float | None:
+    """US dollars of one generation: its reported prompt and completion tokens times the model's
+    prices per million tokens; 0 for the offline provider; None when the model has no price."""
+    if generation.offline:
+        return 0.0
+    price = prices.get(generation.model)
+    if price is None:
+        return None
+    prompt_price, completion_price = price
+    return (generation.prompt_tokens * prompt_price
+            + generation.completion_tokens * completion_price) / 1e6
+
+
+def to_response(answer: Answer, prices: dict[str, tuple[float, float]] | None = None
+                ) -> llm_service_pb2.GenerateResponse:
+    """The proto response for the gateway's answer, attempts in the order they were made, with
+    its cost when the model has a price (`generation_cost`)."""
     generation = answer.generation
-    return llm_service_pb2.GenerateResponse(
+    cost = generation_cost(generation, prices or {})
+    response = llm_service_pb2.GenerateResponse(
         text=generation.text,
         provider=answer.provider,
         model=generation.model,
@@ -93,4 +118,7 @@ def to_response(answer: Answer) -> llm_service_pb2.GenerateResponse:
             for a in answer.attempts
         ],
     )
+    if cost is not None:
+        response.cost_usd = cost
+    return response
 

@@ -9,6 +9,7 @@ needs `LLM_LOCAL_BASE_URL`. The offline provider needs nothing and answers last 
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import SecretStr, field_validator, model_validator
@@ -47,6 +48,12 @@ class LlmGatewaySettings(ServiceSettings):
     offline_enabled: bool = True
     """Whether the offline extractive provider answers when every other provider failed."""
 
+    prices: dict[str, tuple[float, float]] = {}
+    """US dollars per million tokens, `{model: [prompt, completion]}`, as the model is named in
+    the provider's answer (e.g. `LLM_PRICES='{"gpt-4o-mini": [0.15, 0.6]}'`). A generation's cost
+    is its reported usage times these prices; a model without a price has no cost (the response
+    leaves `cost_usd` unset). Empty by default: prices change, so they are the operator's to set."""
+
     timeout_s: float = 30.0
     """Per call to a provider, in seconds; the caller's deadline shortens it."""
     max_retries: int = 2
@@ -66,6 +73,14 @@ class LlmGatewaySettings(ServiceSettings):
         if len(set(order)) != len(order):
             raise ValueError(f"fallback_order names a provider twice: {order}")
         return order
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, prices: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for model, pair in prices.items():
+            if not all(math.isfinite(price) and price >= 0 for price in pair):
+                raise ValueError(f"prices of {model!r} must be finite and >= 0, got {pair}")
+        return prices
 
     @model_validator(mode="after")
     def _positive(self) -> LlmGatewaySettings:

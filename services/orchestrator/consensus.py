@@ -119,6 +119,9 @@ class Proposal:
         excluded: answers the agent proved wrong (moves that hand the opponent a win); votes for
             them are set aside unless every vote is for one.
         detail: the agent's own result (search statistics, exact scores, passages), for synthesis.
+        settled: False when the agent's own answer is not settled yet (self-consistency whose vote
+            share is below its agreement threshold): agreement among the agents then does not end
+            the loop, and the agent stays a candidate for the next round.
     """
 
     answer: str | None
@@ -128,6 +131,7 @@ class Proposal:
     verified: bool = False
     excluded: frozenset[str] = frozenset()
     detail: Any = None
+    settled: bool = True
 
 
 class Agent(Protocol):
@@ -551,7 +555,7 @@ class ConsensusLoop(Generic[AnswerT]):
                     run.budget.deadline - time.monotonic() < MIN_ROUND_S:
                 raise self._no_answer(run)
             return LoopState.ITERATE
-        if run.tally.verified or run.tally.agreed:
+        if run.tally.verified or (run.tally.agreed and self._settled(run)):
             run.consensus = True
             return LoopState.SYNTHESIZE
         if run.iteration >= run.budget.max_iterations:
@@ -561,6 +565,11 @@ class ConsensusLoop(Generic[AnswerT]):
                      run.iteration)
             return LoopState.SYNTHESIZE
         return LoopState.ITERATE
+
+    @staticmethod
+    def _settled(run: _Run) -> bool:
+        """No agent with a vote counted says its own answer is unsettled (`Proposal.settled`)."""
+        return all(run.proposals[name].settled for name in run.latest if name in run.proposals)
 
     def features(self, run: _Run) -> np.ndarray:
         """The ten routing features of the run's current state (float32 [10])."""

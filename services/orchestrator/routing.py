@@ -234,3 +234,28 @@ class PuzzleRouter:
             return RoutingDecision(search, "no verified answer: the exact solver answers",
                                    features)
         return RoutingDecision((), "no verified answer, and no agent left to ask", features)
+
+
+class TextRouter:
+    """Rules for a text query (retrieval as context, the LLM as proposer).
+
+    1. First round: every candidate.
+    2. Otherwise the MODEL-slot candidates: the LLM is a candidate again only while its
+       self-consistency vote is below the agreement threshold and the budgets allow another draft
+       (`LlmAgent.repeatable`), so it samples more; none when there are none.
+    """
+
+    def route(self, features: np.ndarray, candidates: Sequence[AgentName]) -> RoutingDecision:
+        """See the class docstring. `features` is float32 [10] in `FEATURE_NAMES` order."""
+        if features.shape != (NUM_FEATURES,):
+            raise ValueError(f"features must have shape ({NUM_FEATURES},), got {features.shape}")
+        named = dict(zip(FEATURE_NAMES, features.tolist(), strict=True))
+        first_round = named["last_agent_model"] + named["last_agent_grounding"] \
+            + named["last_agent_mcts"] == 0.0
+        if first_round:
+            return RoutingDecision(tuple(candidates), "first round: every agent", features)
+        models = tuple(name for name in candidates if AGENT_SLOT[name] is Slot.MODEL)
+        if models:
+            return RoutingDecision(models, "drafts below the agreement threshold: sample more",
+                                   features)
+        return RoutingDecision((), "no agent can add drafts", features)

@@ -50,7 +50,15 @@ from services.orchestrator.events import (
     TallyUpdated,
 )
 from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
-from services.orchestrator.routing import AgentName, PuzzleRouter, Role, Router, RuleRouter
+from services.orchestrator.routing import (
+    AgentName,
+    PuzzleRouter,
+    Role,
+    Router,
+    RuleRouter,
+    TextRouter,
+)
+from services.orchestrator.self_consistency import Sampling, SamplingOptions
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.sudoku import SudokuAnswer, parse_sudoku, synthesize_sudoku
 from services.orchestrator.text_query import (
@@ -127,6 +135,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         self._text_agents = list(text_agents)
         self._retrieval = retrieval
         self._router = router or RuleRouter()
+        self._text_router = router or TextRouter()
         self._puzzle_agents = {agent.name: agent for agent in puzzle_agents}
         if self._puzzle_agents and not any(agent.role is Role.VERIFIER
                                            for agent in puzzle_agents):
@@ -218,14 +227,19 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         """
         set_work_attributes({"mesh.problem.kind": "text_query"})
         problem = self._validate_query(request)
+        options = sampling_options(request, self._settings)
+        sampling = Sampling(options) if options.sample_count > 1 else None
+        agents = [agent.for_request(sampling)
+                  if sampling is not None and hasattr(agent, "for_request") else agent
+                  for agent in self._text_agents]
         loop: ConsensusLoop[TextAnswer] = ConsensusLoop(
-            self._text_agents, self._router, synthesize_text, problem.query_length_norm,
+            agents, self._text_router, synthesize_text, problem.query_length_norm,
             fallback=synthesize_passages)
         budget = Budget(max_iterations=self._settings.text_max_iterations,
                         deadline=self._deadline(context))
         result = await loop.run(problem, budget)
         observe_result("text_query", result)
-        return query_response(result, request.thread_id)
+        return query_response(result, request.thread_id, sampling)
 
     async def IngestDocuments(self, request: pb.IngestDocumentsRequest,
                               context: grpc.aio.ServicerContext) -> pb.IngestDocumentsResponse:
@@ -376,6 +390,39 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                                 "mcts_iterations unset")
         return TextProblem(request.query, request.collection or self._settings.default_collection,
                            top_k)
+
+
+MAX_SAMPLE_COUNT = 20
+MAX_TEXT_TOKENS = 10_000_000
+MAX_COST_USD = 1_000.0
+
+
+def sampling_options(request: pb.AnswerQueryRequest,
+                     settings: OrchestratorSettings) -> SamplingOptions:
+    """The request's self-consistency options, the settings filling what it leaves unset.
+
+    Raises:
+        InvalidArgument: "sample_count" outside 1..20, "temperature" outside 0..2,
+            "max_tokens" outside 1..10,000,000 or "max_cost_usd" outside 0..1,000 (or not a
+            number).
+    """
+    count = request.sample_count if request.HasField("sample_count") \
+        else settings.text_sample_count
+    if not 1 <= count <= MAX_SAMPLE_COUNT:
+        raise InvalidArgument("sample_count", f"is {count}; must be in 1..{MAX_SAMPLE_COUNT}")
+    temperature = request.temperature if request.HasField("temperature") \
+        else settings.text_temperature
+    if not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
+        raise InvalidArgument("temperature", f"is {temperature}; must be in 0..2")
+    max_tokens = request.max_tokens if request.HasField("max_tokens") else None
+    if max_tokens is not None and not 1 <= max_tokens <= MAX_TEXT_TOKENS:
+        raise InvalidArgument("max_tokens", f"is {max_tokens}; must be in 1..{MAX_TEXT_TOKENS:,}")
+    max_cost = request.max_cost_usd if request.HasField("max_cost_usd") else None
+    if max_cost is not None and not (math.isfinite(max_cost) and 0.0 <= max_cost <= MAX_COST_USD):
+        raise InvalidArgument("max_cost_usd", f"is {max_cost}; must be in 0..{MAX_COST_USD:,.0f}")
+    return SamplingOptions(sample_count=count, temperature=temperature,
+                           agreement=settings.text_agreement, max_tokens=max_tokens,
+                           max_cost_usd=max_cost, draft_tokens=settings.max_answer_tokens)
 
 
 def parse_position(moves: str) -> Position:
@@ -538,10 +585,12 @@ def solve_response(result: LoopResult[ConnectFourAnswer | SudokuAnswer | MazeAns
     return response
 
 
-def query_response(result: LoopResult[TextAnswer], thread_id: str) -> pb.AnswerQueryResponse:
-    """The AnswerQueryResponse of a finished loop."""
+def query_response(result: LoopResult[TextAnswer], thread_id: str,
+                   sampling: Sampling | None = None) -> pb.AnswerQueryResponse:
+    """The AnswerQueryResponse of a finished loop, with the self-consistency drafts, their votes,
+    tokens, cost and why sampling stopped when `sampling` is given."""
     answer = result.answer
-    return pb.AnswerQueryResponse(
+    response = pb.AnswerQueryResponse(
         answer=answer.answer,
         confidence=result.tally.confidence,
         sources=[pb.Source(document_id=p.document_id, title=p.title, text=p.text, score=p.score,
@@ -556,4 +605,28 @@ def query_response(result: LoopResult[TextAnswer], thread_id: str) -> pb.AnswerQ
         failures=_failures(result),
         passages_only=answer.passages_only,
     )
+    if sampling is not None:
+        _add_drafts(response, result, sampling)
+    return response
+
+
+def _add_drafts(response: pb.AnswerQueryResponse, result: LoopResult[TextAnswer],
+                sampling: Sampling) -> None:
+    """Fills `drafts`, `stop_reason`, `total_tokens`, `cost_usd` and `cost_known`."""
+    counts = sampling.tally()
+    if not sampling.offline:
+        response.drafts.extend(
+            pb.TextDraft(text=draft.text, answer=draft.answer,
+                         votes=counts[draft.answer] if draft.votes else 0,
+                         iteration=draft.iteration, provider=draft.provider, model=draft.model,
+                         total_tokens=draft.total_tokens, cost_usd=draft.cost_usd or 0.0)
+            for draft in sampling.drafts)
+    if not sampling.stop_reason and sampling.wants_more():
+        sampling.stop_reason = (f"iteration limit: {result.iterations} iteration(s) run, "
+                                f"agreement {sampling.share():.2f} < "
+                                f"{sampling.options.agreement:.2f}")
+    response.stop_reason = sampling.stop_reason
+    response.total_tokens = sampling.total_tokens
+    response.cost_usd = sampling.cost_usd
+    response.cost_known = sampling.cost_known
 

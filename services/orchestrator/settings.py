@@ -47,8 +47,16 @@ class OrchestratorSettings(ServiceSettings):
     """Ceiling of the simulations a later iteration may double up to."""
     max_iterations: int = 3
     """Consensus-loop iterations when a request leaves `max_iterations` unset."""
-    text_max_iterations: int = 2
-    """Consensus-loop iterations of a text query (one draft today, so one is used)."""
+    text_max_iterations: int = 3
+    """Consensus-loop iterations of a text query: each samples another batch of drafts while
+    their vote is below `text_agreement` (self-consistency); one with the offline provider."""
+    text_sample_count: int = 5
+    """Drafts sampled per iteration (k of self-consistency, Wang et al. 2022) when a request
+    leaves `sample_count` unset; 1 drafts once at temperature 0, with no vote."""
+    text_temperature: float = 0.7
+    """Sampling temperature of the drafts when a request leaves `temperature` unset, 0..2."""
+    text_agreement: float = 0.6
+    """Vote share of the winning answer that ends sampling, in (0, 1]."""
     checker_max_nodes: int = 2_000_000
     """Node budget of the exact checker's solver per request (negamax nodes), at most."""
     checker_time_budget_ms: float = 500.0
@@ -67,8 +75,9 @@ class OrchestratorSettings(ServiceSettings):
     neural_model: str = ""
     """Model of the neural service to ask; empty means its default model."""
     hrm_model: str = ""
-    """HRM model of the neural service for Sudoku and mazes; empty means, per grid, the first
-    (by name) HRM model whose task matches it ("sudoku-6x6", "maze-9x9")."""
+    """HRM model of the neural service for Sudoku and mazes; empty means, per puzzle, the HRM
+    model whose task matches the grid ("sudoku-6x6", "maze-9x9") and whose recorded training
+    blank count is nearest the puzzle's (ties: the better held-out exact accuracy, then name)."""
     trm_model: str = ""
     """TRM model for Sudoku and mazes, as `hrm_model`."""
     reasoning_halting_mode: Literal["paper", "act"] = "paper"
@@ -136,6 +145,10 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("max_iterations and text_max_iterations must be in 1..10")
         if self.rest_max_body_bytes < 1 or not 1 <= self.rest_max_json_depth <= 512:
             raise ValueError("need rest_max_body_bytes >= 1 and rest_max_json_depth in 1..512")
+        if not 1 <= self.text_sample_count <= 20 or not 0 <= self.text_temperature <= 2 \
+                or not 0 < self.text_agreement <= 1:
+            raise ValueError("need text_sample_count in 1..20, text_temperature in 0..2 and "
+                             "text_agreement in (0, 1]")
         if self.checker_max_nodes < 0 or self.checker_min_moves < 0:
             raise ValueError("checker_max_nodes and checker_min_moves must be >= 0")
         if self.checker_base_nodes < 1 or self.checker_time_budget_ms <= 0:

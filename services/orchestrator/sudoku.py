@@ -59,6 +59,11 @@ class SudokuProblem:
         return format_grid(self.grid)
 
     @property
+    def blanks(self) -> int:
+        """Blank cells (the feature of the reasoning model choice, `agents.reasoning`)."""
+        return int((self.grid == 0).sum())
+
+    @property
     def query_length_norm(self) -> float:
         """Share of blank cells, in [0, 1] (routing feature 8: more blanks, a harder puzzle)."""
         return float((self.grid == 0).sum()) / self.grid.size

@@ -1,7 +1,15 @@
 """The LLM agent: a client of mesh.llm.v1.LlmService.Generate that drafts an answer grounded in the
-retrieved passages (the gateway picks the provider and falls back to its offline provider)."""
+retrieved passages (the gateway picks the provider and falls back to its offline provider).
+
+With a `Sampling` (`for_request`), the agent does self-consistency (Wang et al. 2022): each round
+samples a batch of drafts concurrently at the request's temperature, and votes the winning answer
+with its vote share as confidence; it stays `repeatable` while the share is below the agreement
+threshold and the budgets allow another draft, so the loop's next iteration samples more.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import grpc
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
@@ -9,6 +17,7 @@ from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 from libs.errors import DeadlineExceeded, Unavailable, propagate
 from services.orchestrator.consensus import Proposal, Round
 from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.self_consistency import SampledDraft, Sampling, extract_answer
 from services.orchestrator.text_query import Draft, Passage, TextProblem, grounding_confidence
 
 
@@ -23,18 +32,33 @@ class LlmAgent:
 
     name = AgentName.LLM
     role = Role.PROPOSER
-    # Drafts at temperature 0: the same context gives the same draft, so one draft per request.
-    repeatable = False
 
     def __init__(self, stub: llm_service_pb2_grpc.LlmServiceStub, deadline_s: float,
                  max_tokens: int) -> None:
         self._stub = stub
         self._deadline_s = deadline_s
         self._max_tokens = max_tokens
+        self.sampling: Sampling | None = None
+
+    def for_request(self, sampling: Sampling) -> LlmAgent:
+        """An agent for one request that samples drafts by `sampling` (self-consistency); this
+        agent, shared by requests, is left as it is."""
+        agent = LlmAgent(self._stub, self._deadline_s, self._max_tokens)
+        agent.sampling = sampling
+        return agent
+
+    @property
+    def repeatable(self) -> bool:
+        """True while self-consistency wants another batch (`Sampling.wants_more`). Without a
+        `Sampling` the agent drafts once at temperature 0 (the same context gives the same
+        draft), so it is not repeatable."""
+        return self.sampling is not None and bool(self.sampling.drafts) \
+            and self.sampling.wants_more()
 
     async def propose(self, round_: Round) -> Proposal:
         """The draft as the answer; confidence is its grounding (`grounding_confidence`); `detail`
-        is the `Draft`.
+        is the `Draft`. With a `Sampling`: a batch of drafts and their vote (`_sample`), the
+        winning draft as the answer and its vote share as confidence.
 
         Raises:
             DeadlineExceeded: no time left, or the call ran past its deadline.
@@ -45,6 +69,8 @@ class LlmAgent:
         if timeout <= 0:
             raise DeadlineExceeded("llm: no time left for a draft")
         passages = tuple(p for p in round_.context if isinstance(p, Passage))
+        if self.sampling is not None:
+            return await self._sample(problem, passages, round_.iteration, timeout)
         request = llm_service_pb2.GenerateRequest(
             prompt=problem.query,
             context=[llm_service_pb2.ContextPassage(text=p.text, source=p.document_id,
@@ -63,3 +89,61 @@ class LlmAgent:
         return Proposal(response.text, grounding_confidence(passages),
                         f"drafted by {response.provider} ({response.model}), {tokens} tokens, "
                         f"{len(passages)} passage(s)", detail=draft)
+
+    async def _sample(self, problem: TextProblem, passages: tuple[Passage, ...], iteration: int,
+                      timeout: float) -> Proposal:
+        """One self-consistency batch: `Sampling.next_batch` drafts concurrently, then the vote.
+
+        Without a language-model draft (only the offline provider answered), the first draft is
+        proposed as one unsampled draft is (grounding confidence, marked offline).
+
+        Raises:
+            DeadlineExceeded, Unavailable: every call of the batch failed (the first error).
+        """
+        sampling = self.sampling
+        assert sampling is not None
+        count = sampling.next_batch()
+        if count <= 0:
+            raise Unavailable(f"llm: no draft to sample ({sampling.stop_reason})")
+        options = sampling.options
+        request = llm_service_pb2.GenerateRequest(
+            prompt=problem.query,
+            context=[llm_service_pb2.ContextPassage(text=p.text, source=p.document_id,
+                                                    title=p.title) for p in passages],
+            max_tokens=options.draft_tokens,
+            temperature=options.temperature,
+        )
+        outcomes = await asyncio.gather(
+            *(self._stub.Generate(request, timeout=timeout) for _ in range(count)),
+            return_exceptions=True)
+        drafts: list[SampledDraft] = []
+        errors: list[BaseException] = []
+        for outcome in outcomes:
+            if isinstance(outcome, grpc.aio.AioRpcError):
+                errors.append(propagate(outcome, "llm"))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            elif outcome.text.strip():
+                drafts.append(SampledDraft(
+                    text=outcome.text,
+                    answer="" if outcome.offline else extract_answer(outcome.text),
+                    iteration=iteration, provider=outcome.provider, model=outcome.model,
+                    total_tokens=outcome.usage.prompt_tokens + outcome.usage.completion_tokens,
+                    cost_usd=outcome.cost_usd if outcome.HasField("cost_usd") else None,
+                    offline=outcome.offline))
+        if not drafts:
+            if errors:
+                raise errors[0]
+            raise Unavailable("llm: every draft of the batch was empty")
+        sampling.add(drafts)
+        winning = sampling.winning_draft()
+        if winning is None:  # no language model voted: the offline (or unmarked) answer
+            first = drafts[0]
+            return Proposal(first.text, grounding_confidence(passages),
+                            f"drafted by {first.provider} ({first.model}), not sampled: "
+                            f"{'offline, extractive' if first.offline else 'no answer found'}, "
+                            f"{len(passages)} passage(s)",
+                            detail=Draft(first.text, first.provider, first.model, first.offline))
+        return Proposal(winning.text, sampling.share(), sampling.vote_rationale(),
+                        detail=Draft(winning.text, winning.provider, winning.model, False),
+                        settled=not sampling.wants_more())

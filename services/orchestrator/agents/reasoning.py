@@ -4,18 +4,24 @@ One agent per architecture (the Hierarchical Reasoning Model, Wang et al. 2025, 
 the Tiny Recursive Model, Jolicoeur-Martineau 2025, arXiv:2510.04871). The model comes from the
 neural service's registry: `ReasoningModels` lists it (ListModels, cached) and picks the model of
 the agent's architecture whose `Model.task` is the puzzle's (`GridPuzzle.model_task`, e.g.
-"sudoku-6x6", "maze-9x9"), or the one the settings name. The agent sends the grid to `Solve` with
-a deadline and proposes the decoded prediction; like every proposal it counts only once the
-puzzle checker has verified it, and the exact solver answers when it does not (`PuzzleRouter`).
+"sudoku-6x6", "maze-9x9"), or the one the settings name. Where several fit the grid, the choice is
+a decision with the puzzle's blank count as its feature (`choose_model`): the model whose training
+distribution (the checkpoint's recorded `task.blanks`) is nearest the puzzle's blanks, ties to the
+better held-out exact accuracy the trainer recorded, then by name. The agent sends the grid to
+`Solve` with a deadline and proposes the decoded prediction; like every proposal it counts only
+once the puzzle checker has verified it, and the exact solver answers when it does not
+(`PuzzleRouter`).
 In the routing features both agents fill the MODEL slot; deterministic, so each runs once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import grpc
@@ -66,6 +72,74 @@ class GridPuzzle(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a checkpoint records about its training, read from `Model.metadata` (the trainer's
+    JSON `task` and `metrics`).
+
+    Attributes:
+        blanks: blanks per training puzzle (Sudoku), or None when the checkpoint names none.
+        held_out_exact: the trainer's held-out exact accuracy in [0, 1] for the halting mode
+            ("paper" or "act"; "paper" where the mode was not evaluated), or None.
+    """
+
+    blanks: int | None
+    held_out_exact: float | None
+
+
+def _json_field(metadata, key: str) -> dict:
+    try:
+        value = json.loads(metadata.get(key, "") or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def trained_on(model: neural_service_pb2.Model, mode: str = "paper") -> TrainedOn:
+    """The training facts of `model` (`TrainedOn`); a field the metadata lacks or garbles is
+    None."""
+    task = _json_field(model.metadata, "task")
+    metrics = _json_field(model.metadata, "metrics")
+    blanks = task.get("blanks")
+    scores = metrics.get(mode) or metrics.get("paper") or {}
+    exact = scores.get("exact_accuracy") if isinstance(scores, dict) else None
+    return TrainedOn(blanks if isinstance(blanks, int) and not isinstance(blanks, bool) else None,
+                     float(exact) if isinstance(exact, (int, float)) else None)
+
+
+def choose_model(candidates: Sequence[neural_service_pb2.Model], blanks: int | None,
+                 mode: str = "paper") -> neural_service_pb2.Model | None:
+    """The model of `candidates` (all for the same grid) whose training fits a puzzle with `blanks`
+    blank cells: the nearest recorded training blank count, ties to the higher held-out exact
+    accuracy, then the first by name. Models that record no blank count rank after those that do;
+    with `blanks` None (a maze) only accuracy and name decide. None when `candidates` is empty."""
+    def key(model: neural_service_pb2.Model) -> tuple:
+        facts = trained_on(model, mode)
+        if blanks is None:
+            distance = 0
+        elif facts.blanks is None:
+            distance = float("inf")
+        else:
+            distance = abs(facts.blanks - blanks)
+        exact = -1.0 if facts.held_out_exact is None else facts.held_out_exact
+        return (distance, -exact, model.name)
+
+    return min(candidates, key=key, default=None)
+
+
+def why_chosen(model: neural_service_pb2.Model, blanks: int | None, mode: str = "paper") -> str:
+    """A few words for the vote's rationale: what the chosen model was trained on."""
+    facts = trained_on(model, mode)
+    parts = []
+    if facts.blanks is not None:
+        parts.append(f"trained on {facts.blanks} blanks")
+    if blanks is not None:
+        parts.append(f"puzzle has {blanks}")
+    if facts.held_out_exact is not None:
+        parts.append(f"held-out exact {facts.held_out_exact:.1%}")
+    return ", ".join(parts)
+
+
 class ReasoningModels:
     """The reasoning models of the neural service's registry, listed once per `ttl_s`.
 
@@ -90,19 +164,21 @@ class ReasoningModels:
         self._lock = asyncio.Lock()
 
     async def find(self, architecture: str, task: str, name: str = "",
-                   timeout_s: float | None = None) -> neural_service_pb2.Model | None:
+                   timeout_s: float | None = None, blanks: int | None = None,
+                   mode: str = "paper") -> neural_service_pb2.Model | None:
         """The model of `architecture` ("hrm", "trm") whose task is `task`: the one called `name`
-        when given, else the first by name; None when there is none.
+        when given, else the one `choose_model` picks for a puzzle with `blanks` blank cells
+        (None: no blank count, so the best held-out exact accuracy in `mode`, then the first by
+        name); None when there is none.
 
         Raises:
             Unavailable: the neural service is down or answered an error.
             DeadlineExceeded: `timeout_s` (or the call's deadline) ran out.
         """
-        for model in await self.models(timeout_s):
-            if model.architecture == architecture and model.task == task \
-                    and (not name or model.name == name):
-                return model
-        return None
+        candidates = [model for model in await self.models(timeout_s)
+                      if model.architecture == architecture and model.task == task
+                      and (not name or model.name == name)]
+        return choose_model(candidates, blanks, mode)
 
     async def models(self, timeout_s: float | None = None
                      ) -> tuple[neural_service_pb2.Model, ...]:
@@ -151,8 +227,9 @@ class ReasoningAgent:
         deadline_s: deadline of one Solve call in seconds; the round's deadline shortens it.
         halting_mode: "paper" (fixed segments) or "act" (early halt); see `HALTING_MODES`.
         max_segments: segments at most, 1..64; None means the model's own maximum.
-        model: a model name to use; empty picks the first model (by name) of the architecture
-            whose task matches the grid.
+        model: a model name to use; empty lets `choose_model` pick, among the models of the
+            architecture whose task matches the grid, the one trained nearest the puzzle's blank
+            count (`GridPuzzle` problems with a `blanks` attribute; others by held-out accuracy).
     """
 
     role = Role.PROPOSER
@@ -176,6 +253,7 @@ class ReasoningAgent:
         self._models = models
         self._deadline_s = deadline_s
         self._halting_mode = HALTING_MODES[halting_mode]
+        self._mode = halting_mode
         self._max_segments = max_segments
         self._model = model
 
@@ -192,7 +270,7 @@ class ReasoningAgent:
             Unavailable, DeadlineExceeded: the listing failed (`ReasoningModels.find`).
         """
         return await self._models.find(self.architecture, problem.model_task, self._model,
-                                       timeout_s)
+                                       timeout_s, _blanks(problem), self._mode)
 
     async def propose(self, round_: Round) -> Proposal:
         """The model's prediction as an answer string; confidence is the halting head's
@@ -231,8 +309,18 @@ class ReasoningAgent:
         confidence = min(1.0, max(0.0, float(response.halt_probability)))
         served = response.model.name or model.name
         version = response.model.version or model.version
+        chosen = "named in the settings" if self._model \
+            else why_chosen(model, _blanks(problem), self._mode)
         return Proposal(problem.answer_from_model(response.grid), confidence,
-                        f"{served} {version}: {response.segments_used} "
+                        f"{served} {version}{f' ({chosen})' if chosen else ''}: "
+                        f"{response.segments_used} "
                         f"segment{'' if response.segments_used == 1 else 's'}, "
                         f"halt {confidence:.2f}",
                         detail=response)
+
+
+def _blanks(problem: GridPuzzle) -> int | None:
+    """The puzzle's blank count (Sudoku), the feature of the model choice; None for a grid that
+    has none (a maze)."""
+    blanks = getattr(problem, "blanks", None)
+    return blanks if isinstance(blanks, int) else None

@@ -30,7 +30,7 @@ async def test_trm_answers_a_sudoku_it_solves(reasoning_mesh):
     assert response.sudoku.solution == solution and response.sudoku.valid
     assert response.answered_by == pb.AGENT_TRM
     assert list(response.agents) == [pb.AGENT_TRM, pb.AGENT_CHECKER]
-    assert response.votes[0].rationale == "trm-sudoku6 t6: 1 segment, halt 0.70"
+    assert response.votes[0].rationale == "trm-sudoku6 t6 (puzzle has 16): 1 segment, halt 0.70"
     assert response.votes[0].confidence == pytest.approx(0.7)
     (request,) = fake.requests
     assert (request.model, request.grid) == ("trm-sudoku6", puzzle)

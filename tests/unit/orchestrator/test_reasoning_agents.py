@@ -4,6 +4,7 @@ puzzle agents (models that exist for the grid, plus the solver as fallback)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import grpc
@@ -17,7 +18,13 @@ from libs.errors import FailedPrecondition, Unavailable
 from libs.puzzles.maze import generate_maze, solve_maze
 from libs.puzzles.sudoku import BoxShape, format_grid, generate
 from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
-from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningModels
+from services.orchestrator.agents.reasoning import (
+    ReasoningAgent,
+    ReasoningModels,
+    TrainedOn,
+    choose_model,
+    trained_on,
+)
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.consensus import Round
 from services.orchestrator.maze import format_rows, parse_maze_grid
@@ -152,6 +159,72 @@ async def test_a_failed_listing_is_unavailable_and_not_cached():
     assert stub.timeouts == [5.0, 1.5]
 
 
+# The model choice: the blank count is the feature.
+
+def trained(name: str, blanks: int | None, exact: float | None, task="sudoku-6x6",
+            act_exact: float | None = None) -> neural_pb.Model:
+    metadata = {}
+    if blanks is not None:
+        metadata["task"] = json.dumps({"blanks": blanks, "size": 6})
+    metrics = {}
+    if exact is not None:
+        metrics["paper"] = {"exact_accuracy": exact}
+    if act_exact is not None:
+        metrics["act"] = {"exact_accuracy": act_exact}
+    if metrics:
+        metadata["metrics"] = json.dumps(metrics)
+    return neural_pb.Model(name=name, architecture="trm", task=task, version="v",
+                           metadata=metadata)
+
+
+B16 = trained("trm-sudoku6-b16", 16, 0.987, act_exact=0.976)
+B22 = trained("trm-sudoku6-b22", 22, 0.998)
+
+
+def test_the_training_facts_are_read_from_the_checkpoint_metadata():
+    assert trained_on(B16) == TrainedOn(16, 0.987)
+    assert trained_on(B16, "act") == TrainedOn(16, 0.976)
+    assert trained_on(B22, "act") == TrainedOn(22, 0.998)  # act not evaluated: paper's figure
+    assert trained_on(neural_pb.Model(name="x")) == TrainedOn(None, None)
+    garbled = neural_pb.Model(name="x", metadata={"task": "sudoku-6x6", "metrics": "[1"})
+    assert trained_on(garbled) == TrainedOn(None, None)
+
+
+def test_the_model_trained_nearest_the_puzzles_blank_count_is_chosen():
+    candidates = [B16, B22]
+    assert [choose_model(candidates, blanks).name for blanks in (10, 16, 18, 19, 20, 22, 30)] \
+        == ["trm-sudoku6-b16"] * 3 + ["trm-sudoku6-b22"] * 4
+    # 19 is as near 16 as 22: the tie goes to the better held-out exact accuracy (b22's 99.8%).
+    tied = [trained("trm-sudoku6-p", 16, 0.95), trained("trm-sudoku6-q", 22, 0.90)]
+    assert choose_model(tied, 19).name == "trm-sudoku6-p"
+    # A model that records no blank count ranks after those that do; no blank count (a maze)
+    # lets accuracy, then name, decide.
+    unknown = trained("trm-sudoku6-a", None, 1.0)
+    assert choose_model([unknown, B16], 30).name == "trm-sudoku6-b16"
+    assert choose_model([unknown, B16], None).name == "trm-sudoku6-a"
+    assert choose_model([trained("b", None, None), trained("a", None, None)], 5).name == "a"
+    assert choose_model([], 16) is None
+
+
+async def test_the_agent_asks_the_model_that_fits_the_puzzle_and_says_why():
+    puzzle16, solution16 = sudoku6(3)
+    puzzle22, solution22 = (format_grid(grid) for grid in
+                            generate(BoxShape(2, 3), 22, np.random.default_rng(4)))
+    stub = FakeNeural(models=[B22, B16], answers={puzzle16: solution16, puzzle22: solution22})
+    trm = agent(stub)
+    first = await trm.propose(round_for(parse_sudoku(puzzle16)))
+    second = await trm.propose(round_for(parse_sudoku(puzzle22)))
+    assert [request.model for request in stub.solve_requests] == ["trm-sudoku6-b16",
+                                                                   "trm-sudoku6-b22"]
+    assert first.rationale == ("trm-sudoku6-b16 v (trained on 16 blanks, puzzle has 16, "
+                               "held-out exact 98.7%): 3 segments, halt 0.80")
+    assert second.rationale.startswith("trm-sudoku6-b22 v (trained on 22 blanks, puzzle has 22")
+    named = agent(FakeNeural(models=[B22, B16], answers={puzzle22: solution22}),
+                  model="trm-sudoku6-b16")
+    proposal = await named.propose(round_for(parse_sudoku(puzzle22)))
+    assert proposal.rationale == "trm-sudoku6-b16 v (named in the settings): 3 segments, halt 0.80"
+
+
 # The agent's proposals.
 
 async def test_trm_proposes_its_decoded_sudoku_prediction_in_paper_mode():
@@ -159,7 +232,7 @@ async def test_trm_proposes_its_decoded_sudoku_prediction_in_paper_mode():
     proposal = await agent(stub).propose(round_for(parse_sudoku(PUZZLE)))
     assert proposal.answer == SOLUTION
     assert proposal.confidence == pytest.approx(0.8)
-    assert proposal.rationale == "trm-sudoku6-a v1: 3 segments, halt 0.80"
+    assert proposal.rationale == "trm-sudoku6-a v1 (puzzle has 16): 3 segments, halt 0.80"
     (request,) = stub.solve_requests
     assert request.model == "trm-sudoku6-a" and request.grid == PUZZLE
     assert request.halting_mode == neural_pb.HALTING_MODE_PAPER

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmesh/llm/v1/llm_service.proto\x12\x0bmesh.llm.v1\"R\n\x0e\x43ontextPassage\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n\x06source\x18\x02 \x01(\tR\x06source\x12\x14\n\x05title\x18\x03 \x01(\tR\x05title\"\xca\x01\n\x0fGenerateRequest\x12\x16\n\x06prompt\x18\x01 \x01(\tR\x06prompt\x12\x35\n\x07\x63ontext\x18\x02 \x03(\x0b\x32\x1b.mesh.llm.v1.ContextPassageR\x07\x63ontext\x12\"\n\nmax_tokens\x18\x03 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n\x0btemperature\x18\x04 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x42\r\n\x0b_max_tokensB\x0e\n\x0c_temperature\"Y\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\x05R\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05R\x10\x63ompletionTokens\"\x80\x01\n\x0fProviderAttempt\x12\x1a\n\x08provider\x18\x01 \x01(\tR\x08provider\x12\x18\n\x07outcome\x18\x02 \x01(\tR\x07outcome\x12\x1d\n\nlatency_ms\x18\x03 \x01(\x01R\tlatencyMs\x12\x18\n\x07retries\x18\x04 \x01(\x05R\x07retries\"\xd6\x01\n\x10GenerateResponse\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1a\n\x08provider\x18\x02 \x01(\tR\x08provider\x12\x14\n\x05model\x18\x03 \x01(\tR\x05model\x12\x18\n\x07offline\x18\x04 \x01(\x08R\x07offline\x12(\n\x05usage\x18\x05 \x01(\x0b\x32\x12.mesh.llm.v1.UsageR\x05usage\x12\x38\n\x08\x61ttempts\x18\x06 \x03(\x0b\x32\x1c.mesh.llm.v1.ProviderAttemptR\x08\x61ttempts2U\n\nLlmService\x12G\n\x08Generate\x12\x1c.mesh.llm.v1.GenerateRequest\x1a\x1d.mesh.llm.v1.GenerateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmesh/llm/v1/llm_service.proto\x12\x0bmesh.llm.v1\"R\n\x0e\x43ontextPassage\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n\x06source\x18\x02 \x01(\tR\x06source\x12\x14\n\x05title\x18\x03 \x01(\tR\x05title\"\xca\x01\n\x0fGenerateRequest\x12\x16\n\x06prompt\x18\x01 \x01(\tR\x06prompt\x12\x35\n\x07\x63ontext\x18\x02 \x03(\x0b\x32\x1b.mesh.llm.v1.ContextPassageR\x07\x63ontext\x12\"\n\nmax_tokens\x18\x03 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n\x0btemperature\x18\x04 \x01(\x01H\x01R\x0btemperature\x88\x01\x01\x42\r\n\x0b_max_tokensB\x0e\n\x0c_temperature\"Y\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\x05R\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05R\x10\x63ompletionTokens\"\x80\x01\n\x0fProviderAttempt\x12\x1a\n\x08provider\x18\x01 \x01(\tR\x08provider\x12\x18\n\x07outcome\x18\x02 \x01(\tR\x07outcome\x12\x1d\n\nlatency_ms\x18\x03 \x01(\x01R\tlatencyMs\x12\x18\n\x07retries\x18\x04 \x01(\x05R\x07retries\"\x83\x02\n\x10GenerateResponse\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12\x1a\n\x08provider\x18\x02 \x01(\tR\x08provider\x12\x14\n\x05model\x18\x03 \x01(\tR\x05model\x12\x18\n\x07offline\x18\x04 \x01(\x08R\x07offline\x12(\n\x05usage\x18\x05 \x01(\x0b\x32\x12.mesh.llm.v1.UsageR\x05usage\x12\x38\n\x08\x61ttempts\x18\x06 \x03(\x0b\x32\x1c.mesh.llm.v1.ProviderAttemptR\x08\x61ttempts\x12\x1e\n\x08\x63ost_usd\x18\x07 \x01(\x01H\x00R\x07\x63ostUsd\x88\x01\x01\x42\x0b\n\t_cost_usd2U\n\nLlmService\x12G\n\x08Generate\x12\x1c.mesh.llm.v1.GenerateRequest\x1a\x1d.mesh.llm.v1.GenerateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,7 +40,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROVIDERATTEMPT']._serialized_start=427
   _globals['_PROVIDERATTEMPT']._serialized_end=555
   _globals['_GENERATERESPONSE']._serialized_start=558
-  _globals['_GENERATERESPONSE']._serialized_end=772
-  _globals['_LLMSERVICE']._serialized_start=774
-  _globals['_LLMSERVICE']._serialized_end=859
+  _globals['_GENERATERESPONSE']._serialized_end=817
+  _globals['_LLMSERVICE']._serialized_start=819
+  _globals['_LLMSERVICE']._serialized_end=904
 # @@protoc_insertion_point(module_scope)

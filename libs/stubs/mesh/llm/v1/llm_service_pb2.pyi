@@ -49,17 +49,19 @@ class ProviderAttempt(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., outcome: _Optional[str] = ..., latency_ms: _Optional[float] = ..., retries: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("text", "provider", "model", "offline", "usage", "attempts")
+    __slots__ = ("text", "provider", "model", "offline", "usage", "attempts", "cost_usd")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     text: str
     provider: str
     model: str
     offline: bool
     usage: Usage
     attempts: _containers.RepeatedCompositeFieldContainer[ProviderAttempt]
-    def __init__(self, text: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., offline: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[ProviderAttempt, _Mapping]]] = ...) -> None: ...
+    cost_usd: float
+    def __init__(self, text: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., offline: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[ProviderAttempt, _Mapping]]] = ..., cost_usd: _Optional[float] = ...) -> None: ...

@@ -262,18 +262,26 @@ class StreamSolveProblemResponse(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ..., iteration_started: _Optional[_Union[IterationStarted, _Mapping]] = ..., agent_started: _Optional[_Union[AgentStarted, _Mapping]] = ..., agent_finished: _Optional[_Union[AgentFinished, _Mapping]] = ..., tally: _Optional[_Union[RoundTally, _Mapping]] = ..., response: _Optional[_Union[SolveProblemResponse, _Mapping]] = ...) -> None: ...
 
 class AnswerQueryRequest(_message.Message):
-    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id")
+    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     MCTS_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
     query: str
     collection: str
     top_k: int
     mcts_iterations: int
     thread_id: str
-    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ...) -> None: ...
+    sample_count: int
+    temperature: float
+    max_tokens: int
+    max_cost_usd: float
+    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ...) -> None: ...
 
 class Source(_message.Message):
     __slots__ = ("document_id", "title", "text", "score", "source")
@@ -290,7 +298,7 @@ class Source(_message.Message):
     def __init__(self, document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class AnswerQueryResponse(_message.Message):
-    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only")
+    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +311,11 @@ class AnswerQueryResponse(_message.Message):
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
     PASSAGES_ONLY_FIELD_NUMBER: _ClassVar[int]
+    DRAFTS_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    COST_KNOWN_FIELD_NUMBER: _ClassVar[int]
     answer: str
     confidence: float
     sources: _containers.RepeatedCompositeFieldContainer[Source]
@@ -315,7 +328,32 @@ class AnswerQueryResponse(_message.Message):
     thread_id: str
     failures: _containers.RepeatedCompositeFieldContainer[AgentFailure]
     passages_only: bool
-    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ...) -> None: ...
+    drafts: _containers.RepeatedCompositeFieldContainer[TextDraft]
+    stop_reason: str
+    total_tokens: int
+    cost_usd: float
+    cost_known: bool
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ...) -> None: ...
+
+class TextDraft(_message.Message):
+    __slots__ = ("text", "answer", "votes", "iteration", "provider", "model", "total_tokens", "cost_usd")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    answer: str
+    votes: int
+    iteration: int
+    provider: str
+    model: str
+    total_tokens: int
+    cost_usd: float
+    def __init__(self, text: _Optional[str] = ..., answer: _Optional[str] = ..., votes: _Optional[int] = ..., iteration: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class IngestDocumentsRequest(_message.Message):
     __slots__ = ("collection", "documents")

@@ -107,10 +107,12 @@ class OrchestratorServiceServicer:
 
     def AnswerQuery(self, request, context):
         """Answers a text query from retrieved passages through the LLM gateway,
-        with the sources it used.
+        with the sources it used; with a language model, by self-consistency
+        over sampled drafts within the request's token and cost budgets.
         Errors: INVALID_ARGUMENT naming the field for an empty or
         10,001-character query, top_k outside 1..20, mcts_iterations outside
-        1..10,000, or a bad thread id; UNIMPLEMENTED when mcts_iterations is set
+        1..10,000, sample_count outside 1..20, temperature outside 0..2,
+        max_tokens or max_cost_usd out of range, or a bad thread id; UNIMPLEMENTED when mcts_iterations is set
         (search over reasoning steps is not built yet); UNAVAILABLE when
         retrieval is down; DEADLINE_EXCEEDED. When the LLM gateway fails or does
         not answer in time, the response carries the retrieved passages alone,
