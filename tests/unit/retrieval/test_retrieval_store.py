@@ -178,3 +178,92 @@ def test_edge_store_survives_a_hard_kill(tmp_path):
         assert [h.text for h in hits] == ["text 2"]
     finally:
         store.close()
+
+
+# --- sparse (BM25) and hybrid search, on both backends -------------------------------------------
+
+TEXTS = {
+    "vit": "Vitamin D supplements reduce the risk of hip fractures in older women.",
+    "zeb": "Zebrafish regenerate heart muscle after injury through cardiomyocyte division.",
+    "cat": "Domestic cats purr at frequencies that may promote bone healing.",
+}
+
+
+@pytest.fixture
+def texts_store(store):
+    from services.retrieval.retriever import Bm25Embedder
+
+    bm25 = Bm25Embedder()
+    store.ensure_collection("papers", DIM)
+    records = [ChunkRecord(doc, 0, text, "", "pubmed" if doc != "cat" else "blog", 0, len(text),
+                           fingerprint=f"fp-{doc}")
+               for doc, text in TEXTS.items()]
+    # Dense vectors that disagree with the words: "cat" is nearest the dense query below.
+    vectors = np.stack([unit(0, 1), unit(0, 0, 1), unit(1, 0)])
+    store.upsert("papers", records, vectors, bm25.embed_documents([r.text for r in records]))
+    return store, bm25
+
+
+def test_sparse_search_ranks_by_words(texts_store):
+    store, bm25 = texts_store
+    hits = store.search("papers", None, top_k=3, mode="sparse",
+                        sparse=bm25.embed_query("hip fracture vitamin"))
+    assert [h.document_id for h in hits] == ["vit"]  # only the chunk sharing a term matches
+    assert hits[0].score > 0
+    assert store.search("papers", None, top_k=3, mode="sparse",
+                        sparse=bm25.embed_query("the of and")) == []  # stopwords only
+
+
+@pytest.mark.parametrize("fusion", ["dbsf", "rrf"])
+def test_hybrid_fuses_dense_and_sparse(texts_store, fusion):
+    store, bm25 = texts_store
+    hits = store.search("papers", unit(1, 0), top_k=3, mode="hybrid", fusion=fusion,
+                        sparse=bm25.embed_query("zebrafish heart regeneration"))
+    ids = [h.document_id for h in hits]
+    # Dense alone puts "cat" first and sparse alone finds only "zeb"; the fusion has both on top.
+    assert set(ids[:2]) == {"cat", "zeb"}
+    assert store.search("papers", unit(1, 0), top_k=3)[0].document_id == "cat"
+
+
+def test_filter_and_min_score_apply_to_every_mode(texts_store):
+    store, bm25 = texts_store
+    query = bm25.embed_query("cats bone healing zebrafish heart")
+    for mode in ("dense", "sparse", "hybrid"):
+        hits = store.search("papers", unit(1, 0), top_k=3, mode=mode, sparse=query,
+                            filter={"source": "pubmed"})
+        assert hits and {h.document_id for h in hits} <= {"vit", "zeb"}, mode
+        every = store.search("papers", unit(1, 0), top_k=3, mode=mode, sparse=query)
+        cut = (every[0].score + every[-1].score) / 2 if len(every) > 1 else every[0].score
+        kept = store.search("papers", unit(1, 0), top_k=3, mode=mode, sparse=query,
+                            min_score=cut)
+        assert kept and all(h.score >= cut for h in kept), mode
+        assert len(kept) < len(every) or len(every) == 1, mode
+
+
+def test_fingerprints_of_stored_documents(texts_store):
+    store, _ = texts_store
+    assert store.fingerprints("papers", ["vit", "zeb", "nope"]) == {"vit": "fp-vit",
+                                                                   "zeb": "fp-zeb"}
+    assert store.modes("papers") == {"dense", "sparse", "hybrid"}
+
+
+def test_old_dense_only_collection_refuses_sparse_modes(tmp_path):
+    import qdrant_edge as qe
+
+    # A shard as the previous version made it: one unnamed dense vector.
+    shard = qe.EdgeShard.create(str(tmp_path / "collections" / "old"), qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)))
+    shard.update(qe.UpdateOperation.upsert_points(
+        [qe.Point(point_id("old", "a", 0), unit(1).tolist(), chunk("a", 0).payload())]))
+    shard.close()
+    store = EdgeStore(tmp_path)
+    try:
+        assert store.modes("old") == {"dense"}
+        assert store.search("old", unit(1), top_k=1)[0].document_id == "a"
+        store.upsert("old", [chunk("b", 0)], unit(0, 1)[None, :])
+        assert store.count("old") == 2
+        with pytest.raises(InvalidArgument) as error:
+            store.search("old", unit(1), top_k=1, mode="hybrid")
+        assert error.value.field == "mode"
+    finally:
+        store.close()

@@ -162,18 +162,22 @@ class SolveProblemResponse(_message.Message):
     def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., answered_by: _Optional[_Union[Agent, str]] = ...) -> None: ...
 
 class AnswerQueryRequest(_message.Message):
-    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id")
+    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "search_mode", "fusion")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     MCTS_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_MODE_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
     query: str
     collection: str
     top_k: int
     mcts_iterations: int
     thread_id: str
-    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ...) -> None: ...
+    search_mode: _common_pb2.SearchMode
+    fusion: _common_pb2.FusionMethod
+    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ...) -> None: ...
 
 class Source(_message.Message):
     __slots__ = ("document_id", "title", "text", "score", "source")
@@ -222,9 +226,33 @@ class IngestDocumentsRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[_common_pb2.Document, _Mapping]]] = ...) -> None: ...
 
 class IngestDocumentsResponse(_message.Message):
-    __slots__ = ("document_count", "chunk_count")
+    __slots__ = ("document_count", "chunk_count", "skipped_document_count", "updated_document_count")
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     document_count: int
     chunk_count: int
-    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+    skipped_document_count: int
+    updated_document_count: int
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., skipped_document_count: _Optional[int] = ..., updated_document_count: _Optional[int] = ...) -> None: ...
+
+class StreamIngestDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "documents")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    documents: _containers.RepeatedCompositeFieldContainer[_common_pb2.Document]
+    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[_common_pb2.Document, _Mapping]]] = ...) -> None: ...
+
+class StreamIngestDocumentsResponse(_message.Message):
+    __slots__ = ("document_count", "chunk_count", "skipped_document_count", "updated_document_count")
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    document_count: int
+    chunk_count: int
+    skipped_document_count: int
+    updated_document_count: int
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., skipped_document_count: _Optional[int] = ..., updated_document_count: _Optional[int] = ...) -> None: ...
