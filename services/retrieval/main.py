@@ -12,7 +12,7 @@ from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 from qdrant_client import QdrantClient
 
 from libs.server import Servicer, run_service, serve
-from services.retrieval.edge_store import EdgeStore
+from services.retrieval.edge_store import DataDirLocked, EdgeStore
 from services.retrieval.embedder import Embedder, load_embedder
 from services.retrieval.retriever import Retriever
 from services.retrieval.server_store import ServerStore
@@ -24,6 +24,9 @@ NAME = "retrieval"
 SERVICE_NAME = retrieval_service_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name
 
 log = logging.getLogger(__name__)
+
+EXIT_DATA_DIR_LOCKED = 78
+"""Exit status when another process holds the data directory (EX_CONFIG of sysexits.h)."""
 
 
 def open_store(settings: RetrievalSettings) -> VectorStore:
@@ -41,9 +44,13 @@ def open_store(settings: RetrievalSettings) -> VectorStore:
 def build_retriever(settings: RetrievalSettings, embedder: Embedder | None = None) -> Retriever:
     """Loads the embedder (unless given: the int8 ONNX encoder by default, torch as the fallback)
     and opens the store (blocking: seconds)."""
-    embedder = embedder or load_embedder(settings.embedder, settings.onnx_path,
-                                         settings.embed_batch_size, settings.torch_threads)
-    store = open_store(settings)
+    store = open_store(settings)  # first: a locked data directory fails before the model loads
+    try:
+        embedder = embedder or load_embedder(settings.embedder, settings.onnx_path,
+                                             settings.embed_batch_size, settings.torch_threads)
+    except BaseException:
+        store.close()
+        raise
     log.info("retrieval: %s (%d-d, %s) over %s", embedder.name, embedder.dim,
              getattr(embedder, "backend", "torch"), type(store).__name__)
     return Retriever(store, embedder, settings.chunk_size, settings.chunk_overlap)
@@ -83,6 +90,9 @@ def main(settings: RetrievalSettings | None = None,
         servicers, ready = await build_servicers(settings)
         try:
             await serve(NAME, settings, servicers, ready, on_listening=on_listening)
+        except DataDirLocked as error:
+            log.error("%s: %s", NAME, error.message)
+            raise SystemExit(EXIT_DATA_DIR_LOCKED) from None
         finally:
             servicers[0].servicer.close()
 

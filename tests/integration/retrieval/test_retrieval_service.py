@@ -415,3 +415,22 @@ async def test_stream_ingest_batches_and_reports_a_repeated_id(tmp_path, embedde
         await channel.close()
         await running.stop(0)
         servicer.close()
+
+
+def test_a_second_service_on_the_same_data_dir_exits_with_a_clear_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from services.retrieval.main import EXIT_DATA_DIR_LOCKED
+
+    held = open_store(RetrievalSettings(data_dir=tmp_path / "store"))
+    try:
+        env = {**os.environ, "RETRIEVAL_PORT": "0", "RETRIEVAL_DATA_DIR": str(tmp_path / "store")}
+        child = subprocess.run([sys.executable, "-m", "mcts_mesh.cli", "serve", "retrieval"],
+                               env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        held.close()
+    assert child.returncode == EXIT_DATA_DIR_LOCKED, child.stderr[-2000:]
+    assert f"is in use by another process (pid {os.getpid()})" in child.stderr
+    assert "Traceback" not in child.stderr

@@ -267,3 +267,72 @@ def test_old_dense_only_collection_refuses_sparse_modes(tmp_path):
         assert error.value.field == "mode"
     finally:
         store.close()
+
+
+def test_kill_during_an_ingest_leaves_whole_batches(tmp_path):
+    # A child process writes 40 batches of 50 chunks (dense + BM25) and says after each one that it
+    # is stored; it is killed with SIGKILL while it is still writing.
+    script = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from services.retrieval.edge_store import EdgeStore
+        from services.retrieval.retriever import Bm25Embedder
+        from services.retrieval.store import ChunkRecord
+        store = EdgeStore({str(tmp_path)!r})
+        store.ensure_collection("papers", {DIM})
+        bm25 = Bm25Embedder()
+        rng = np.random.default_rng(0)
+        for batch in range(40):
+            records = [ChunkRecord(f"{{batch}}-{{i}}", 0, f"batch {{batch}} note {{i}} about cells",
+                                   "", "s", 0, 30) for i in range(50)]
+            vectors = rng.normal(size=(50, {DIM})).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            sparse = bm25.embed_documents([r.text for r in records])
+            store.upsert("papers", records, vectors, sparse)
+            print(batch, flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        acknowledged = -1
+        while acknowledged < 5:
+            line = child.stdout.readline()
+            assert line, "the child ended before writing six batches"
+            acknowledged = int(line)
+        child.kill()
+    finally:
+        child.wait(timeout=60)
+        child.stdout.close()
+    assert child.returncode == -9
+    store = EdgeStore(tmp_path)
+    try:
+        count = store.count("papers")
+        # Every acknowledged batch is there; the one in flight is there whole or not at all.
+        assert count % 50 == 0 and count >= (acknowledged + 1) * 50
+        batches = count // 50
+        from services.retrieval.retriever import Bm25Embedder
+
+        hits = store.search("papers", None, top_k=100, mode="sparse",
+                            sparse=Bm25Embedder().embed_query(f"batch {batches - 1}"))
+        assert {h.document_id.split("-")[0] for h in hits} >= {str(batches - 1)}
+        assert store.fingerprints("papers", [f"{batches - 1}-49", f"{batches}-0"]).keys() == {
+            f"{batches - 1}-49"}
+    finally:
+        store.close()
+
+
+def test_a_second_process_on_the_same_directory_gets_a_clear_error(tmp_path):
+    store = EdgeStore(tmp_path)
+    try:
+        script = textwrap.dedent(f"""
+            from services.retrieval.edge_store import DataDirLocked, EdgeStore
+            try:
+                EdgeStore({str(tmp_path)!r})
+            except DataDirLocked as error:
+                print(error.message)
+        """)
+        child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               timeout=120)
+        assert child.returncode == 0, child.stderr
+        assert f"in use by another process (pid {os.getpid()})" in child.stdout
+    finally:
+        store.close()
