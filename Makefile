@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 BUF    := $(VENV)/bin/buf
 STAMP  := $(VENV)/.installed
-EMBEDDER := models/embedder/all-MiniLM-L6-v2-int8.onnx
+EMBEDDER := var/embedder/all-MiniLM-L6-v2-int8.onnx
 
 .PHONY: setup gen lint run test bench check-stubs breaking clean
 

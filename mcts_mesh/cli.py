@@ -578,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     export = models_sub.add_parser(
         "export-embedder", help="export the packaged all-MiniLM-L6-v2 to an int8 ONNX encoder "
                                 "for retrieval (run by `make setup`; nothing is downloaded)")
-    export.add_argument("--output", default="models/embedder/all-MiniLM-L6-v2-int8.onnx",
+    export.add_argument("--output", default="var/embedder/all-MiniLM-L6-v2-int8.onnx",
                         help="where to write it (RETRIEVAL_ONNX_PATH; default %(default)s)")
     export.add_argument("--force", action="store_true",
                         help="export again even when an export of the same weights is there")

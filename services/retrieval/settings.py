@@ -39,8 +39,9 @@ class RetrievalSettings(ServiceSettings):
     """Intra-op CPU threads of the encoder (torch or onnxruntime)."""
     embedder: Literal["onnx", "torch"] = "onnx"
     """Encoder: "onnx", the int8 export at `onnx_path` (torch when it is missing), or "torch"."""
-    onnx_path: Path = Path("models/embedder/all-MiniLM-L6-v2-int8.onnx")
-    """Where `mcts-mesh models export-embedder` (run by `make setup`) writes the int8 encoder."""
+    onnx_path: Path = Path("var/embedder/all-MiniLM-L6-v2-int8.onnx")
+    """Where `mcts-mesh models export-embedder` (run by `make setup`) writes the int8 encoder (not
+    under `models/`: the neural service serves every directory there as a checkpoint)."""
     ingest_workers: int = 1
     """Threads that embed and write ingested documents (a bounded pool off the event loop)."""
     query_workers: int = 2

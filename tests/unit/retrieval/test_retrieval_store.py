@@ -4,9 +4,12 @@ survives reopening and a hard kill, and refuses a second owner of its directory.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -39,10 +42,52 @@ def put(store, collection: str, records_and_vectors) -> None:
     store.upsert(collection, records, np.stack([v for _, v in records_and_vectors]))
 
 
-@pytest.fixture(params=["edge", "server"])
+@pytest.fixture(scope="module")
+def qdrant_server(tmp_path_factory):
+    """A real Qdrant server on loopback, when a `qdrant` binary is installed (none of PyPI,
+    Debian or npm ships one, so CI skips this; the in-process double covers the client code)."""
+    binary = shutil.which("qdrant")
+    if binary is None:
+        pytest.skip("no qdrant server binary on PATH: PyPI, Debian and npm ship none")
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    storage = tmp_path_factory.mktemp("qdrant")
+    env = {**os.environ, "QDRANT__SERVICE__HOST": "127.0.0.1",
+           "QDRANT__SERVICE__HTTP_PORT": str(ports[0]), "QDRANT__SERVICE__GRPC_PORT": str(ports[1]),
+           "QDRANT__STORAGE__STORAGE_PATH": str(storage / "storage"),
+           "QDRANT__TELEMETRY_DISABLED": "true"}
+    server = subprocess.Popen([binary], env=env, cwd=storage, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{ports[0]}"
+    try:
+        for _ in range(300):
+            try:
+                QdrantClient(url=url, timeout=1).get_collections()
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.1)
+        else:
+            pytest.fail("the qdrant server did not answer within 30 s")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture(params=["edge", "server", "qdrant-server"])
 def store(request, tmp_path):
-    backend = (EdgeStore(tmp_path / "store") if request.param == "edge"
-               else ServerStore(QdrantClient(":memory:")))
+    if request.param == "edge":
+        backend = EdgeStore(tmp_path / "store")
+    elif request.param == "server":
+        backend = ServerStore(QdrantClient(":memory:"))
+    else:
+        client = QdrantClient(url=request.getfixturevalue("qdrant_server"))
+        for collection in client.get_collections().collections:
+            client.delete_collection(collection.name)
+        backend = ServerStore(client)
     yield backend
     backend.close()
 
