@@ -13,7 +13,9 @@ What it does:
 3. sends every test claim to RetrievalService.SearchDocuments (one gRPC hop from this process) in
    each mode with top_k 100, keeps each document's best chunk, and scores the rankings against
    `qrels/test.tsv` as pytrec_eval's `ndcg_cut.10` and `recall.100`;
-4. times hybrid top-10 and dense top-10 queries (the baseline of the latency ratio).
+4. times hybrid top-10 and dense top-10 queries (the baseline of the latency ratio);
+5. before the mesh starts, embeds a sample of abstracts in this process with the int8 ONNX
+   encoder and with torch (the baseline of the encoder ratio).
 
 Published anchors on the same split: MTEB's all-MiniLM-L6-v2 nDCG@10 0.645 (dense) and
 Anserini's flat BM25 0.679 (BEIR leaderboard). The last line with `--json` is one JSON object.
@@ -40,8 +42,10 @@ from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
 from mcts_mesh.launcher import start_mesh
+from services.retrieval.embedder import Embedder, OnnxEmbedder
 from services.retrieval.ingest import read_jsonl
 from services.retrieval.ir_metrics import mean_over_queries, ndcg_at_k, recall_at_k
+from services.retrieval.settings import RetrievalSettings
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir-scifact"
 COLLECTION = "scifact"
@@ -107,6 +111,18 @@ def rankings(stub, queries: dict[str, str], mode: int, fusion: int, top_k: int
     return ranked, latencies
 
 
+def encoder_rates(texts: list[str]) -> dict[str, float]:
+    """Texts per second of the int8 ONNX encoder and of torch on `texts` (2 threads each)."""
+    rates = {}
+    for name, encoder in (("onnx", OnnxEmbedder(RetrievalSettings().onnx_path, 32, 2)),
+                          ("torch", Embedder.load(batch_size=32, torch_threads=2))):
+        encoder.embed(texts[:4])
+        start = time.perf_counter()
+        encoder.embed(texts)
+        rates[name] = len(texts) / (time.perf_counter() - start)
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -114,6 +130,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="ingest only the first N abstracts (quality then drops)")
     parser.add_argument("--batch", type=int, default=64, help="documents per stream message")
+    parser.add_argument("--encoder-sample", type=int, default=64,
+                        help="abstracts embedded by both encoders in this process (0: skip)")
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
     args = parser.parse_args()
 
@@ -121,6 +139,9 @@ def main() -> None:
     qrels = read_qrels(args.data / "qrels" / f"{args.split}.tsv")
     queries = read_queries(args.data / "queries.jsonl", set(qrels))
     queries = dict(sorted(queries.items()))
+
+    sample = [f"{d.title} {d.text}".strip() for d in documents[: args.encoder_sample]]
+    rates = encoder_rates(sample) if sample else {}
 
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as data_dir:
         env = {"RETRIEVAL_DATA_DIR": data_dir, "RETRIEVAL_CHUNK_SIZE": "4000",
@@ -156,6 +177,10 @@ def main() -> None:
     print(f"ingest through the mesh: {reply.document_count} documents, {reply.chunk_count} "
           f"chunks in {ingest_s:.1f} s = {chunks_per_s:.1f} chunks/s "
           f"({reply.document_count / ingest_s:.1f} documents/s)")
+    if rates:
+        print(f"encoders in this process, {len(sample)} abstracts: int8 ONNX "
+              f"{rates['onnx']:.1f} texts/s, torch {rates['torch']:.1f} texts/s "
+              f"(ONNX / torch {rates['onnx'] / rates['torch']:.2f})")
     print()
     print("| mode                 | nDCG@10 | Recall@100 | published nDCG@10 | nDCG / dense "
           "| p50 ms (top 100) |")
@@ -186,6 +211,8 @@ def main() -> None:
             "ingest_chunks_per_s": round(chunks_per_s, 1),
             "hybrid_top10_p50_ms": round(hybrid_p50, 2),
             "dense_top10_p50_ms": round(dense_p50, 2),
+            "onnx_texts_per_s": round(rates["onnx"], 1) if rates else None,
+            "torch_texts_per_s": round(rates["torch"], 1) if rates else None,
             "published_dense_ndcg_at_10": ANCHORS["dense"],
             "published_bm25_ndcg_at_10": ANCHORS["sparse"],
         }))

@@ -109,6 +109,9 @@ class OnnxEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Threads sleep instead of spinning between ops: on a shared 2-core machine spinning
+        # threads steal the cores the other services need (measured 2.1 -> 3.7 texts/s here).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(onnx_path), options,
                                              providers=["CPUExecutionProvider"])
         self._tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
