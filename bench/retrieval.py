@@ -1,15 +1,25 @@
-"""Dense retrieval on BEIR SciFact: nDCG@10 and Recall@100 of all-MiniLM-L6-v2, and the latency of
-the embedded Qdrant store (`EdgeStore`) against a brute-force numpy dot product.
+"""Retrieval on BEIR SciFact through a running mesh: ingest speed end to end, and nDCG@10 /
+Recall@100 of dense, sparse (BM25) and hybrid search (DBSF and RRF), with query latency.
 
-Protocol as MTEB's retrieval tasks with sentence-transformers (the published 0.64508 nDCG@10,
-mteb 1.12.75): each abstract is embedded whole as `(title + " " + text).strip()` (truncated by the
-model at 256 word pieces), each claim as its text; cosine similarity; metrics over the 300 test
-claims in `qrels/test.tsv`, computed as pytrec_eval's `ndcg_cut.10` and `recall.100`.
+    .venv/bin/python bench/retrieval.py [--data ../shared/data/beir-scifact] [--limit N] [--json]
 
-    .venv/bin/python bench/retrieval.py [--data ../shared/data/beir-scifact] [--json]
+What it does:
+1. starts the whole mesh on free loopback ports (`mcts_mesh.launcher.start_mesh`, as `make run`),
+   with the retrieval store in a temporary directory and RETRIEVAL_CHUNK_SIZE=4000, so each
+   abstract is one chunk (the dense encoder reads its first 256 word pieces, as MTEB embeds it);
+2. streams the corpus through the orchestrator's StreamIngestDocuments (what `mcts-mesh ingest`
+   sends) and times it from the first message to the summary: chunking, embedding (the int8 ONNX
+   encoder unless the export is missing), BM25 vectors and upserts, end to end;
+3. sends every test claim to RetrievalService.SearchDocuments (one gRPC hop from this process) in
+   each mode with top_k 100, keeps each document's best chunk, and scores the rankings against
+   `qrels/test.tsv` as pytrec_eval's `ndcg_cut.10` and `recall.100`;
+4. times hybrid top-10 and dense top-10 queries (the baseline of the latency ratio);
+5. before the mesh starts, embeds a sample of abstracts in this process with the int8 ONNX
+   encoder and with torch (the baseline of the encoder ratio).
 
-Embedding the 5,183 abstracts takes minutes on two CPU cores; `--cache FILE.npy` keeps the corpus
-vectors between runs.
+Published anchors on the same split: MTEB's all-MiniLM-L6-v2 nDCG@10 0.645 (dense) and
+Anserini's flat BM25 0.679 (BEIR leaderboard). The last line with `--json` is one JSON object.
+Ingesting the 5,183 abstracts takes minutes on two CPU cores.
 """
 
 from __future__ import annotations
@@ -24,17 +34,30 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+import grpc
+from mesh.common.v1 import common_pb2
+from mesh.orchestrator.v1 import orchestrator_service_pb2 as opb
+from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
+from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
-from services.retrieval.edge_store import EdgeStore
-from services.retrieval.embedder import Embedder
+from mcts_mesh.launcher import start_mesh
+from services.retrieval.embedder import Embedder, OnnxEmbedder
 from services.retrieval.ingest import read_jsonl
 from services.retrieval.ir_metrics import mean_over_queries, ndcg_at_k, recall_at_k
-from services.retrieval.store import ChunkRecord
+from services.retrieval.settings import RetrievalSettings
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir-scifact"
+COLLECTION = "scifact"
 TOP_K = 100
-PUBLISHED_NDCG_AT_10 = 0.64508
+ANCHORS = {"dense": 0.645, "sparse": 0.679}
+"""Published nDCG@10 on SciFact test: MTEB (all-MiniLM-L6-v2) and Anserini flat BM25."""
+MODES = {
+    "dense": (common_pb2.SEARCH_MODE_DENSE, common_pb2.FUSION_METHOD_UNSPECIFIED),
+    "sparse": (common_pb2.SEARCH_MODE_SPARSE, common_pb2.FUSION_METHOD_UNSPECIFIED),
+    "hybrid": (common_pb2.SEARCH_MODE_HYBRID, common_pb2.FUSION_METHOD_DBSF),
+    "hybrid_rrf": (common_pb2.SEARCH_MODE_HYBRID, common_pb2.FUSION_METHOD_RRF),
+}
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -56,140 +79,144 @@ def read_queries(path: Path, wanted: set[str]) -> dict[str, str]:
     return queries
 
 
-def embed_corpus(embedder: Embedder, texts: list[str], cache: Path | None,
-                 doc_ids: list[str]) -> tuple[np.ndarray, float]:
-    """Corpus vectors float32 [n, 384] and the seconds spent embedding (0 when read from cache)."""
-    ids_file = cache.with_suffix(".ids.json") if cache else None
-    if cache and cache.is_file() and ids_file.is_file():
-        if json.loads(ids_file.read_text()) == doc_ids:
-            return np.load(cache), 0.0
-    start = time.perf_counter()
-    vectors = embedder.embed(texts, show_progress=sys.stderr.isatty())
-    seconds = time.perf_counter() - start
-    if cache:
-        np.save(cache, vectors)
-        ids_file.write_text(json.dumps(doc_ids))
-    return vectors, seconds
+def ingest(target: str, documents: list, batch: int) -> tuple[opb.StreamIngestDocumentsResponse,
+                                                               float]:
+    """Streams `documents` through the orchestrator; returns the summary and the seconds."""
+    def messages():
+        for begin in range(0, len(documents), batch):
+            yield opb.StreamIngestDocumentsRequest(collection=COLLECTION,
+                                                   documents=documents[begin:begin + batch])
 
-
-def brute_force(doc_vectors: np.ndarray, query_vectors: np.ndarray, doc_ids: list[str]
-                ) -> tuple[list[list[str]], list[float]]:
-    """Exact top-100 by dot product (the vectors are unit length), one query at a time."""
-    rankings, latencies = [], []
-    for query in query_vectors:
+    with grpc.insecure_channel(target) as channel:
+        stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
         start = time.perf_counter()
-        scores = doc_vectors @ query
-        top = np.argpartition(-scores, TOP_K)[:TOP_K]
-        top = top[np.argsort(-scores[top], kind="stable")]
+        reply = stub.StreamIngestDocuments(messages(), timeout=3600)
+        return reply, time.perf_counter() - start
+
+
+def rankings(stub, queries: dict[str, str], mode: int, fusion: int, top_k: int
+             ) -> tuple[dict[str, list[str]], list[float]]:
+    """Per query the document ids best first (each document at its best chunk), and the
+    latency of each call in ms."""
+    ranked, latencies = {}, []
+    for query_id, text in queries.items():
+        start = time.perf_counter()
+        response = stub.SearchDocuments(rpb.SearchDocumentsRequest(
+            collection=COLLECTION, query=text, top_k=top_k, mode=mode, fusion=fusion), timeout=60)
         latencies.append((time.perf_counter() - start) * 1000)
-        rankings.append([doc_ids[i] for i in top])
-    return rankings, latencies
+        seen: dict[str, None] = {}
+        for result in response.results:
+            seen.setdefault(result.document_id, None)
+        ranked[query_id] = list(seen)
+    return ranked, latencies
 
 
-def edge_search(doc_vectors: np.ndarray, query_vectors: np.ndarray, doc_ids: list[str],
-                titles: list[str], texts: list[str]
-                ) -> tuple[list[list[str]], list[float], float]:
-    """Top-100 through `EdgeStore` (one point per abstract) in a temporary directory; returns the
-    rankings, per-query latencies in ms and the upsert time in s."""
-    with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as data_dir:
-        store = EdgeStore(data_dir)
-        try:
-            store.ensure_collection("scifact", doc_vectors.shape[1])
-            start = time.perf_counter()
-            for begin in range(0, len(doc_ids), 512):
-                end = min(begin + 512, len(doc_ids))
-                chunks = [ChunkRecord(doc_ids[i], 0, texts[i], titles[i], "scifact", 0,
-                                      len(texts[i])) for i in range(begin, end)]
-                store.upsert("scifact", chunks, doc_vectors[begin:end])
-            upsert_s = time.perf_counter() - start
-            rankings, latencies = [], []
-            for query in query_vectors:
-                start = time.perf_counter()
-                hits = store.search("scifact", query, TOP_K)
-                latencies.append((time.perf_counter() - start) * 1000)
-                rankings.append([hit.document_id for hit in hits])
-        finally:
-            store.close()
-    return rankings, latencies, upsert_s
+def encoder_rates(texts: list[str]) -> dict[str, float]:
+    """Texts per second of the int8 ONNX encoder and of torch on `texts` (2 threads each)."""
+    rates = {}
+    for name, encoder in (("onnx", OnnxEmbedder(RetrievalSettings().onnx_path, 32, 2)),
+                          ("torch", Embedder.load(batch_size=32, torch_threads=2))):
+        encoder.embed(texts[:4])
+        start = time.perf_counter()
+        encoder.embed(texts)
+        rates[name] = len(texts) / (time.perf_counter() - start)
+    return rates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--split", default="test")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--cache", type=Path, help="corpus vectors .npy to reuse between runs")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="ingest only the first N abstracts (quality then drops)")
+    parser.add_argument("--batch", type=int, default=64, help="documents per stream message")
+    parser.add_argument("--encoder-sample", type=int, default=64,
+                        help="abstracts embedded by both encoders in this process (0: skip)")
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
     args = parser.parse_args()
 
-    documents = list(read_jsonl(args.data / "corpus.jsonl"))
-    doc_ids = [d.id for d in documents]
-    titles = [d.title for d in documents]
-    texts = [d.text for d in documents]
+    documents = list(read_jsonl(args.data / "corpus.jsonl"))[: args.limit]
     qrels = read_qrels(args.data / "qrels" / f"{args.split}.tsv")
     queries = read_queries(args.data / "queries.jsonl", set(qrels))
-    query_ids = sorted(queries)
+    queries = dict(sorted(queries.items()))
 
-    start = time.perf_counter()
-    embedder = Embedder.load(batch_size=args.batch_size, torch_threads=args.threads)
-    load_s = time.perf_counter() - start
-    corpus_texts = [f"{title} {text}".strip() for title, text in zip(titles, texts, strict=True)]
-    doc_vectors, corpus_s = embed_corpus(embedder, corpus_texts, args.cache, doc_ids)
-    start = time.perf_counter()
-    query_vectors = embedder.embed([queries[q] for q in query_ids])
-    queries_s = time.perf_counter() - start
+    sample = [f"{d.title} {d.text}".strip() for d in documents[: args.encoder_sample]]
+    rates = encoder_rates(sample) if sample else {}
 
-    exact_rankings, exact_ms = brute_force(doc_vectors, query_vectors, doc_ids)
-    edge_rankings, edge_ms, upsert_s = edge_search(doc_vectors, query_vectors, doc_ids, titles,
-                                                   texts)
+    with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as data_dir:
+        env = {"RETRIEVAL_DATA_DIR": data_dir, "RETRIEVAL_CHUNK_SIZE": "4000",
+               "HF_HUB_OFFLINE": "1"}
+        start = time.perf_counter()
+        mesh = start_mesh(port_base=0, rest_port=None, env=env)
+        startup_s = time.perf_counter() - start
+        try:
+            reply, ingest_s = ingest(mesh.target, documents, args.batch)
+            log = mesh.logs["retrieval"].read_text(errors="replace")
+            backend = "onnx-int8" if "onnx-int8" in log else "torch"
+            with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['retrieval']}") as channel:
+                stub = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
+                rankings(stub, dict(list(queries.items())[:10]), *MODES["hybrid"], 10)  # warm up
+                rows = {}
+                for name, (mode, fusion) in MODES.items():
+                    ranked, latencies = rankings(stub, queries, mode, fusion, TOP_K)
+                    rows[name] = {
+                        "ndcg_at_10": mean_over_queries(ndcg_at_k, ranked, qrels, 10),
+                        "recall_at_100": mean_over_queries(recall_at_k, ranked, qrels, TOP_K),
+                        "p50_ms": statistics.median(latencies),
+                    }
+                _, dense10 = rankings(stub, queries, *MODES["dense"], 10)
+                _, hybrid10 = rankings(stub, queries, *MODES["hybrid"], 10)
+        finally:
+            mesh.stop()
 
-    rows = []
-    for name, rankings, latencies in (("numpy brute force", exact_rankings, exact_ms),
-                                      ("EdgeStore (qdrant-edge)", edge_rankings, edge_ms)):
-        by_query = dict(zip(query_ids, rankings, strict=True))
-        rows.append({
-            "path": name,
-            "ndcg_at_10": mean_over_queries(ndcg_at_k, by_query, qrels, 10),
-            "recall_at_100": mean_over_queries(recall_at_k, by_query, qrels, TOP_K),
-            "p50_ms": statistics.median(latencies),
-            "mean_ms": statistics.fmean(latencies),
-        })
-    same_top10 = sum(a[:10] == b[:10] for a, b in zip(exact_rankings, edge_rankings, strict=True))
-
-    print(f"BEIR SciFact {args.split}: {len(documents)} abstracts, {len(query_ids)} queries, "
-          f"model {embedder.name} (max {embedder.max_seq_length} word pieces), "
-          f"torch threads {args.threads}")
-    print(f"model load {load_s:.1f} s; corpus embedding "
-          + (f"{corpus_s:.1f} s ({len(documents) / corpus_s:.1f} docs/s)" if corpus_s
-             else "read from cache")
-          + f"; {len(query_ids)} queries {queries_s:.1f} s; EdgeStore upsert {upsert_s:.2f} s")
+    chunks_per_s = reply.chunk_count / ingest_s
+    dense_p50, hybrid_p50 = statistics.median(dense10), statistics.median(hybrid10)
+    print(f"BEIR SciFact {args.split}: {len(documents)} abstracts, {len(queries)} claims; "
+          f"encoder {backend}; os.cpu_count() {os.cpu_count()}; mesh started in "
+          f"{startup_s:.0f} s")
+    print(f"ingest through the mesh: {reply.document_count} documents, {reply.chunk_count} "
+          f"chunks in {ingest_s:.1f} s = {chunks_per_s:.1f} chunks/s "
+          f"({reply.document_count / ingest_s:.1f} documents/s)")
+    if rates:
+        print(f"encoders in this process, {len(sample)} abstracts: int8 ONNX "
+              f"{rates['onnx']:.1f} texts/s, torch {rates['torch']:.1f} texts/s "
+              f"(ONNX / torch {rates['onnx'] / rates['torch']:.2f})")
     print()
-    print(f"| {'path':<24} | nDCG@10 | Recall@100 | p50 ms | mean ms | p50 / numpy p50 |")
-    print(f"|{'-' * 26}|---------|------------|--------|---------|-----------------|")
-    for row in rows:
-        ratio = row["p50_ms"] / rows[0]["p50_ms"]
-        print(f"| {row['path']:<24} | {row['ndcg_at_10']:.4f}  | {row['recall_at_100']:.4f}     "
-              f"| {row['p50_ms']:6.3f} | {row['mean_ms']:7.3f} | {ratio:15.2f} |")
+    print("| mode                 | nDCG@10 | Recall@100 | published nDCG@10 | nDCG / dense "
+          "| p50 ms (top 100) |")
+    print("|----------------------|---------|------------|-------------------|--------------"
+          "|------------------|")
+    for name, row in rows.items():
+        anchor = ANCHORS.get(name)
+        label = {"hybrid": "hybrid (DBSF)", "hybrid_rrf": "hybrid (RRF k=60)"}.get(name, name)
+        print(f"| {label:<20} | {row['ndcg_at_10']:.4f}  | {row['recall_at_100']:.4f}     "
+              f"| {anchor if anchor else '-':<17} "
+              f"| {row['ndcg_at_10'] / rows['dense']['ndcg_at_10']:12.3f} "
+              f"| {row['p50_ms']:16.2f} |")
     print()
-    ndcg = rows[1]["ndcg_at_10"]
-    print(f"published (MTEB) nDCG@10 {PUBLISHED_NDCG_AT_10:.4f}; EdgeStore differs by "
-          f"{ndcg - PUBLISHED_NDCG_AT_10:+.4f}; identical top-10 lists: "
-          f"{same_top10}/{len(query_ids)}")
+    print(f"top-10 query p50 through one gRPC hop: hybrid {hybrid_p50:.2f} ms, dense "
+          f"{dense_p50:.2f} ms (hybrid / dense {hybrid_p50 / dense_p50:.2f})")
     if args.json:
         print(json.dumps({
-            "dataset": "beir-scifact", "split": args.split, "queries": len(query_ids),
-            "documents": len(documents), "model": embedder.name,
-            "ndcg_at_10": round(ndcg, 5), "recall_at_100": round(rows[1]["recall_at_100"], 5),
-            "ndcg_at_10_numpy": round(rows[0]["ndcg_at_10"], 5),
-            "published_ndcg_at_10": PUBLISHED_NDCG_AT_10,
-            "corpus_embed_s": round(corpus_s, 1) if corpus_s else None,
-            "edge_p50_ms": round(rows[1]["p50_ms"], 3),
-            "numpy_p50_ms": round(rows[0]["p50_ms"], 3),
-            "edge_over_numpy_p50": round(rows[1]["p50_ms"] / rows[0]["p50_ms"], 2),
-            "identical_top10": same_top10,
+            "dataset": "beir-scifact", "split": args.split, "queries": len(queries),
+            "documents": len(documents), "encoder": backend,
+            "dense_ndcg_at_10": round(rows["dense"]["ndcg_at_10"], 4),
+            "sparse_ndcg_at_10": round(rows["sparse"]["ndcg_at_10"], 4),
+            "hybrid_ndcg_at_10": round(rows["hybrid"]["ndcg_at_10"], 4),
+            "hybrid_rrf_ndcg_at_10": round(rows["hybrid_rrf"]["ndcg_at_10"], 4),
+            "dense_recall_at_100": round(rows["dense"]["recall_at_100"], 4),
+            "sparse_recall_at_100": round(rows["sparse"]["recall_at_100"], 4),
+            "hybrid_recall_at_100": round(rows["hybrid"]["recall_at_100"], 4),
+            "ingest_chunks": reply.chunk_count, "ingest_s": round(ingest_s, 1),
+            "ingest_chunks_per_s": round(chunks_per_s, 1),
+            "hybrid_top10_p50_ms": round(hybrid_p50, 2),
+            "dense_top10_p50_ms": round(dense_p50, 2),
+            "onnx_texts_per_s": round(rates["onnx"], 1) if rates else None,
+            "torch_texts_per_s": round(rates["torch"], 1) if rates else None,
+            "published_dense_ndcg_at_10": ANCHORS["dense"],
+            "published_bm25_ndcg_at_10": ANCHORS["sparse"],
         }))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -355,7 +355,11 @@ async def start_server(
     await server.start()
     log.info("%s listening on %s:%d (not serving until ready)", name, settings.host, port)
     if ready is not None:
-        await ready()
+        try:
+            await ready()
+        except BaseException:
+            await server.stop(None)  # a failed start leaves no server for the garbage collector
+            raise
     if probe is None:
         await running.set_serving(True)
         log.info("%s ready: SERVING", name)

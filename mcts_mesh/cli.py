@@ -242,34 +242,86 @@ def cmd_eval(args) -> int:
 
 
 def cmd_ingest(args) -> int:
+    """Reads and checks every document first (a bad file is reported before anything is stored),
+    then streams them to OrchestratorService.StreamIngestDocuments with a progress bar (documents
+    sent, total, ETA) on stderr."""
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+    from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    from services.retrieval.ingest import read_documents
+    from libs.errors import InvalidArgument
+    from mcts_mesh.client import open_channel
+    from services.retrieval.ingest import load_documents
 
-    channel, stub = _stub(args.target, args.api_key)
-    total_docs = total_chunks = 0
+    if not 1 <= args.batch_size <= 10_000:
+        print(f"error: --batch-size {args.batch_size} is outside 1..10000", file=sys.stderr)
+        return 2
     try:
-        for batch in read_documents([Path(p) for p in args.paths], batch_size=args.batch_size,
-                                    progress=not args.quiet):
-            try:
-                reply = stub.IngestDocuments(
-                    pb.IngestDocumentsRequest(collection=args.collection, documents=batch),
-                    timeout=args.deadline)
-            except grpc.RpcError as error:
-                return _fail(error)
-            total_docs += reply.document_count
-            total_chunks += reply.chunk_count
+        documents = load_documents([Path(p) for p in args.paths], limit=args.limit,
+                                   max_document_chars=args.max_document_chars)
+    except InvalidArgument as error:
+        print(f"error: {error.description}", file=sys.stderr)
+        print("nothing was ingested", file=sys.stderr)
+        return 2
+    if not documents:
+        print("error: no documents found in the given paths", file=sys.stderr)
+        return 2
+    progress = Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("documents"), TimeElapsedColumn(), TextColumn("ETA"),
+                        TimeRemainingColumn(), console=_stderr_console(),
+                        disable=args.quiet)
+    task = progress.add_task("ingest", total=len(documents))
+
+    def messages():
+        for begin in range(0, len(documents), args.batch_size):
+            batch = documents[begin:begin + args.batch_size]
+            yield pb.StreamIngestDocumentsRequest(collection=args.collection, documents=batch)
+            progress.advance(task, len(batch))
+
+    # No BDP probing: the flow-control window stays small, so the bar follows what retrieval has
+    # taken in rather than what the socket buffered.
+    channel = open_channel(args.target, args.api_key, extra_options=[("grpc.http2.bdp_probe", 0)])
+    stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+    try:
+        with progress:
+            reply = stub.StreamIngestDocuments(messages(), timeout=args.deadline)
+    except grpc.RpcError as error:
+        return _fail(error)
+    except KeyboardInterrupt:
+        print("interrupted: documents stored before the interruption stay stored; a re-run "
+              "skips them", file=sys.stderr)
+        return 130
     finally:
         channel.close()
-    print(f"ingested {total_docs} documents as {total_chunks} chunks into {args.collection!r}")
+    print(f"ingested {reply.document_count} documents as {reply.chunk_count} chunks into "
+          f"{args.collection!r} ({reply.updated_document_count} updated, "
+          f"{reply.skipped_document_count} unchanged and skipped)")
     return 0
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def cmd_query(args) -> int:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
     channel, stub = _stub(args.target, args.api_key)
-    request = pb.AnswerQueryRequest(query=args.text, collection=args.collection)
+    from mesh.common.v1 import common_pb2
+
+    request = pb.AnswerQueryRequest(
+        query=args.text, collection=args.collection,
+        search_mode=common_pb2.SearchMode.Value(f"SEARCH_MODE_{args.mode.upper()}"),
+        fusion=common_pb2.FusionMethod.Value(f"FUSION_METHOD_{args.fusion.upper()}"))
     if args.top_k is not None:
         request.top_k = args.top_k
     for field in ("sample_count", "temperature", "max_tokens", "max_cost_usd"):
@@ -511,6 +563,26 @@ def cmd_puzzles_heldout(args) -> int:
     return held_out(args)
 
 
+def cmd_models_export_embedder(args) -> int:
+    from services.retrieval.onnx_export import check_manifest, export_embedder
+
+    output = Path(args.output)
+    if not args.force:
+        try:
+            check_manifest(output)
+            print(f"{output}: up to date (an export of the packaged weights)")
+            return 0
+        except (FileNotFoundError, ValueError):
+            pass
+    if not args.verbose:  # onnxruntime's quantizer logs every tensor at INFO
+        logging.getLogger().setLevel(logging.WARNING)
+    started = time.perf_counter()
+    manifest = export_embedder(output, force=True)
+    print(f"{output}: int8 ONNX encoder ({output.stat().st_size / 1e6:.1f} MB, MatMul weights "
+          f"int8 per channel) from {manifest['model']} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
 def cmd_models_presets(args) -> int:
     from services.neural.models.presets import PRESETS, preset_parameter_counts
 
@@ -646,8 +718,14 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="ingest text, markdown or JSONL files into retrieval")
     ingest.add_argument("paths", nargs="+")
     ingest.add_argument("--collection", default="default")
-    ingest.add_argument("--batch-size", type=int, default=256)
-    ingest.add_argument("--quiet", action="store_true")
+    ingest.add_argument("--batch-size", type=int, default=64,
+                        help="documents per stream message (default %(default)s)")
+    ingest.add_argument("--limit", type=int, default=None,
+                        help="ingest only the first N documents")
+    ingest.add_argument("--max-document-chars", type=int, default=100_000,
+                        help="refuse the input when a document is longer (retrieval's "
+                             "RETRIEVAL_MAX_DOCUMENT_CHARS; default %(default)s)")
+    ingest.add_argument("--quiet", action="store_true", help="no progress bar")
     ingest.set_defaults(func=cmd_ingest)
 
     query = sub.add_parser("query", help="answer a text query from the ingested documents")
@@ -661,6 +739,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="token budget of the request (prompt + completion)")
     query.add_argument("--max-cost-usd", type=float, default=None,
                        help="cost budget in US dollars (needs LLM_PRICES for the model)")
+    query.add_argument("--mode", choices=["hybrid", "dense", "sparse"], default="hybrid",
+                       help="retrieval ranking (default %(default)s)")
+    query.add_argument("--fusion", choices=["dbsf", "rrf"], default="dbsf",
+                       help="fusion of a hybrid retrieval (default %(default)s)")
     query.add_argument("--json", action="store_true")
     query.set_defaults(func=cmd_query)
 
@@ -726,12 +808,20 @@ def build_parser() -> argparse.ArgumentParser:
     keys_sub.add_parser("revoke", help="delete a key").add_argument("name")
     keys.set_defaults(func=cmd_keys)
 
-    models = sub.add_parser("models", help="model presets (HRM, TRM)")
+    models = sub.add_parser("models", help="model presets (HRM, TRM); the retrieval encoder")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     presets = models_sub.add_parser("presets", help="list every HRM/TRM preset with its "
                                     "parameter count (as the papers count)")
     presets.add_argument("--json", action="store_true")
     presets.set_defaults(func=cmd_models_presets)
+    export = models_sub.add_parser(
+        "export-embedder", help="export the packaged all-MiniLM-L6-v2 to an int8 ONNX encoder "
+                                "for retrieval (run by `make setup`; nothing is downloaded)")
+    export.add_argument("--output", default="var/embedder/all-MiniLM-L6-v2-int8.onnx",
+                        help="where to write it (RETRIEVAL_ONNX_PATH; default %(default)s)")
+    export.add_argument("--force", action="store_true",
+                        help="export again even when an export of the same weights is there")
+    export.set_defaults(func=cmd_models_export_embedder)
     return parser
 
 

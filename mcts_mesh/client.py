@@ -41,10 +41,12 @@ class ApiKeyInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClient
         return continuation(self._details(client_call_details), request_iterator)
 
 
-def open_channel(target: str, api_key: str | None = None) -> grpc.Channel:
-    """An insecure channel to `target` (the mesh's message limits) that sends `api_key` with every
-    call (none when empty)."""
+def open_channel(target: str, api_key: str | None = None,
+                 extra_options: list[tuple[str, object]] | None = None) -> grpc.Channel:
+    """An insecure channel to `target` (the mesh's message limits, then `extra_options`) that
+    sends `api_key` with every call (none when empty)."""
     from libs.channels import message_limit_options
 
-    channel = grpc.insecure_channel(target, options=message_limit_options())
+    channel = grpc.insecure_channel(target,
+                                    options=[*message_limit_options(), *(extra_options or [])])
     return grpc.intercept_channel(channel, ApiKeyInterceptor(api_key)) if api_key else channel

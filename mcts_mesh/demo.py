@@ -140,7 +140,8 @@ def _scifact(stub, data_dir: Path) -> None:
                                            source="beir-scifact/corpus.jsonl") for d in docs]),
             timeout=900)
         print(f"ingested {reply.document_count} SciFact abstracts as {reply.chunk_count} chunks in "
-              f"{time.perf_counter() - started:.1f} s")
+              f"{time.perf_counter() - started:.1f} s ({reply.skipped_document_count} already "
+              "stored unchanged, skipped)")
     hits = 0
     for claim in claims:
         response = stub.AnswerQuery(

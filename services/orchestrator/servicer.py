@@ -263,8 +263,36 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                 timeout=timeout)
         except grpc.aio.AioRpcError as error:
             raise propagate(error, "retrieval") from error
-        return pb.IngestDocumentsResponse(document_count=response.document_count,
-                                          chunk_count=response.chunk_count)
+        return pb.IngestDocumentsResponse(
+            document_count=response.document_count, chunk_count=response.chunk_count,
+            skipped_document_count=response.skipped_document_count,
+            updated_document_count=response.updated_document_count)
+
+    async def StreamIngestDocuments(self, request_iterator,
+                                    context: grpc.aio.ServicerContext
+                                    ) -> pb.StreamIngestDocumentsResponse:
+        """Forwards a stream of documents to RetrievalService.StreamIngestDocuments, message by
+        message (retrieval validates each; a bad message ends the stream with its error).
+
+        Raises:
+            InvalidArgument: a message's collection or documents are bad (from retrieval).
+            Unavailable: retrieval is down. DeadlineExceeded: the deadline passed first.
+        """
+        remaining = context.time_remaining()
+
+        async def forward():
+            async for request in request_iterator:
+                yield retrieval_service_pb2.StreamIngestDocumentsRequest(
+                    collection=request.collection, documents=request.documents)
+
+        try:
+            response = await self._retrieval.StreamIngestDocuments(forward(), timeout=remaining)
+        except grpc.aio.AioRpcError as error:
+            raise propagate(error, "retrieval") from error
+        return pb.StreamIngestDocumentsResponse(
+            document_count=response.document_count, chunk_count=response.chunk_count,
+            skipped_document_count=response.skipped_document_count,
+            updated_document_count=response.updated_document_count)
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float:
         """The loop's `time.monotonic()` deadline: the caller's, less a margin for answering."""
@@ -388,8 +416,12 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                                                          f"in 1..{MAX_MCTS_ITERATIONS:,}")
             raise Unimplemented("search over reasoning steps is not built yet; leave "
                                 "mcts_iterations unset")
+        if request.search_mode not in common_pb2.SearchMode.values():
+            raise InvalidArgument("search_mode", f"is {request.search_mode}; not a SearchMode")
+        if request.fusion not in common_pb2.FusionMethod.values():
+            raise InvalidArgument("fusion", f"is {request.fusion}; not a FusionMethod")
         return TextProblem(request.query, request.collection or self._settings.default_collection,
-                           top_k)
+                           top_k, request.search_mode, request.fusion)
 
 
 MAX_SAMPLE_COUNT = 20

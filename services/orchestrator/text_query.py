@@ -13,11 +13,15 @@ MAX_QUERY_CHARS = 10_000
 
 @dataclass(frozen=True)
 class TextProblem:
-    """Answer `query` from the `top_k` best passages of `collection`."""
+    """Answer `query` from the `top_k` best passages of `collection`, retrieved with
+    `search_mode` and `fusion` (mesh.common.v1.SearchMode / FusionMethod values; 0: the
+    retrieval service's default, hybrid with DBSF)."""
 
     query: str
     collection: str
     top_k: int
+    search_mode: int = 0
+    fusion: int = 0
 
     @property
     def query_length_norm(self) -> float:
@@ -27,7 +31,8 @@ class TextProblem:
 
 @dataclass(frozen=True)
 class Passage:
-    """A retrieved passage: `score` is the cosine similarity to the query."""
+    """A retrieved passage: `score` is the retrieval score (cosine similarity for dense search,
+    BM25 for sparse, the fused score for hybrid)."""
 
     document_id: str
     title: str
@@ -60,7 +65,7 @@ class TextAnswer:
 
 
 def grounding_confidence(passages: tuple[Passage, ...]) -> float:
-    """Confidence of a single draft: the best passage's cosine similarity clipped to [0, 1] (0
+    """Confidence of a single draft: the best passage's retrieval score clipped to [0, 1] (0
     without passages). One draft has no agreement to measure; its grounding is what is known."""
     if not passages:
         return 0.0

@@ -22,11 +22,20 @@ import qdrant_edge as qe
 
 from libs.errors import FailedPrecondition, NotFound, Unavailable
 from services.retrieval.store import (
+    DENSE_ONLY,
+    DENSE_VECTOR,
     FILTER_KEYS,
+    RRF_K,
+    SEARCH_MODES,
+    SPARSE_VECTOR,
     ChunkRecord,
     CollectionInfo,
+    FusionMethod,
     Hit,
+    SearchMode,
+    SparseVector,
     check_collection_name,
+    check_mode,
     point_id,
 )
 
@@ -95,12 +104,13 @@ class EdgeStore:
         self._collections_dir.mkdir(exist_ok=True)
         self._shards: dict[str, qe.EdgeShard] = {}
         self._dims: dict[str, int] = {}
+        self._modes: dict[str, frozenset[str]] = {}
         self._table_lock = threading.Lock()
         try:
             for path in sorted(self._collections_dir.iterdir()):
                 if (path / _SHARD_CONFIG).is_file():
                     self._shards[path.name] = qe.EdgeShard.load(str(path))
-                    self._dims[path.name] = _shard_dim(path)
+                    self._dims[path.name], self._modes[path.name] = _shard_layout(path)
         except BaseException:
             self.close()
             raise
@@ -118,23 +128,37 @@ class EdgeStore:
             if path.exists():
                 # A directory without the shard's config is what a crash during create leaves.
                 shutil.rmtree(path)
-            vectors = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
-            config = qe.EdgeConfig(vectors=vectors)
+            config = qe.EdgeConfig(
+                vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+                sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            )
             shard = qe.EdgeShard.create(str(path), config)
             for key in FILTER_KEYS:
                 shard.update(
                     qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
             self._shards[name] = shard
             self._dims[name] = dim
+            self._modes[name] = frozenset(SEARCH_MODES)
 
-    def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray) -> None:
+    def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
+               sparse: Sequence[SparseVector] | None = None) -> None:
         shard = self._shard(collection)
         self._check_vectors(collection, vectors, len(chunks))
-        points = [
-            qe.Point(point_id(collection, chunk.document_id, chunk.chunk_index),
-                     vector.tolist(), chunk.payload())
-            for chunk, vector in zip(chunks, vectors, strict=True)
-        ]
+        named = self._modes[collection] != DENSE_ONLY
+        if sparse is not None and len(sparse) != len(chunks):
+            raise FailedPrecondition(f"{len(sparse)} sparse vectors for {len(chunks)} chunks")
+        points = []
+        for index, (chunk, vector) in enumerate(zip(chunks, vectors, strict=True)):
+            if not named:
+                vector_data = vector.tolist()
+            elif sparse is None:  # no sparse vector: the chunk serves dense search only
+                vector_data = {DENSE_VECTOR: vector.tolist()}
+            else:
+                vector_data = {DENSE_VECTOR: vector.tolist(),
+                               SPARSE_VECTOR: qe.SparseVector(
+                                   sparse[index].indices, sparse[index].values)}
+            points.append(qe.Point(point_id(collection, chunk.document_id, chunk.chunk_index),
+                                   vector_data, chunk.payload()))
         if points:
             shard.update(qe.UpdateOperation.upsert_points(points))
 
@@ -142,19 +166,48 @@ class EdgeStore:
         self._shard(collection).update(
             qe.UpdateOperation.delete_points_by_filter(_edge_filter({"document_id": document_id})))
 
-    def search(self, collection: str, vector: np.ndarray, top_k: int,
+    def search(self, collection: str, vector: np.ndarray | None, top_k: int,
                filter: Mapping[str, str] | None = None,
-               min_score: float | None = None) -> list[Hit]:
+               min_score: float | None = None, *, sparse: SparseVector | None = None,
+               mode: SearchMode = "dense", fusion: FusionMethod = "dbsf",
+               prefetch_limit: int = 100) -> list[Hit]:
         shard = self._shard(collection)
-        self._check_vectors(collection, vector[None, :], 1)
+        modes = self._modes[collection]
+        check_mode(collection, mode, modes)
+        edge_filter = _edge_filter(filter)
+        dense_name = None if modes == DENSE_ONLY else DENSE_VECTOR
+        if mode != "sparse":
+            self._check_vectors(collection, vector[None, :], 1)
+        if mode == "sparse" and _is_empty(sparse):
+            return []  # the query has no indexed term (only stopwords or punctuation)
+        if mode == "dense":
+            query, prefetches = qe.Query.Nearest(vector.tolist(), using=dense_name), None
+        elif mode == "sparse":
+            query, prefetches = _sparse_query(sparse), None
+        else:
+            prefetches = [qe.Prefetch(limit=max(prefetch_limit, top_k), filter=edge_filter,
+                                      query=qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR))]
+            if not _is_empty(sparse):
+                prefetches.append(qe.Prefetch(limit=max(prefetch_limit, top_k),
+                                              filter=edge_filter, query=_sparse_query(sparse)))
+            query = qe.Fusion.Dbsf() if fusion == "dbsf" else qe.Fusion.Rrf(k=RRF_K)
         points = shard.query(qe.QueryRequest(
-            limit=top_k,
-            query=qe.Query.Nearest(vector.tolist()),
-            filter=_edge_filter(filter),
-            score_threshold=min_score,
-            with_payload=True,
+            limit=top_k, query=query, prefetches=prefetches, filter=edge_filter,
+            score_threshold=min_score, with_payload=True,
         ))
         return [Hit.from_payload(str(point.id), point.score, point.payload) for point in points]
+
+    def modes(self, collection: str) -> frozenset[str]:
+        self._shard(collection)
+        return self._modes[collection]
+
+    def fingerprints(self, collection: str, document_ids: Sequence[str]) -> dict[str, str]:
+        shard = self._shard(collection)
+        if not document_ids:
+            return {}
+        records = shard.retrieve([point_id(collection, d, 0) for d in document_ids],
+                                 with_payload=True, with_vector=False)
+        return {r.payload["document_id"]: r.payload.get("fingerprint", "") for r in records}
 
     def list_collections(self) -> list[CollectionInfo]:
         with self._table_lock:
@@ -195,7 +248,21 @@ class EdgeStore:
                 f"vectors for {collection!r} must have shape {expected}, got {vectors.shape}")
 
 
-def _shard_dim(path: Path) -> int:
-    """Vector size of an existing shard, from the config qdrant-edge wrote when creating it."""
+def _is_empty(sparse: SparseVector | None) -> bool:
+    return sparse is not None and not sparse.indices
+
+
+def _sparse_query(sparse: SparseVector | None) -> qe.Query:
+    if sparse is None:
+        raise FailedPrecondition("a sparse or hybrid search needs the query's BM25 vector")
+    return qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE_VECTOR)
+
+
+def _shard_layout(path: Path) -> tuple[int, frozenset[str]]:
+    """Dense vector size and search modes of an existing shard, from the config qdrant-edge wrote
+    when creating it: named `dense` + `bm25` vectors, or one unnamed dense vector (an old one)."""
     config = json.loads((path / _SHARD_CONFIG).read_text())
-    return int(config["vectors"][""]["size"])
+    vectors = config["vectors"]
+    if DENSE_VECTOR in vectors and SPARSE_VECTOR in (config.get("sparse_vectors") or {}):
+        return int(vectors[DENSE_VECTOR]["size"]), frozenset(SEARCH_MODES)
+    return int(vectors[""]["size"]), DENSE_ONLY

@@ -4,10 +4,16 @@ The model files (safetensors, tokenizer, pooling config) ship inside the package
 touches the network: `local_files_only=True` and a directory path instead of a hub id. Reference:
 Reimers & Gurevych, "Sentence-BERT" (EMNLP 2019); model card sentence-transformers/all-MiniLM-L6-v2
 (mean pooling over word pieces, then L2 normalisation; 256 word pieces at most per text).
+
+Two encoders give the same vectors: `OnnxEmbedder` (the default), an int8 ONNX export of the
+packaged model made once by `mcts-mesh models export-embedder` (see `onnx_export`), run by
+onnxruntime; and `Embedder`, the model in torch through sentence-transformers, used when the export
+is absent or `RETRIEVAL_EMBEDDER=torch`. `load_embedder` picks one.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +25,10 @@ from transformers.utils import logging as transformers_logging
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIM = 384
+MAX_WORD_PIECES = 256
+"""Word pieces the model reads per text (its max_seq_length); longer texts are truncated."""
+
+log = logging.getLogger(__name__)
 
 
 def model_path() -> Path:
@@ -38,6 +48,7 @@ class Embedder:
         self.dim = model.get_embedding_dimension()
         self.max_seq_length = model.max_seq_length
         self.name = MODEL_NAME
+        self.backend = "torch"
 
     @classmethod
     def load(cls, batch_size: int = 32, torch_threads: int | None = None,
@@ -79,3 +90,88 @@ class Embedder:
                 show_progress_bar=show_progress,
             )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+class OnnxEmbedder:
+    """all-MiniLM-L6-v2 as an int8 ONNX graph (word pieces -> mean-pooled, L2-normalised float32
+    [batch, 384]) run by onnxruntime on the CPU, with the packaged fast tokenizer.
+
+    Texts are embedded in batches of `batch_size`, sorted by length so that a batch pads little,
+    and returned in the input order. Thread-safe (onnxruntime sessions serve concurrent runs).
+    """
+
+    def __init__(self, onnx_path: Path, batch_size: int = 32, threads: int = 2) -> None:
+        """Raises FileNotFoundError when `onnx_path` or its manifest is missing, ValueError when
+        the export was made from other weights than the packaged ones."""
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from services.retrieval.onnx_export import check_manifest
+
+        check_manifest(onnx_path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Threads sleep instead of spinning between ops: on a shared 2-core machine spinning
+        # threads steal the cores the other services need (measured 2.1 -> 3.7 texts/s here).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(str(onnx_path), options,
+                                             providers=["CPUExecutionProvider"])
+        self._tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
+        self._tokenizer.enable_truncation(MAX_WORD_PIECES)
+        self._tokenizer.no_padding()
+        self.batch_size = batch_size
+        self.dim = DIM
+        self.max_seq_length = MAX_WORD_PIECES
+        self.name = MODEL_NAME
+        self.backend = "onnx-int8"
+
+    def embed(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
+        """Embeds `texts`; returns float32 [len(texts), 384], each row of L2 norm 1."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if len(texts) == 0:
+            return out
+        encodings = self._tokenizer.encode_batch(list(texts))
+        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
+        for begin in range(0, len(order), self.batch_size):
+            rows = order[begin:begin + self.batch_size]
+            width = max(len(encodings[i].ids) for i in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            types = np.zeros((len(rows), width), dtype=np.int64)
+            for row, index in enumerate(rows):
+                encoding = encodings[index]
+                ids[row, :len(encoding.ids)] = encoding.ids
+                mask[row, :len(encoding.ids)] = 1
+                types[row, :len(encoding.ids)] = encoding.type_ids
+            (vectors,) = self._session.run(
+                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+            out[rows] = vectors
+        return out
+
+
+def load_embedder(backend: str, onnx_path: Path, batch_size: int, threads: int):
+    """The encoder for `backend`: "onnx" (the int8 export at `onnx_path`, falling back to torch
+    with a warning when it is missing or stale) or "torch".
+
+    Returns an `OnnxEmbedder` or an `Embedder`; both have `embed`, `dim`, `name`, `backend`.
+    """
+    if backend == "onnx":
+        try:
+            return OnnxEmbedder(onnx_path, batch_size=batch_size, threads=threads)
+        except (FileNotFoundError, ValueError) as error:
+            log.warning("retrieval: int8 ONNX encoder unusable (%s); falling back to torch. "
+                        "Run `mcts-mesh models export-embedder` to make it.", error)
+    embedder = Embedder.load(batch_size=batch_size, torch_threads=threads)
+    return embedder
+
+
+def packaged_weights_digest() -> str:
+    """SHA-256 (hex) of the packaged model.safetensors: what an ONNX export was made from."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with (model_path() / "model.safetensors").open("rb") as weights:
+        for block in iter(lambda: weights.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

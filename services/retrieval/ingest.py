@@ -7,7 +7,9 @@
   the source is `<path>:<line number>`;
 - directories: every readable file below them, in sorted order.
 
-`batches()` groups the documents for the 10,000-per-call limit of IngestDocuments.
+`load_documents()` reads and checks every document before anything is sent (what `mcts-mesh ingest`
+does, so a bad line late in a file stops the run before the first batch is stored); `batches()`
+groups documents for the 10,000-per-call limit of IngestDocuments.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ JSONL_SUFFIXES = frozenset({".jsonl"})
 
 def read_text_file(path: Path) -> common_pb2.Document:
     """One document for a text or markdown file: id and source are the path as given."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidArgument("path", f"{path}: not UTF-8 text (byte {error.start})") from None
     return common_pb2.Document(id=str(path), title=_title_of(text, path), text=text,
                                source=str(path))
 
@@ -49,8 +54,8 @@ def read_jsonl(path: Path) -> Iterator[common_pb2.Document]:
     Raises:
         InvalidArgument("path"): a line that is not a JSON object with an id and a text.
     """
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(_lines(handle, path), start=1):
             if not line.strip():
                 continue
             where = f"{path}:{number}"
@@ -66,6 +71,15 @@ def read_jsonl(path: Path) -> Iterator[common_pb2.Document]:
                 raise InvalidArgument("path", f"{where}: needs '_id' or 'id', and 'text'")
             yield common_pb2.Document(id=str(doc_id), title=str(record.get("title") or ""),
                                       text=text, source=where)
+
+
+def _lines(handle, path: Path) -> Iterator[str]:
+    number = 0
+    try:
+        for number, line in enumerate(handle, start=1):  # noqa: B007 - read in the handler
+            yield line
+    except UnicodeDecodeError:
+        raise InvalidArgument("path", f"{path}:{number + 1}: not UTF-8 text") from None
 
 
 def read_path(path: str | os.PathLike[str]) -> Iterator[common_pb2.Document]:
@@ -133,3 +147,37 @@ def read_documents(paths: Iterable[str | os.PathLike[str]], batch_size: int = 25
                    limit: int | None = None) -> Iterator[list[common_pb2.Document]]:
     """Batches of the documents of `paths` (what `mcts-mesh ingest` sends, one call per batch)."""
     return batches(read_paths(paths, limit=limit, progress=progress), batch_size)
+
+
+def load_documents(paths: Iterable[str | os.PathLike[str]], limit: int | None = None,
+                   max_document_chars: int | None = None) -> list[common_pb2.Document]:
+    """Every document of `paths` (at most `limit`), read and checked in full first.
+
+    Raises:
+        InvalidArgument("path"): a missing path, an unsupported file, a line that is not a JSON
+            object with an id and a text, a file that is not UTF-8, a document without text or
+            longer than `max_document_chars`, or an id that repeats an earlier one; the
+            description names the file and line.
+        InvalidArgument("limit"): `limit` below 1.
+    """
+    if limit is not None and limit < 1:
+        raise InvalidArgument("limit", f"{limit} must be at least 1")
+    documents: list[common_pb2.Document] = []
+    first_source: dict[str, str] = {}
+    try:
+        for document in read_paths(paths, limit=limit):
+            where = document.source or document.id
+            if not document.text.strip():
+                raise InvalidArgument("path", f"{where}: document {document.id!r} has no text")
+            if max_document_chars is not None and len(document.text) > max_document_chars:
+                raise InvalidArgument("path", f"{where}: document {document.id!r} has "
+                                      f"{len(document.text)} characters; at most "
+                                      f"{max_document_chars}")
+            if document.id in first_source:
+                raise InvalidArgument("path", f"{where}: id {document.id!r} repeats "
+                                      f"{first_source[document.id]}")
+            first_source[document.id] = where
+            documents.append(document)
+    except OSError as error:
+        raise InvalidArgument("path", f"{error.filename}: {error.strerror}") from None
+    return documents

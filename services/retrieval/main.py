@@ -12,11 +12,11 @@ from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 from qdrant_client import QdrantClient
 
 from libs.server import Servicer, run_service, serve
-from services.retrieval.edge_store import EdgeStore
-from services.retrieval.embedder import Embedder
+from services.retrieval.edge_store import DataDirLocked, EdgeStore
+from services.retrieval.embedder import Embedder, load_embedder
 from services.retrieval.retriever import Retriever
 from services.retrieval.server_store import ServerStore
-from services.retrieval.servicer import RetrievalServicer
+from services.retrieval.servicer import IngestLimits, RetrievalServicer
 from services.retrieval.settings import RetrievalSettings
 from services.retrieval.store import VectorStore
 
@@ -24,6 +24,9 @@ NAME = "retrieval"
 SERVICE_NAME = retrieval_service_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name
 
 log = logging.getLogger(__name__)
+
+EXIT_DATA_DIR_LOCKED = 78
+"""Exit status when another process holds the data directory (EX_CONFIG of sysexits.h)."""
 
 
 def open_store(settings: RetrievalSettings) -> VectorStore:
@@ -39,11 +42,17 @@ def open_store(settings: RetrievalSettings) -> VectorStore:
 
 
 def build_retriever(settings: RetrievalSettings, embedder: Embedder | None = None) -> Retriever:
-    """Loads the embedder (unless given) and opens the store (blocking: seconds)."""
-    embedder = embedder or Embedder.load(batch_size=settings.embed_batch_size,
-                                         torch_threads=settings.torch_threads)
-    store = open_store(settings)
-    log.info("retrieval: %s (%d-d) over %s", embedder.name, embedder.dim, type(store).__name__)
+    """Loads the embedder (unless given: the int8 ONNX encoder by default, torch as the fallback)
+    and opens the store (blocking: seconds)."""
+    store = open_store(settings)  # first: a locked data directory fails before the model loads
+    try:
+        embedder = embedder or load_embedder(settings.embedder, settings.onnx_path,
+                                             settings.embed_batch_size, settings.torch_threads)
+    except BaseException:
+        store.close()
+        raise
+    log.info("retrieval: %s (%d-d, %s) over %s", embedder.name, embedder.dim,
+             getattr(embedder, "backend", "torch"), type(store).__name__)
     return Retriever(store, embedder, settings.chunk_size, settings.chunk_overlap)
 
 
@@ -58,7 +67,11 @@ async def build_servicers(
     Raises (from the hook):
         DataDirLocked: another process has `settings.data_dir` open.
     """
-    servicer = RetrievalServicer(settings.default_collection)
+    limits = IngestLimits(settings.max_document_chars, settings.max_documents_per_request,
+                          settings.max_request_bytes, settings.stream_batch_documents)
+    servicer = RetrievalServicer(settings.default_collection, limits=limits,
+                                 ingest_workers=settings.ingest_workers,
+                                 query_workers=settings.query_workers)
 
     async def ready() -> None:
         servicer.attach(await asyncio.to_thread(build_retriever, settings, embedder))
@@ -79,6 +92,9 @@ def main(settings: RetrievalSettings | None = None,
         try:
             await serve(NAME, settings, servicers, ready, on_listening=on_listening,
                         probe=servicers[0].servicer.readiness)
+        except DataDirLocked as error:
+            log.error("%s: %s", NAME, error.message)
+            raise SystemExit(EXIT_DATA_DIR_LOCKED) from None
         finally:
             servicers[0].servicer.close()
 

@@ -13,13 +13,28 @@ from qdrant_client import QdrantClient, models
 
 from libs.errors import FailedPrecondition, NotFound, Unavailable
 from services.retrieval.store import (
+    DENSE_ONLY,
+    DENSE_VECTOR,
     FILTER_KEYS,
+    RRF_K,
+    SEARCH_MODES,
+    SPARSE_VECTOR,
     ChunkRecord,
     CollectionInfo,
+    FusionMethod,
     Hit,
+    SearchMode,
+    SparseVector,
     check_collection_name,
+    check_mode,
     point_id,
 )
+
+
+def _sparse(sparse: SparseVector | None) -> models.SparseVector:
+    if sparse is None:
+        raise FailedPrecondition("a sparse or hybrid search needs the query's BM25 vector")
+    return models.SparseVector(indices=sparse.indices, values=sparse.values)
 
 
 def _server_filter(filter: Mapping[str, str] | None) -> models.Filter | None:
@@ -37,6 +52,7 @@ class ServerStore:
 
     def __init__(self, client: QdrantClient) -> None:
         self._client = client
+        self._modes: dict[str, frozenset[str]] = {}
 
     def ensure_collection(self, name: str, dim: int) -> None:
         check_collection_name(name)
@@ -47,17 +63,33 @@ class ServerStore:
                     f"collection {name!r} holds {size}-d vectors, not {dim}-d")
             return
         self._client.create_collection(
-            name, vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE))
+            name,
+            vectors_config={DENSE_VECTOR: models.VectorParams(size=dim,
+                                                              distance=models.Distance.COSINE)},
+            sparse_vectors_config={
+                SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        )
         for key in FILTER_KEYS:
             self._client.create_payload_index(name, key, models.PayloadSchemaType.KEYWORD)
 
-    def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray) -> None:
-        self._require(collection)
-        points = [
-            models.PointStruct(id=point_id(collection, chunk.document_id, chunk.chunk_index),
-                               vector=vector.tolist(), payload=chunk.payload())
-            for chunk, vector in zip(chunks, vectors, strict=True)
-        ]
+    def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
+               sparse: Sequence[SparseVector] | None = None) -> None:
+        named = self.modes(collection) != DENSE_ONLY
+        if sparse is not None and len(sparse) != len(chunks):
+            raise FailedPrecondition(f"{len(sparse)} sparse vectors for {len(chunks)} chunks")
+        points = []
+        for index, (chunk, vector) in enumerate(zip(chunks, vectors, strict=True)):
+            if not named:
+                vector_data = vector.tolist()
+            elif sparse is None:  # no sparse vector: the chunk serves dense search only
+                vector_data = {DENSE_VECTOR: vector.tolist()}
+            else:
+                vector_data = {DENSE_VECTOR: vector.tolist(),
+                               SPARSE_VECTOR: models.SparseVector(
+                                   indices=sparse[index].indices, values=sparse[index].values)}
+            points.append(models.PointStruct(
+                id=point_id(collection, chunk.document_id, chunk.chunk_index),
+                vector=vector_data, payload=chunk.payload()))
         if points:
             self._client.upsert(collection, points=points, wait=True)
 
@@ -70,20 +102,62 @@ class ServerStore:
             wait=True,
         )
 
-    def search(self, collection: str, vector: np.ndarray, top_k: int,
+    def search(self, collection: str, vector: np.ndarray | None, top_k: int,
                filter: Mapping[str, str] | None = None,
-               min_score: float | None = None) -> list[Hit]:
-        self._require(collection)
+               min_score: float | None = None, *, sparse: SparseVector | None = None,
+               mode: SearchMode = "dense", fusion: FusionMethod = "dbsf",
+               prefetch_limit: int = 100) -> list[Hit]:
+        modes = self.modes(collection)
+        check_mode(collection, mode, modes)
+        server_filter = _server_filter(filter)
+        if mode == "sparse" and sparse is not None and not sparse.indices:
+            return []  # the query has no indexed term (only stopwords or punctuation)
+        prefetch = None
+        using = None
+        if mode == "dense":
+            query = vector.tolist()
+            using = None if modes == DENSE_ONLY else DENSE_VECTOR
+        elif mode == "sparse":
+            query, using = _sparse(sparse), SPARSE_VECTOR
+        else:
+            limit = max(prefetch_limit, top_k)
+            prefetch = [models.Prefetch(query=vector.tolist(), using=DENSE_VECTOR,
+                                        filter=server_filter, limit=limit)]
+            if sparse is not None and sparse.indices:
+                prefetch.append(models.Prefetch(query=_sparse(sparse), using=SPARSE_VECTOR,
+                                                filter=server_filter, limit=limit))
+            query = (models.FusionQuery(fusion=models.Fusion.DBSF) if fusion == "dbsf"
+                     else models.RrfQuery(rrf=models.Rrf(k=RRF_K)))
         response = self._client.query_points(
-            collection,
-            query=vector.tolist(),
-            query_filter=_server_filter(filter),
-            limit=top_k,
-            score_threshold=min_score,
+            collection, query=query, using=using, prefetch=prefetch,
+            query_filter=server_filter, limit=top_k, score_threshold=min_score,
             with_payload=True,
         )
         return [Hit.from_payload(str(point.id), point.score, point.payload)
                 for point in response.points]
+
+    def modes(self, collection: str) -> frozenset[str]:
+        cached = self._modes.get(collection)
+        if cached is not None:
+            return cached
+        self._require(collection)
+        params = self._client.get_collection(collection).config.params
+        if (isinstance(params.vectors, dict) and DENSE_VECTOR in params.vectors
+                and SPARSE_VECTOR in (params.sparse_vectors or {})):
+            modes = frozenset(SEARCH_MODES)
+        else:
+            modes = DENSE_ONLY
+        self._modes[collection] = modes
+        return modes
+
+    def fingerprints(self, collection: str, document_ids: Sequence[str]) -> dict[str, str]:
+        self._require(collection)
+        if not document_ids:
+            return {}
+        records = self._client.retrieve(
+            collection, ids=[point_id(collection, d, 0) for d in document_ids],
+            with_payload=True, with_vectors=False)
+        return {r.payload["document_id"]: r.payload.get("fingerprint", "") for r in records}
 
     def list_collections(self) -> list[CollectionInfo]:
         names = sorted(c.name for c in self._client.get_collections().collections)
@@ -105,8 +179,10 @@ class ServerStore:
 
     def _dim(self, name: str) -> int:
         vectors = self._client.get_collection(name).config.params.vectors
+        if isinstance(vectors, dict) and DENSE_VECTOR in vectors:
+            return vectors[DENSE_VECTOR].size
         if not isinstance(vectors, models.VectorParams):
-            raise FailedPrecondition(f"collection {name!r} has named vectors; expected one")
+            raise FailedPrecondition(f"collection {name!r} has no {DENSE_VECTOR!r} vector")
         return vectors.size
 
     def _require(self, collection: str) -> None:

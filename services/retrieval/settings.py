@@ -7,6 +7,7 @@ The store is embedded Qdrant under `data_dir` unless `qdrant_url` names a Qdrant
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -35,7 +36,25 @@ class RetrievalSettings(ServiceSettings):
     embed_batch_size: int = 32
     """Texts per forward pass of the embedder."""
     torch_threads: int = 2
-    """Intra-op CPU threads torch may use for embedding."""
+    """Intra-op CPU threads of the encoder (torch or onnxruntime)."""
+    embedder: Literal["onnx", "torch"] = "onnx"
+    """Encoder: "onnx", the int8 export at `onnx_path` (torch when it is missing), or "torch"."""
+    onnx_path: Path = Path("var/embedder/all-MiniLM-L6-v2-int8.onnx")
+    """Where `mcts-mesh models export-embedder` (run by `make setup`) writes the int8 encoder (not
+    under `models/`: the neural service serves every directory there as a checkpoint)."""
+    ingest_workers: int = 1
+    """Threads that embed and write ingested documents (a bounded pool off the event loop)."""
+    query_workers: int = 2
+    """Threads that embed queries and search (a second pool, so queries never wait for ingest)."""
+    max_document_chars: int = 100_000
+    """Longest document text accepted, in characters (about 25,000 words)."""
+    max_documents_per_request: int = 10_000
+    """Most documents in one IngestDocuments call or one message of a stream."""
+    max_request_bytes: int = 4_000_000
+    """Largest IngestDocuments request or stream message, serialized bytes (keep it below the
+    server's gRPC message limit, 4 MiB)."""
+    stream_batch_documents: int = 64
+    """Documents of a stream embedded and written together (a batch is stored whole or not)."""
 
     @model_validator(mode="after")
     def _check(self) -> RetrievalSettings:
@@ -45,4 +64,8 @@ class RetrievalSettings(ServiceSettings):
             raise ValueError("chunk_overlap must be in [0, chunk_size / 2)")
         if self.embed_batch_size < 1 or self.torch_threads < 1:
             raise ValueError("embed_batch_size and torch_threads must be at least 1")
+        for name in ("ingest_workers", "query_workers", "max_document_chars",
+                     "max_documents_per_request", "max_request_bytes", "stream_batch_documents"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
         return self

@@ -4,6 +4,15 @@ Two backends implement it: `EdgeStore` (embedded Qdrant on disk through `qdrant-
 default) and `ServerStore` (a Qdrant server through `qdrant-client`). A collection holds one point
 per chunk: a unit-length vector compared by cosine similarity and a payload with the chunk's text,
 its document's id, title and source, and its character offsets in the document text.
+
+A collection made by this version holds two vectors per point: `dense` (the sentence embedding,
+cosine) and `bm25` (a BM25 term-frequency sparse vector from the engine's built-in `Bm25`
+embedder, scored with the engine's IDF modifier, so the inverse document frequencies follow the
+collection as it grows; Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 and
+Beyond", 2009). Hybrid search prefetches both and fuses them in the engine with Distribution-Based
+Score Fusion (DBSF: each list's scores normalised by mean +- 3 standard deviations, then summed) or
+Reciprocal Rank Fusion (RRF, Cormack et al., SIGIR 2009: sum of 1 / (k + rank)). A collection made
+by an earlier version holds one unnamed dense vector: it serves dense search only.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -23,6 +32,28 @@ COLLECTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 FILTER_KEYS = ("document_id", "source", "title")
 """Payload keys a search filter may name; both backends index them as keywords."""
+
+DENSE_VECTOR = "dense"
+"""Name of the dense vector in a collection."""
+SPARSE_VECTOR = "bm25"
+"""Name of the BM25 sparse vector in a collection."""
+
+SearchMode = Literal["dense", "sparse", "hybrid"]
+FusionMethod = Literal["dbsf", "rrf"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("dense", "sparse", "hybrid")
+DENSE_ONLY: frozenset[str] = frozenset({"dense"})
+"""Modes of a collection made before sparse vectors existed (one unnamed dense vector)."""
+RRF_K = 60
+"""k of reciprocal rank fusion (Cormack et al. 2009's value)."""
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    """A sparse vector: parallel lists of dimension indices (token hashes) and weights."""
+
+    indices: list[int]
+    values: list[float]
+
 
 _POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "mcts-mesh/retrieval/chunk")
 
@@ -49,9 +80,13 @@ class ChunkRecord:
     source: str
     start_offset: int
     end_offset: int
+    fingerprint: str = ""
+    """Digest of what the document's chunks were made from (see `Retriever.fingerprint`); stored
+    so that a re-ingest of an unchanged document can be skipped."""
 
     def payload(self) -> dict[str, Any]:
         return {
+            "fingerprint": self.fingerprint,
             "document_id": self.document_id,
             "chunk_index": self.chunk_index,
             "text": self.text,
@@ -64,7 +99,9 @@ class ChunkRecord:
 
 @dataclass(frozen=True)
 class Hit:
-    """A stored chunk that matched a search; `score` is the cosine similarity in [-1, 1]."""
+    """A stored chunk that matched a search. `score` is the mode's score: cosine similarity in
+    [-1, 1] for dense, the BM25 score (>= 0) for sparse, the fused score for hybrid (DBSF: a sum of
+    normalised scores, about 0..2; RRF: a sum of 1 / (60 + rank))."""
 
     chunk_id: str
     document_id: str
@@ -98,6 +135,14 @@ class CollectionInfo:
     chunk_count: int
 
 
+def check_mode(collection: str, mode: str, modes: frozenset[str]) -> None:
+    """Raises InvalidArgument("mode") when `mode` is not among the collection's `modes`."""
+    if mode not in modes:
+        raise InvalidArgument(
+            "mode", f"collection {collection!r} was built for {sorted(modes)} search only, not "
+                    f"{mode!r}; re-ingest its documents into a new collection for {mode!r}")
+
+
 class VectorStore(Protocol):
     """Collections of chunk vectors with payload, searched by cosine similarity.
 
@@ -111,22 +156,40 @@ class VectorStore(Protocol):
         """Creates collection `name` for vectors of `dim` components unless it exists."""
         ...
 
-    def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray) -> None:
-        """Stores `chunks` with `vectors` (float32 [len(chunks), dim]); same ids overwrite."""
+    def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
+               sparse: Sequence[SparseVector] | None = None) -> None:
+        """Stores `chunks` with `vectors` (float32 [len(chunks), dim]) and, where the collection
+        has them, their BM25 `sparse` vectors (one per chunk); same ids overwrite."""
         ...
 
     def delete_document(self, collection: str, document_id: str) -> None:
         """Deletes every chunk of `document_id` (no error when there is none)."""
         ...
 
-    def search(self, collection: str, vector: np.ndarray, top_k: int,
+    def search(self, collection: str, vector: np.ndarray | None, top_k: int,
                filter: Mapping[str, str] | None = None,
-               min_score: float | None = None) -> list[Hit]:
-        """The `top_k` chunks most similar to `vector` (float32 [dim]), best first.
+               min_score: float | None = None, *, sparse: SparseVector | None = None,
+               mode: SearchMode = "dense", fusion: FusionMethod = "dbsf",
+               prefetch_limit: int = 100) -> list[Hit]:
+        """The `top_k` best chunks for the query, best first.
 
-        `filter` keeps chunks whose payload equals every given value (keys in FILTER_KEYS);
-        `min_score` drops chunks whose cosine similarity is below it.
+        `mode` "dense" ranks by cosine similarity to `vector` (float32 [dim]); "sparse" by BM25
+        with the query's `sparse` vector; "hybrid" prefetches `prefetch_limit` chunks by each and
+        fuses the two lists with `fusion`. `filter` keeps chunks whose payload equals every given
+        value (keys in FILTER_KEYS), in every stage; `min_score` drops results whose final score
+        (see `Hit.score`) is below it.
+        Raises:
+            InvalidArgument("mode"): the collection was not built for `mode` (see `modes`).
         """
+        ...
+
+    def modes(self, collection: str) -> frozenset[str]:
+        """Search modes the collection was built for (all three, or only dense for an old one)."""
+        ...
+
+    def fingerprints(self, collection: str, document_ids: Sequence[str]) -> dict[str, str]:
+        """The stored fingerprint of each of `document_ids` that has chunks (read from its first
+        chunk); ids that are absent are left out."""
         ...
 
     def list_collections(self) -> list[CollectionInfo]:

@@ -31,7 +31,7 @@ class RetrievalAgent:
 
     async def propose(self, round_: Round) -> Proposal:
         """The best document's id as the answer (None when nothing matched), confidence the best
-        cosine similarity clipped to [0, 1], `detail` the passages (tuple of `Passage`, best first).
+        retrieval score clipped to [0, 1], `detail` the passages (tuple of `Passage`, best first).
 
         Raises:
             DeadlineExceeded: no time left, or the call ran past its deadline.
@@ -43,7 +43,8 @@ class RetrievalAgent:
         if timeout <= 0:
             raise DeadlineExceeded("retrieval: no time left for a search")
         request = retrieval_service_pb2.SearchDocumentsRequest(
-            collection=problem.collection, query=problem.query, top_k=problem.top_k)
+            collection=problem.collection, query=problem.query, top_k=problem.top_k,
+            mode=problem.search_mode, fusion=problem.fusion)
         try:
             response = await self._stub.SearchDocuments(request, timeout=timeout)
         except grpc.aio.AioRpcError as error:

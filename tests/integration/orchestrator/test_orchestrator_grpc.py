@@ -71,7 +71,11 @@ class FakeNeural(neural_service_pb2_grpc.NeuralServiceServicer):
 
 
 class FakeRetrieval(retrieval_service_pb2_grpc.RetrievalServiceServicer):
+    def __init__(self) -> None:
+        self.searches: list = []
+
     async def SearchDocuments(self, request, context):
+        self.searches.append(request)
         return retrieval_service_pb2.SearchDocumentsResponse(results=[
             retrieval_service_pb2.SearchResult(chunk_id="d1#0", document_id="d1", title="Cells",
                                                text="Cells divide by mitosis.", source="a.txt",
@@ -84,6 +88,11 @@ class FakeRetrieval(retrieval_service_pb2_grpc.RetrievalServiceServicer):
     async def IngestDocuments(self, request, context):
         return retrieval_service_pb2.IngestDocumentsResponse(
             document_count=len(request.documents), chunk_count=len(request.documents))
+
+    async def StreamIngestDocuments(self, request_iterator, context):
+        ids = [d.id async for request in request_iterator for d in request.documents]
+        return retrieval_service_pb2.StreamIngestDocumentsResponse(
+            document_count=len(ids) - 1, chunk_count=2 * len(ids), skipped_document_count=1)
 
 
 class FakeLlm(llm_service_pb2_grpc.LlmServiceServicer):
@@ -209,12 +218,34 @@ async def test_ingest_is_forwarded(mesh):
     assert response.document_count == 1
 
 
+async def test_stream_ingest_is_forwarded_message_by_message(mesh):
+    async def requests():
+        for ids in (["a", "b"], ["c"]):
+            yield pb.StreamIngestDocumentsRequest(
+                collection="notes", documents=[common_pb2.Document(id=i, text="x") for i in ids])
+
+    response = await mesh.stub.StreamIngestDocuments(requests(), timeout=30)
+    assert (response.document_count, response.chunk_count,
+            response.skipped_document_count) == (2, 6, 1)
+
+
+async def test_query_passes_the_search_mode_and_fusion_to_retrieval(mesh):
+    await mesh.stub.AnswerQuery(pb.AnswerQueryRequest(
+        query="How do cells divide?", search_mode=common_pb2.SEARCH_MODE_SPARSE,
+        fusion=common_pb2.FUSION_METHOD_RRF), timeout=30)
+    search = mesh.fakes["retrieval"].searches[-1]
+    assert (search.mode, search.fusion) == (common_pb2.SEARCH_MODE_SPARSE,
+                                            common_pb2.FUSION_METHOD_RRF)
+
+
 @pytest.mark.parametrize(("call", "request_", "field"), [
     ("SolveProblem", solve_request("18"), "connect_four.moves"),
     ("SolveProblem", solve_request("4", simulations=0), "simulations"),
     ("SolveProblem", solve_request("4", thread_id="bad id"), "thread_id"),
     ("AnswerQuery", pb.AnswerQueryRequest(query="x" * 10_001), "query"),
     ("AnswerQuery", pb.AnswerQueryRequest(query="q", mcts_iterations=10_001), "mcts_iterations"),
+    ("AnswerQuery", pb.AnswerQueryRequest(query="q", search_mode=9), "search_mode"),
+    ("AnswerQuery", pb.AnswerQueryRequest(query="q", fusion=9), "fusion"),
 ])
 async def test_bad_fields_give_invalid_argument_naming_the_field(mesh, call, request_, field):
     with pytest.raises(grpc.aio.AioRpcError) as caught:

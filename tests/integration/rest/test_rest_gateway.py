@@ -147,7 +147,8 @@ async def test_repeated_messages_in_the_body(mesh):
     reply = await client.post("/v1/collections/scifact/documents:ingest", json={
         "documents": [{"id": "1", "text": "one two"}, {"id": "2", "text": "three"}]})
     assert reply.status_code == 200, reply.text
-    assert reply.json() == {"documentCount": 2, "chunkCount": 3}
+    assert reply.json() == {"documentCount": 2, "chunkCount": 3, "skippedDocumentCount": 0,
+                            "updatedDocumentCount": 0}
 
 
 async def test_domain_error_is_400_with_the_field_named(mesh):

@@ -17,7 +17,7 @@ from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 from libs.errors import status_from_rpc_error
 from libs.server import Servicer, start_server
 from services.retrieval.edge_store import DataDirLocked
-from services.retrieval.embedder import Embedder
+from services.retrieval.embedder import Embedder, load_embedder
 from services.retrieval.main import SERVICE_NAME, build_servicers, open_store
 from services.retrieval.servicer import RetrievalServicer
 from services.retrieval.settings import RetrievalSettings
@@ -28,7 +28,9 @@ CLAIMS = {"1": "31715818", "3": "14717500", "5": "13734012", "13": "1606628", "4
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return Embedder.load(batch_size=16, torch_threads=2)
+    """The service's default encoder: the int8 ONNX export `make setup` made (torch without it)."""
+    settings = RetrievalSettings()
+    return load_embedder(settings.embedder, settings.onnx_path, 16, 2)
 
 
 @pytest.fixture(scope="module")
@@ -103,34 +105,58 @@ async def test_ingest_then_each_claim_finds_its_abstract(service, scifact):
     reply = await stub.IngestDocuments(
         pb.IngestDocumentsRequest(collection="scifact", documents=documents), timeout=120)
     assert reply.document_count == 5 and reply.chunk_count >= 5
+    misses: dict[tuple[int, int], list[str]] = {}
     for claim_id, abstract_id in CLAIMS.items():
-        response = await stub.SearchDocuments(
-            pb.SearchDocumentsRequest(collection="scifact", query=claims[claim_id], top_k=3),
-            timeout=30)
-        top = response.results[0]
-        assert top.document_id == abstract_id, claims[claim_id]
-        assert -1.0 <= top.score <= 1.0 and top.score >= response.results[1].score
-        source = next(d for d in documents if d.id == abstract_id)
-        assert source.text[top.start_offset:top.end_offset] == top.text
-        assert (top.title, top.source) == (source.title, source.source)
-
+        for mode, fusion in MODES:
+            response = await stub.SearchDocuments(
+                pb.SearchDocumentsRequest(collection="scifact", query=claims[claim_id], top_k=3,
+                                          mode=mode, fusion=fusion), timeout=30)
+            ranked = [r.document_id for r in response.results]
+            if ranked[0] != abstract_id:
+                misses.setdefault((mode, fusion), []).append(claim_id)
+            top = response.results[0]
+            assert len(response.results) < 2 or top.score >= response.results[1].score
+            if mode == common_pb2.SEARCH_MODE_DENSE:
+                assert -1.0 <= top.score <= 1.0
+            source = next(d for d in documents if d.id == top.document_id)
+            assert source.text[top.start_offset:top.end_offset] == top.text
+            assert (top.title, top.source) == (source.title, source.source)
+    # Dense finds every claim's abstract first; BM25 alone misses "0-dimensional biomaterials
+    # show inductive properties." (few shared words), and in a corpus of five the fused
+    # rankings may follow it there: at most that one miss.
+    assert (common_pb2.SEARCH_MODE_DENSE, 0) not in misses, misses
+    assert all(len(claims_missed) <= 1 for claims_missed in misses.values()), misses
     listed = await stub.ListCollections(pb.ListCollectionsRequest(), timeout=10)
     assert [(c.name, c.chunk_count) for c in listed.collections] == [("scifact", reply.chunk_count)]
 
-    # Filter and minimum score.
-    only = await stub.SearchDocuments(pb.SearchDocumentsRequest(
-        collection="scifact", query=claims["1"], top_k=10, filter={"document_id": "1606628"}),
-        timeout=30)
-    assert {r.document_id for r in only.results} == {"1606628"}
-    strict = await stub.SearchDocuments(pb.SearchDocumentsRequest(
-        collection="scifact", query=claims["1"], top_k=10, min_score=0.99), timeout=30)
-    assert list(strict.results) == []
+    # Filter and minimum score, in every mode.
+    for mode, fusion in MODES:
+        only = await stub.SearchDocuments(pb.SearchDocumentsRequest(
+            collection="scifact", query=claims["13"], top_k=10, filter={"document_id": "1606628"},
+            mode=mode, fusion=fusion), timeout=30)
+        assert {r.document_id for r in only.results} == {"1606628"}, mode
+        every = await stub.SearchDocuments(pb.SearchDocumentsRequest(
+            collection="scifact", query=claims["13"], top_k=10, mode=mode, fusion=fusion),
+            timeout=30)
+        best = every.results[0].score
+        strict = await stub.SearchDocuments(pb.SearchDocumentsRequest(
+            collection="scifact", query=claims["13"], top_k=10, min_score=best - 1e-4,
+            mode=mode, fusion=fusion), timeout=30)
+        assert [r.chunk_id for r in strict.results] == [every.results[0].chunk_id], mode
 
-    # Re-ingesting the same documents replaces their chunks instead of adding to them.
+    # Re-ingesting the same documents skips them; a changed one replaces its chunks.
     again = await stub.IngestDocuments(
         pb.IngestDocumentsRequest(collection="scifact", documents=documents), timeout=120)
+    assert (again.document_count, again.skipped_document_count, again.chunk_count) == (0, 5, 0)
+    changed = common_pb2.Document(id=documents[0].id, title="Retitled", text="A short new text.")
+    update = await stub.IngestDocuments(
+        pb.IngestDocumentsRequest(collection="scifact", documents=[changed]), timeout=120)
+    assert (update.document_count, update.updated_document_count, update.chunk_count) == (1, 1, 1)
     listed = await stub.ListCollections(pb.ListCollectionsRequest(), timeout=10)
-    assert listed.collections[0].chunk_count == again.chunk_count == reply.chunk_count
+    hits = await stub.SearchDocuments(pb.SearchDocumentsRequest(
+        collection="scifact", query="short new text", top_k=10,
+        filter={"document_id": documents[0].id}), timeout=30)
+    assert [(h.title, h.text) for h in hits.results] == [("Retitled", "A short new text.")]
 
 
 async def test_empty_collection_means_the_default_one(service):
@@ -141,6 +167,13 @@ async def test_empty_collection_means_the_default_one(service):
     assert [r.document_id for r in response.results] == ["n1"]
     listed = await stub.ListCollections(pb.ListCollectionsRequest(), timeout=10)
     assert [c.name for c in listed.collections] == [settings.default_collection]
+
+
+MODES = [(common_pb2.SEARCH_MODE_DENSE, common_pb2.FUSION_METHOD_UNSPECIFIED),
+         (common_pb2.SEARCH_MODE_SPARSE, common_pb2.FUSION_METHOD_UNSPECIFIED),
+         (common_pb2.SEARCH_MODE_HYBRID, common_pb2.FUSION_METHOD_DBSF),
+         (common_pb2.SEARCH_MODE_HYBRID, common_pb2.FUSION_METHOD_RRF),
+         (common_pb2.SEARCH_MODE_UNSPECIFIED, common_pb2.FUSION_METHOD_UNSPECIFIED)]
 
 
 def _documents(*pairs):
@@ -155,7 +188,11 @@ BAD_SEARCHES = [
     (pb.SearchDocumentsRequest(query="a" * 10_001), "query"),
     (pb.SearchDocumentsRequest(query="q", top_k=0), "top_k"),
     (pb.SearchDocumentsRequest(query="q", top_k=101), "top_k"),
-    (pb.SearchDocumentsRequest(query="q", min_score=1.5), "min_score"),
+    (pb.SearchDocumentsRequest(query="q", min_score=1.5, mode=common_pb2.SEARCH_MODE_DENSE),
+     "min_score"),
+    (pb.SearchDocumentsRequest(query="q", min_score=float("inf")), "min_score"),
+    (pb.SearchDocumentsRequest(query="q", mode=7), "mode"),
+    (pb.SearchDocumentsRequest(query="q", fusion=9), "fusion"),
     (pb.SearchDocumentsRequest(query="q", min_score=float("nan")), "min_score"),
     (pb.SearchDocumentsRequest(query="q", filter={"year": "2020"}), "filter"),
 ]
@@ -171,6 +208,8 @@ BAD_INGESTS = [
      "documents[2].text"),
     (pb.IngestDocumentsRequest(documents=_documents(("1", "ok"), ("1", "again"))),
      "documents[1].id"),
+    (pb.IngestDocumentsRequest(documents=_documents(("1", "ok"), ("2", "x" * 100_001))),
+     "documents[1].text"),
 ]
 
 
@@ -245,3 +284,153 @@ async def test_calls_before_ready_are_unavailable():
             assert error.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await running.stop(0)
+
+
+async def test_a_filter_with_many_unknown_keys_gets_a_short_error(service):
+    stub, _, _ = service
+    keys = {f"unknown_key_{i:05d}_" + "x" * 20: "v" for i in range(10_000)}
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.SearchDocuments(pb.SearchDocumentsRequest(query="q", filter=keys), timeout=30)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violation(error.value) == "filter"
+    assert "9997 more" in error.value.details()
+    assert len(status_from_rpc_error(error.value).SerializeToString()) < 1024
+
+
+async def _limited_service(tmp_path, embedder, **limits):
+    settings = RetrievalSettings(port=0, data_dir=tmp_path / "store", **limits)
+    running, servicer = await start(settings, embedder)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
+    return running, servicer, channel, retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
+
+
+async def test_size_limits_are_settings_named_in_the_error(tmp_path, embedder):
+    running, servicer, channel, stub = await _limited_service(
+        tmp_path, embedder, max_document_chars=50, max_documents_per_request=2,
+        max_request_bytes=300)
+    try:
+        cases = [
+            (_documents(("1", "x" * 51)), "documents[0].text", "RETRIEVAL_MAX_DOCUMENT_CHARS"),
+            (_documents(("1", "a"), ("2", "b"), ("3", "c")), "documents",
+             "RETRIEVAL_MAX_DOCUMENTS_PER_REQUEST"),
+            (_documents(("1", "y" * 50), ("2", "z" * 50)) * 1, None, None),
+        ]
+        for documents, field, setting in cases[:2]:
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.IngestDocuments(pb.IngestDocumentsRequest(documents=documents),
+                                           timeout=30)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert violation(error.value) == field and setting in error.value.details()
+        big = [common_pb2.Document(id=str(i), text="w" * 50, source="s" * 100) for i in range(2)]
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.IngestDocuments(pb.IngestDocumentsRequest(documents=big), timeout=30)
+        assert violation(error.value) == "documents"
+        assert "RETRIEVAL_MAX_REQUEST_BYTES" in error.value.details()
+        listed = await stub.ListCollections(pb.ListCollectionsRequest(), timeout=10)
+        assert list(listed.collections) == []
+    finally:
+        await channel.close()
+        await running.stop(0)
+        servicer.close()
+
+
+class SlowEmbedder:
+    """The real encoder, 0.2 s slower per call: long enough for a deadline to pass mid-ingest."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.dim, self.name = inner, inner.dim, inner.name
+        self.calls = 0
+
+    def embed(self, texts):
+        import time
+
+        self.calls += 1
+        time.sleep(0.2)
+        return self.inner.embed(texts)
+
+
+async def test_an_ingest_past_its_deadline_or_cancelled_writes_nothing(tmp_path, embedder):
+    import asyncio
+
+    slow = SlowEmbedder(embedder)
+    running, servicer, channel, stub = await _limited_service(tmp_path, slow)
+    try:
+        documents = _documents(*[(str(i), f"Short note {i}.") for i in range(1000)])
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.IngestDocuments(pb.IngestDocumentsRequest(documents=documents),
+                                       timeout=0.5)
+        assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        call = stub.IngestDocuments(pb.IngestDocumentsRequest(documents=documents), timeout=60)
+        await asyncio.sleep(0.5)
+        call.cancel()
+        # The ingest pool has one worker: this small ingest runs after both stopped ones.
+        reply = await stub.IngestDocuments(pb.IngestDocumentsRequest(
+            collection="other", documents=_documents(("a", "after"))), timeout=60)
+        assert reply.document_count == 1
+        assert slow.calls < 12  # 1000 chunks are 8 slices; both ingests stopped early
+        listed = await stub.ListCollections(pb.ListCollectionsRequest(), timeout=10)
+        assert [c.name for c in listed.collections] == ["other"]  # nothing of the stopped ones
+    finally:
+        await channel.close()
+        await running.stop(0)
+        servicer.close()
+
+
+async def test_stream_ingest_batches_and_reports_a_repeated_id(tmp_path, embedder):
+    running, servicer, channel, stub = await _limited_service(tmp_path, embedder,
+                                                              stream_batch_documents=3)
+
+    def stream(*messages):
+        async def requests():
+            for collection, pairs in messages:
+                yield pb.StreamIngestDocumentsRequest(collection=collection,
+                                                      documents=_documents(*pairs))
+        return requests()
+
+    try:
+        reply = await stub.StreamIngestDocuments(stream(
+            ("notes", [("1", "Enzymes speed up reactions."), ("2", "Ribosomes make proteins.")]),
+            ("", [("3", "Mitochondria make ATP."), ("4", "Cells divide by mitosis.")]),
+            ("notes", [("5", "DNA is a double helix.")])), timeout=120)
+        assert (reply.document_count, reply.chunk_count, reply.skipped_document_count) == (5, 5, 0)
+        again = await stub.StreamIngestDocuments(stream(
+            ("notes", [("1", "Enzymes speed up reactions."), ("2", "Ribosomes build proteins.")]),
+        ), timeout=120)
+        assert (again.document_count, again.skipped_document_count,
+                again.updated_document_count) == (1, 1, 1)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.StreamIngestDocuments(stream(
+                ("notes", [("6", "Six."), ("7", "Seven."), ("8", "Eight.")]),
+                ("", [("9", "Nine."), ("6", "Six again.")])), timeout=120)
+        assert violation(error.value) == "documents[4].id"
+        assert "3 documents of the stream before this batch are stored" in error.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.StreamIngestDocuments(stream(("notes", [("a", "A.")]),
+                                                    ("other", [("b", "B.")])), timeout=120)
+        assert violation(error.value) == "collection"
+        response = await stub.SearchDocuments(pb.SearchDocumentsRequest(
+            collection="notes", query="mitochondria ATP"), timeout=30)
+        assert response.results[0].document_id == "3"
+    finally:
+        await channel.close()
+        await running.stop(0)
+        servicer.close()
+
+
+def test_a_second_service_on_the_same_data_dir_exits_with_a_clear_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from services.retrieval.main import EXIT_DATA_DIR_LOCKED
+
+    held = open_store(RetrievalSettings(data_dir=tmp_path / "store"))
+    try:
+        env = {**os.environ, "RETRIEVAL_PORT": "0", "RETRIEVAL_DATA_DIR": str(tmp_path / "store")}
+        child = subprocess.run([sys.executable, "-m", "mcts_mesh.cli", "serve", "retrieval"],
+                               env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        held.close()
+    assert child.returncode == EXIT_DATA_DIR_LOCKED, child.stderr[-2000:]
+    assert f"is in use by another process (pid {os.getpid()})" in child.stderr
+    assert "Traceback" not in child.stderr

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from libs.errors import NotFound
+from libs.errors import DeadlineExceeded, InvalidArgument, NotFound
 from services.retrieval.edge_store import EdgeStore
 from services.retrieval.ir_metrics import mean_over_queries, ndcg_at_k, recall_at_k
 from services.retrieval.retriever import Retriever
@@ -21,6 +21,7 @@ class BagOfWords:
     """Each lowercase word adds 1 to a hashed component; rows are L2-normalised."""
 
     dim = 64
+    name = "bag-of-words"
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
@@ -77,6 +78,71 @@ def test_reingest_replaces_old_chunks(retriever):
     hits = retriever.search("papers", "cats purr", top_k=10)
     assert sorted((h.document_id, h.text) for h in hits) == [("x", "Parrots talk."),
                                                              ("y", "Dogs bark.")]
+
+
+def test_unchanged_documents_are_skipped_and_changed_ones_updated(retriever):
+    docs = [Doc("x", "Cats purr loudly."), Doc("y", "Dogs bark."), Doc("z", "Owls hoot.")]
+    first = retriever.ingest("papers", docs)
+    assert (first.document_count, first.skipped_count, first.updated_count) == (3, 0, 0)
+    embedded = sum(len(call) for call in retriever.embedder.calls)
+    again = retriever.ingest("papers", [Doc("x", "Cats purr loudly."), Doc("y", "Dogs growl."),
+                                        Doc("w", "Bees buzz.")])
+    assert (again.document_count, again.skipped_count) == (2, 1)
+    assert again.updated_ids == ("y",)
+    # Only the changed and the new document were embedded again.
+    assert sum(len(call) for call in retriever.embedder.calls) - embedded == 2
+    assert [h.text for h in retriever.search("papers", "dogs", top_k=10,
+                                             filter={"document_id": "y"})] == ["Dogs growl."]
+    # A changed title or source is a change too.
+    assert retriever.ingest("papers", [Doc("z", "Owls hoot.", title="Birds")]).updated_count == 1
+
+
+def test_a_stopped_ingest_writes_nothing(retriever):
+    checks = []
+
+    def stop_after_first_slice() -> bool:
+        checks.append(1)
+        return len(checks) > 1
+
+    docs = [Doc(str(i), f"Document number {i} about topic {i % 7}.") for i in range(300)]
+    with pytest.raises(DeadlineExceeded):
+        retriever.ingest("papers", docs, should_stop=stop_after_first_slice)
+    assert len(retriever.embedder.calls) == 1  # stopped after one slice of embedding
+    with pytest.raises(NotFound):  # not even the collection was created
+        retriever.store.count("papers")
+    retriever.ingest("papers", docs[:5], should_stop=lambda: False)
+    with pytest.raises(DeadlineExceeded):
+        retriever.ingest("papers", docs, should_stop=lambda: True)
+    assert retriever.store.count("papers") == 5
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", None])
+def test_every_mode_finds_the_document(retriever, mode):
+    retriever.ingest("papers", [
+        Doc("aspirin", "Aspirin lowers stroke risk in adults."),
+        Doc("vitd", "Vitamin D supplements do not prevent bone fractures."),
+        Doc("zebra", "Zebrafish regenerate heart tissue."),
+    ])
+    for fusion in ("dbsf", "rrf"):
+        hits = retriever.search("papers", "vitamin fractures", top_k=3, mode=mode, fusion=fusion)
+        assert hits[0].document_id == "vitd", (mode, fusion)
+
+
+def test_a_mode_the_collection_lacks_is_invalid_argument(tmp_path):
+    import qdrant_edge as qe
+
+    qe.EdgeShard.create(str(tmp_path / "collections" / "old"), qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=BagOfWords.dim, distance=qe.Distance.Cosine))).close()
+    store = EdgeStore(tmp_path)
+    try:
+        retriever = Retriever(store, BagOfWords(), chunk_size=60, chunk_overlap=10)
+        retriever.ingest("old", [Doc("a", "Aspirin lowers stroke risk.")])
+        assert retriever.search("old", "aspirin", top_k=1, mode=None)[0].document_id == "a"
+        with pytest.raises(InvalidArgument) as error:
+            retriever.search("old", "aspirin", top_k=1, mode="sparse")
+        assert error.value.field == "mode"
+    finally:
+        store.close()
 
 
 def test_search_of_unknown_collection_is_not_found(retriever):

@@ -51,3 +51,19 @@ def test_store_choice(monkeypatch, tmp_path):
 def test_overlap_must_stay_below_half_the_chunk():
     with pytest.raises(ValidationError):
         RetrievalSettings(chunk_size=100, chunk_overlap=60)
+
+
+@pytest.mark.parametrize("name", ["max_document_chars", "max_documents_per_request",
+                                  "max_request_bytes", "stream_batch_documents",
+                                  "ingest_workers", "query_workers"])
+def test_limits_and_pools_must_be_positive(name):
+    with pytest.raises(ValidationError, match=name):
+        RetrievalSettings(**{name: 0})
+
+
+def test_encoder_choice(monkeypatch):
+    monkeypatch.setenv("RETRIEVAL_EMBEDDER", "torch")
+    assert RetrievalSettings().embedder == "torch"
+    monkeypatch.setenv("RETRIEVAL_EMBEDDER", "tensorflow")
+    with pytest.raises(ValidationError):
+        RetrievalSettings()

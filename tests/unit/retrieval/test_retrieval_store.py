@@ -4,9 +4,12 @@ survives reopening and a hard kill, and refuses a second owner of its directory.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -39,10 +42,52 @@ def put(store, collection: str, records_and_vectors) -> None:
     store.upsert(collection, records, np.stack([v for _, v in records_and_vectors]))
 
 
-@pytest.fixture(params=["edge", "server"])
+@pytest.fixture(scope="module")
+def qdrant_server(tmp_path_factory):
+    """A real Qdrant server on loopback, when a `qdrant` binary is installed (none of PyPI,
+    Debian or npm ships one, so CI skips this; the in-process double covers the client code)."""
+    binary = shutil.which("qdrant")
+    if binary is None:
+        pytest.skip("no qdrant server binary on PATH: PyPI, Debian and npm ship none")
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    storage = tmp_path_factory.mktemp("qdrant")
+    env = {**os.environ, "QDRANT__SERVICE__HOST": "127.0.0.1",
+           "QDRANT__SERVICE__HTTP_PORT": str(ports[0]), "QDRANT__SERVICE__GRPC_PORT": str(ports[1]),
+           "QDRANT__STORAGE__STORAGE_PATH": str(storage / "storage"),
+           "QDRANT__TELEMETRY_DISABLED": "true"}
+    server = subprocess.Popen([binary], env=env, cwd=storage, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{ports[0]}"
+    try:
+        for _ in range(300):
+            try:
+                QdrantClient(url=url, timeout=1).get_collections()
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.1)
+        else:
+            pytest.fail("the qdrant server did not answer within 30 s")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture(params=["edge", "server", "qdrant-server"])
 def store(request, tmp_path):
-    backend = (EdgeStore(tmp_path / "store") if request.param == "edge"
-               else ServerStore(QdrantClient(":memory:")))
+    if request.param == "edge":
+        backend = EdgeStore(tmp_path / "store")
+    elif request.param == "server":
+        backend = ServerStore(QdrantClient(":memory:"))
+    else:
+        client = QdrantClient(url=request.getfixturevalue("qdrant_server"))
+        for collection in client.get_collections().collections:
+            client.delete_collection(collection.name)
+        backend = ServerStore(client)
     yield backend
     backend.close()
 
@@ -176,5 +221,163 @@ def test_edge_store_survives_a_hard_kill(tmp_path):
         assert store.count("papers") == 50
         hits = store.search("papers", unit(0, 0, 1), top_k=10, filter={"document_id": "2"})
         assert [h.text for h in hits] == ["text 2"]
+    finally:
+        store.close()
+
+
+# --- sparse (BM25) and hybrid search, on both backends -------------------------------------------
+
+TEXTS = {
+    "vit": "Vitamin D supplements reduce the risk of hip fractures in older women.",
+    "zeb": "Zebrafish regenerate heart muscle after injury through cardiomyocyte division.",
+    "cat": "Domestic cats purr at frequencies that may promote bone healing.",
+}
+
+
+@pytest.fixture
+def texts_store(store):
+    from services.retrieval.retriever import Bm25Embedder
+
+    bm25 = Bm25Embedder()
+    store.ensure_collection("papers", DIM)
+    records = [ChunkRecord(doc, 0, text, "", "pubmed" if doc != "cat" else "blog", 0, len(text),
+                           fingerprint=f"fp-{doc}")
+               for doc, text in TEXTS.items()]
+    # Dense vectors that disagree with the words: "cat" is nearest the dense query below.
+    vectors = np.stack([unit(0, 1), unit(0, 0, 1), unit(1, 0)])
+    store.upsert("papers", records, vectors, bm25.embed_documents([r.text for r in records]))
+    return store, bm25
+
+
+def test_sparse_search_ranks_by_words(texts_store):
+    store, bm25 = texts_store
+    hits = store.search("papers", None, top_k=3, mode="sparse",
+                        sparse=bm25.embed_query("hip fracture vitamin"))
+    assert [h.document_id for h in hits] == ["vit"]  # only the chunk sharing a term matches
+    assert hits[0].score > 0
+    assert store.search("papers", None, top_k=3, mode="sparse",
+                        sparse=bm25.embed_query("the of and")) == []  # stopwords only
+
+
+@pytest.mark.parametrize("fusion", ["dbsf", "rrf"])
+def test_hybrid_fuses_dense_and_sparse(texts_store, fusion):
+    store, bm25 = texts_store
+    hits = store.search("papers", unit(1, 0), top_k=3, mode="hybrid", fusion=fusion,
+                        sparse=bm25.embed_query("zebrafish heart regeneration"))
+    ids = [h.document_id for h in hits]
+    # Dense alone puts "cat" first and sparse alone finds only "zeb"; the fusion has both on top.
+    assert set(ids[:2]) == {"cat", "zeb"}
+    assert store.search("papers", unit(1, 0), top_k=3)[0].document_id == "cat"
+
+
+def test_filter_and_min_score_apply_to_every_mode(texts_store):
+    store, bm25 = texts_store
+    query = bm25.embed_query("cats bone healing zebrafish heart")
+    for mode in ("dense", "sparse", "hybrid"):
+        hits = store.search("papers", unit(1, 0), top_k=3, mode=mode, sparse=query,
+                            filter={"source": "pubmed"})
+        assert hits and {h.document_id for h in hits} <= {"vit", "zeb"}, mode
+        every = store.search("papers", unit(1, 0), top_k=3, mode=mode, sparse=query)
+        cut = (every[0].score + every[-1].score) / 2 if len(every) > 1 else every[0].score
+        kept = store.search("papers", unit(1, 0), top_k=3, mode=mode, sparse=query,
+                            min_score=cut)
+        assert kept and all(h.score >= cut for h in kept), mode
+        assert len(kept) < len(every) or len(every) == 1, mode
+
+
+def test_fingerprints_of_stored_documents(texts_store):
+    store, _ = texts_store
+    assert store.fingerprints("papers", ["vit", "zeb", "nope"]) == {"vit": "fp-vit",
+                                                                   "zeb": "fp-zeb"}
+    assert store.modes("papers") == {"dense", "sparse", "hybrid"}
+
+
+def test_old_dense_only_collection_refuses_sparse_modes(tmp_path):
+    import qdrant_edge as qe
+
+    # A shard as the previous version made it: one unnamed dense vector.
+    shard = qe.EdgeShard.create(str(tmp_path / "collections" / "old"), qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)))
+    shard.update(qe.UpdateOperation.upsert_points(
+        [qe.Point(point_id("old", "a", 0), unit(1).tolist(), chunk("a", 0).payload())]))
+    shard.close()
+    store = EdgeStore(tmp_path)
+    try:
+        assert store.modes("old") == {"dense"}
+        assert store.search("old", unit(1), top_k=1)[0].document_id == "a"
+        store.upsert("old", [chunk("b", 0)], unit(0, 1)[None, :])
+        assert store.count("old") == 2
+        with pytest.raises(InvalidArgument) as error:
+            store.search("old", unit(1), top_k=1, mode="hybrid")
+        assert error.value.field == "mode"
+    finally:
+        store.close()
+
+
+def test_kill_during_an_ingest_leaves_whole_batches(tmp_path):
+    # A child process writes 40 batches of 50 chunks (dense + BM25) and says after each one that it
+    # is stored; it is killed with SIGKILL while it is still writing.
+    script = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from services.retrieval.edge_store import EdgeStore
+        from services.retrieval.retriever import Bm25Embedder
+        from services.retrieval.store import ChunkRecord
+        store = EdgeStore({str(tmp_path)!r})
+        store.ensure_collection("papers", {DIM})
+        bm25 = Bm25Embedder()
+        rng = np.random.default_rng(0)
+        for batch in range(40):
+            records = [ChunkRecord(f"{{batch}}-{{i}}", 0, f"batch {{batch}} note {{i}} about cells",
+                                   "", "s", 0, 30) for i in range(50)]
+            vectors = rng.normal(size=(50, {DIM})).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            sparse = bm25.embed_documents([r.text for r in records])
+            store.upsert("papers", records, vectors, sparse)
+            print(batch, flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        acknowledged = -1
+        while acknowledged < 5:
+            line = child.stdout.readline()
+            assert line, "the child ended before writing six batches"
+            acknowledged = int(line)
+        child.kill()
+    finally:
+        child.wait(timeout=60)
+        child.stdout.close()
+    assert child.returncode == -9
+    store = EdgeStore(tmp_path)
+    try:
+        count = store.count("papers")
+        # Every acknowledged batch is there; the one in flight is there whole or not at all.
+        assert count % 50 == 0 and count >= (acknowledged + 1) * 50
+        batches = count // 50
+        from services.retrieval.retriever import Bm25Embedder
+
+        hits = store.search("papers", None, top_k=100, mode="sparse",
+                            sparse=Bm25Embedder().embed_query(f"batch {batches - 1}"))
+        assert {h.document_id.split("-")[0] for h in hits} >= {str(batches - 1)}
+        assert store.fingerprints("papers", [f"{batches - 1}-49", f"{batches}-0"]).keys() == {
+            f"{batches - 1}-49"}
+    finally:
+        store.close()
+
+
+def test_a_second_process_on_the_same_directory_gets_a_clear_error(tmp_path):
+    store = EdgeStore(tmp_path)
+    try:
+        script = textwrap.dedent(f"""
+            from services.retrieval.edge_store import DataDirLocked, EdgeStore
+            try:
+                EdgeStore({str(tmp_path)!r})
+            except DataDirLocked as error:
+                print(error.message)
+        """)
+        child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               timeout=120)
+        assert child.returncode == 0, child.stderr
+        assert f"in use by another process (pid {os.getpid()})" in child.stdout
     finally:
         store.close()

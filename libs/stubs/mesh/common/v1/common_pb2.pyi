@@ -1,10 +1,31 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_MODE_UNSPECIFIED: _ClassVar[SearchMode]
+    SEARCH_MODE_DENSE: _ClassVar[SearchMode]
+    SEARCH_MODE_SPARSE: _ClassVar[SearchMode]
+    SEARCH_MODE_HYBRID: _ClassVar[SearchMode]
+
+class FusionMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FUSION_METHOD_UNSPECIFIED: _ClassVar[FusionMethod]
+    FUSION_METHOD_DBSF: _ClassVar[FusionMethod]
+    FUSION_METHOD_RRF: _ClassVar[FusionMethod]
+SEARCH_MODE_UNSPECIFIED: SearchMode
+SEARCH_MODE_DENSE: SearchMode
+SEARCH_MODE_SPARSE: SearchMode
+SEARCH_MODE_HYBRID: SearchMode
+FUSION_METHOD_UNSPECIFIED: FusionMethod
+FUSION_METHOD_DBSF: FusionMethod
+FUSION_METHOD_RRF: FusionMethod
 
 class ConnectFourPosition(_message.Message):
     __slots__ = ("moves",)

@@ -262,7 +262,7 @@ class StreamSolveProblemResponse(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ..., iteration_started: _Optional[_Union[IterationStarted, _Mapping]] = ..., agent_started: _Optional[_Union[AgentStarted, _Mapping]] = ..., agent_finished: _Optional[_Union[AgentFinished, _Mapping]] = ..., tally: _Optional[_Union[RoundTally, _Mapping]] = ..., response: _Optional[_Union[SolveProblemResponse, _Mapping]] = ...) -> None: ...
 
 class AnswerQueryRequest(_message.Message):
-    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd")
+    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -272,6 +272,8 @@ class AnswerQueryRequest(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_MODE_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
     query: str
     collection: str
     top_k: int
@@ -281,7 +283,9 @@ class AnswerQueryRequest(_message.Message):
     temperature: float
     max_tokens: int
     max_cost_usd: float
-    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ...) -> None: ...
+    search_mode: _common_pb2.SearchMode
+    fusion: _common_pb2.FusionMethod
+    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ...) -> None: ...
 
 class Source(_message.Message):
     __slots__ = ("document_id", "title", "text", "score", "source")
@@ -364,9 +368,33 @@ class IngestDocumentsRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[_common_pb2.Document, _Mapping]]] = ...) -> None: ...
 
 class IngestDocumentsResponse(_message.Message):
-    __slots__ = ("document_count", "chunk_count")
+    __slots__ = ("document_count", "chunk_count", "skipped_document_count", "updated_document_count")
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     document_count: int
     chunk_count: int
-    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+    skipped_document_count: int
+    updated_document_count: int
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., skipped_document_count: _Optional[int] = ..., updated_document_count: _Optional[int] = ...) -> None: ...
+
+class StreamIngestDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "documents")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    documents: _containers.RepeatedCompositeFieldContainer[_common_pb2.Document]
+    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[_common_pb2.Document, _Mapping]]] = ...) -> None: ...
+
+class StreamIngestDocumentsResponse(_message.Message):
+    __slots__ = ("document_count", "chunk_count", "skipped_document_count", "updated_document_count")
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    document_count: int
+    chunk_count: int
+    skipped_document_count: int
+    updated_document_count: int
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., skipped_document_count: _Optional[int] = ..., updated_document_count: _Optional[int] = ...) -> None: ...

@@ -57,6 +57,11 @@ class OrchestratorServiceStub:
                 request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.IngestDocumentsRequest.SerializeToString,
                 response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.IngestDocumentsResponse.FromString,
                 _registered_method=True)
+        self.StreamIngestDocuments = channel.stream_unary(
+                '/mesh.orchestrator.v1.OrchestratorService/StreamIngestDocuments',
+                request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsRequest.SerializeToString,
+                response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsResponse.FromString,
+                _registered_method=True)
 
 
 class OrchestratorServiceServicer:
@@ -131,6 +136,18 @@ class OrchestratorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamIngestDocuments(self, request_iterator, context):
+        """Ingests a stream of documents into a retrieval collection (what
+        `mcts-mesh ingest` sends): forwarded to
+        RetrievalService.StreamIngestDocuments, one summary at the end. gRPC
+        only (no REST mapping).
+        Errors: as IngestDocuments; INVALID_ARGUMENT for an id repeated in the
+        stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OrchestratorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +170,11 @@ def add_OrchestratorServiceServicer_to_server(servicer, server):
                     servicer.IngestDocuments,
                     request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.IngestDocumentsRequest.FromString,
                     response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.IngestDocumentsResponse.SerializeToString,
+            ),
+            'StreamIngestDocuments': grpc.stream_unary_rpc_method_handler(
+                    servicer.StreamIngestDocuments,
+                    request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsRequest.FromString,
+                    response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +288,33 @@ class OrchestratorService:
             '/mesh.orchestrator.v1.OrchestratorService/IngestDocuments',
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.IngestDocumentsRequest.SerializeToString,
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.IngestDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamIngestDocuments(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/mesh.orchestrator.v1.OrchestratorService/StreamIngestDocuments',
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsRequest.SerializeToString,
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,15 +16,39 @@ class IngestDocumentsRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[_common_pb2.Document, _Mapping]]] = ...) -> None: ...
 
 class IngestDocumentsResponse(_message.Message):
-    __slots__ = ("document_count", "chunk_count")
+    __slots__ = ("document_count", "chunk_count", "skipped_document_count", "updated_document_count")
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     document_count: int
     chunk_count: int
-    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+    skipped_document_count: int
+    updated_document_count: int
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., skipped_document_count: _Optional[int] = ..., updated_document_count: _Optional[int] = ...) -> None: ...
+
+class StreamIngestDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "documents")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    documents: _containers.RepeatedCompositeFieldContainer[_common_pb2.Document]
+    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[_common_pb2.Document, _Mapping]]] = ...) -> None: ...
+
+class StreamIngestDocumentsResponse(_message.Message):
+    __slots__ = ("document_count", "chunk_count", "skipped_document_count", "updated_document_count")
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    document_count: int
+    chunk_count: int
+    skipped_document_count: int
+    updated_document_count: int
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., skipped_document_count: _Optional[int] = ..., updated_document_count: _Optional[int] = ...) -> None: ...
 
 class SearchDocumentsRequest(_message.Message):
-    __slots__ = ("collection", "query", "top_k", "filter", "min_score")
+    __slots__ = ("collection", "query", "top_k", "filter", "min_score", "mode", "fusion")
     class FilterEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,12 +61,16 @@ class SearchDocumentsRequest(_message.Message):
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     top_k: int
     filter: _containers.ScalarMap[str, str]
     min_score: float
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Mapping[str, str]] = ..., min_score: _Optional[float] = ...) -> None: ...
+    mode: _common_pb2.SearchMode
+    fusion: _common_pb2.FusionMethod
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Mapping[str, str]] = ..., min_score: _Optional[float] = ..., mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ...) -> None: ...
 
 class SearchResult(_message.Message):
     __slots__ = ("chunk_id", "document_id", "title", "text", "source", "score", "start_offset", "end_offset")

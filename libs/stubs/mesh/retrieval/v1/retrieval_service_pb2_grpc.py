@@ -41,6 +41,11 @@ class RetrievalServiceStub:
                 request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.IngestDocumentsRequest.SerializeToString,
                 response_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.IngestDocumentsResponse.FromString,
                 _registered_method=True)
+        self.StreamIngestDocuments = channel.stream_unary(
+                '/mesh.retrieval.v1.RetrievalService/StreamIngestDocuments',
+                request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.StreamIngestDocumentsRequest.SerializeToString,
+                response_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.StreamIngestDocumentsResponse.FromString,
+                _registered_method=True)
         self.SearchDocuments = channel.unary_unary(
                 '/mesh.retrieval.v1.RetrievalService/SearchDocuments',
                 request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.SearchDocumentsRequest.SerializeToString,
@@ -60,21 +65,44 @@ class RetrievalServiceServicer:
 
     def IngestDocuments(self, request, context):
         """Chunks, embeds and stores documents in a collection, creating it when
-        absent. Re-ingesting a document id replaces its chunks. Every document is
-        checked before anything is written.
+        absent. Re-ingesting a document id with other text, title or source
+        replaces its chunks (counted as updated); with the same ones it is
+        skipped, not embedded again. Every document is checked before anything is
+        written, and nothing is written when the caller cancels or the deadline
+        passes before the write starts (a retry is safe: chunk ids derive from the
+        collection, document id and chunk index).
         Errors: INVALID_ARGUMENT for an invalid collection name, no documents or
-        more than 10,000, a document without id or text, a repeated id.
+        more than the service's limit (RETRIEVAL_MAX_DOCUMENTS_PER_REQUEST,
+        10,000), a request over RETRIEVAL_MAX_REQUEST_BYTES, a document without id
+        or text, text over RETRIEVAL_MAX_DOCUMENT_CHARS, a repeated id;
+        CANCELLED / DEADLINE_EXCEEDED with nothing written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamIngestDocuments(self, request_iterator, context):
+        """IngestDocuments for large corpora: a stream of requests (each with the
+        same collection, or empty after the first) and one summary. Documents are
+        embedded and stored in batches as they arrive; a batch is written whole
+        or not at all, and when the caller cancels or the deadline passes the
+        batch in progress is dropped (the batches before it stay stored, so a
+        re-run skips them as unchanged).
+        Errors: as IngestDocuments, per request message; INVALID_ARGUMENT also for
+        an id repeated anywhere in the stream or a collection that changes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SearchDocuments(self, request, context):
-        """Dense search of a collection; returns the most similar chunks, best first.
+        """Searches a collection; returns the best chunks, best first: dense
+        (cosine), sparse (BM25) or hybrid (both, fused).
         Errors: INVALID_ARGUMENT for an invalid collection name, an empty or
-        10,001-character query, top_k outside 1..100, min_score outside [-1, 1],
-        a filter key other than document_id, source, title; NOT_FOUND for an
-        unknown collection.
+        10,001-character query, top_k outside 1..100, a non-finite min_score (or
+        one outside [-1, 1] for dense search), a filter key other than
+        document_id, source, title, or a mode the collection was not built for
+        ("mode"); NOT_FOUND for an unknown collection.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -94,6 +122,11 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.IngestDocuments,
                     request_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.IngestDocumentsRequest.FromString,
                     response_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.IngestDocumentsResponse.SerializeToString,
+            ),
+            'StreamIngestDocuments': grpc.stream_unary_rpc_method_handler(
+                    servicer.StreamIngestDocuments,
+                    request_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.StreamIngestDocumentsRequest.FromString,
+                    response_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.StreamIngestDocumentsResponse.SerializeToString,
             ),
             'SearchDocuments': grpc.unary_unary_rpc_method_handler(
                     servicer.SearchDocuments,
@@ -135,6 +168,33 @@ class RetrievalService:
             '/mesh.retrieval.v1.RetrievalService/IngestDocuments',
             mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.IngestDocumentsRequest.SerializeToString,
             mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.IngestDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamIngestDocuments(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/mesh.retrieval.v1.RetrievalService/StreamIngestDocuments',
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.StreamIngestDocumentsRequest.SerializeToString,
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.StreamIngestDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
