@@ -74,8 +74,9 @@ class SearchResult:
         parallelism: "root" or "tree".
         transposition_hits: positions found in a transposition table when first reached (0
             without tables).
-        selection_s, expansion_s, rollout_s, backup_s, wait_s: estimated wall seconds per
-            phase, summed over the threads (`services.mcts.engine.Grown.phase_seconds`); 0 when
+        selection_s, expansion_s, rollout_s, backup_s, wait_s: wall seconds per phase, mean
+            over the threads (`services.mcts.engine.Grown.phase_seconds`: each thread's measured
+            kernel time split by its sampled cycle shares; the sum is at most `elapsed_s`); 0 when
             `timed_simulations` is 0.
         timed_simulations: simulations timed phase by phase (about 1 in 16).
     """
@@ -196,7 +197,9 @@ def uct_search(
     best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf, -col))
     total_visits = int(visits.sum())
     trees = [grown.tree for grown in runs]
-    phase_seconds = sum(grown.phase_seconds for grown in runs)
+    # Mean over the trees (one thread each, or one tree of all threads): the sum of the phases
+    # stays within the wall time of the search.
+    phase_seconds = sum(grown.phase_seconds for grown in runs) / len(runs)
     result = SearchResult(
         best_action=best + 1,
         visits=visits,
