@@ -57,7 +57,8 @@ class SearchResult:
     """Result of `uct_search`, for the player to move at the root.
 
     Attributes:
-        best_action: the most visited column, 1..7 (ties: higher mean value, then lower column).
+        best_action: the column played, 1..7: the most visited (ties: higher mean value, then
+            lower column), or with `temperature` > 0 a column sampled from the visits.
         visits: int64 [7], root visits per column (index 0..6 = column 1..7), 0 for a full column.
         values: float64 [7], mean simulation result per column for the player to move, in [-1, 1];
             nan for a full column or a column never visited.
@@ -117,6 +118,10 @@ def uct_search(
     stop: threading.Event | None = None,
     parallelism: str = "root",
     transpositions: bool = False,
+    widening_k: float | None = None,
+    widening_alpha: float = 0.5,
+    rave_k: float | None = None,
+    temperature: float = 0.0,
 ) -> SearchResult:
     """UCT search with random rollouts from a Connect Four position.
 
@@ -135,6 +140,11 @@ def uct_search(
             thread).
         transpositions: share statistics between transposed positions (a transposition table
             per tree, keyed by the Connect Four bitboard key).
+        widening_k, widening_alpha: progressive widening, a node with N visits considers its
+            `ceil(k * N^alpha)` first children; None turns it off (`SearchConfig`).
+        rave_k: k of the RAVE schedule `sqrt(k / (3N + k))`; None turns RAVE off.
+        temperature: 0 plays the most visited column; T > 0 samples a column with probability
+            proportional to `visits ** (1 / T)` (drawn from a generator seeded by `[seed, 1]`).
         decisive_rollouts: rollouts take immediate wins and block immediate losses.
         time_limit_s: wall-clock seconds after which the trees stop (checked every
             `services.mcts.engine.CHUNK_SIMULATIONS` simulations); the result then reports the
@@ -144,8 +154,9 @@ def uct_search(
         SearchResult (see there).
     Raises:
         IllegalPosition: `moves` is malformed or illegal, or the game is over.
-        ValueError: simulations, threads or max_nodes below 1, a negative exploration, or an
-            unknown parallelism.
+        ValueError: simulations, threads or max_nodes below 1, a negative exploration, an
+            unknown parallelism, or widening, RAVE or temperature out of range (see
+            `services.mcts.engine.SearchConfig`).
         SearchStopped: the time limit or the stop event ended the search before any simulation.
     """
     root = Position.from_moves(moves)
@@ -167,7 +178,9 @@ def uct_search(
     capacity = min(DEFAULT_MAX_NODES if max_nodes is None else max_nodes, 7 * per_tree + 8)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     config = SearchConfig(rule="uct", exploration=exploration, max_nodes=capacity, seed=seed,
-                          parallelism=parallelism, transpositions=transpositions)
+                          parallelism=parallelism, transpositions=transpositions,
+                          widening_k=widening_k, widening_alpha=widening_alpha, rave_k=rave_k,
+                          temperature=temperature)
     game = GAME if decisive_rollouts else UNIFORM_GAME
 
     started = time.perf_counter()
@@ -194,7 +207,12 @@ def uct_search(
     values = np.full(WIDTH, np.nan, dtype=np.float64)
     seen = visits > 0
     values[seen] = value_sums[seen] / visits[seen]
-    best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf, -col))
+    if temperature > 0 and visits.sum() > 0:
+        weights = (visits / visits.max()) ** (1.0 / temperature)
+        best = int(np.random.default_rng([seed, 1]).choice(WIDTH, p=weights / weights.sum()))
+    else:
+        best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf,
+                                           -col))
     total_visits = int(visits.sum())
     trees = [grown.tree for grown in runs]
     # Mean over the trees (one thread each, or one tree of all threads): the sum of the phases
