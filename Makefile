@@ -52,4 +52,4 @@ bench: setup
 	$(PY) bench/retrieval.py
 
 clean:
-	rm -rf $(VENV) third_party var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache

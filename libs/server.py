@@ -19,20 +19,21 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry.sdk.trace import TracerProvider
 
 from libs.errors import MeshError, to_status
+from libs.health_metrics import watch_health
 from libs.logs import setup_logging
 from libs.metrics import start_metrics_server
+from libs.reflection import enable_server_reflection
 from libs.settings import ServiceSettings
 from libs.telemetry import ServerTelemetryInterceptor, current_trace_id, setup_tracing
 
@@ -44,6 +45,7 @@ cannot (one line, logged when health changes). It must be cheap (no model call, 
 it runs every `health_interval_s` seconds."""
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_METADATA_BYTES = 16 * 1024
 
 LIVENESS = "liveness"
 """Health service name that is SERVING from start-up until the drain, whatever the readiness: a
@@ -257,6 +259,7 @@ async def start_server(
     ready: Callable[[], Awaitable[None]] | None = None,
     tracer_provider: TracerProvider | None = None,
     probe: Probe | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> RunningServer:
     """Creates, binds and starts a service; health reports SERVING once `ready()` has returned
     (and, with a `probe`, while the probe says ready).
@@ -271,27 +274,31 @@ async def start_server(
         Metrics of every call are recorded when `settings.metrics_port` is not -1.
         probe: re-evaluated every `settings.health_interval_s` seconds after `ready()` (see
             `Probe`); None keeps the service SERVING from `ready()` until it stops.
+        interceptors: the service's own, run inside tracing and error mapping (the
+            orchestrator's access control).
     Raises:
         BindError: the port could not be bound (the message names the address and why).
     """
     server = grpc.aio.server(
         interceptors=[ServerTelemetryInterceptor(tracer_provider,
                                                  metrics=settings.metrics_port >= 0),
-                      ErrorMappingInterceptor(name)],
+                      ErrorMappingInterceptor(name), *interceptors],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.so_reuseport", 0)],
+                 ("grpc.so_reuseport", 0),
+                 # Read metadata up to gRPC's hard limit instead of refusing 8-16 KiB at random
+                 # (the soft limit), so that an oversized API key gets a clear UNAUTHENTICATED.
+                 ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+                 ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES)],
     )
     for item in servicers:
         item.add_to_server(item.servicer, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    watch_health(name, health)
     service_names = [item.service_name for item in servicers]
-    reflection.enable_server_reflection(
-        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME],
-        server,
-    )
+    enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
     await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     port = _bind(server, name, settings.host, settings.port)
     running = RunningServer(name, server, health, port, service_names)
@@ -325,6 +332,7 @@ async def serve(
     on_listening: Callable[[dict[str, int]], None] | None = None,
     start_extra: ExtraStarter | None = None,
     probe: Probe | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> None:
     """Runs a service until SIGTERM or SIGINT, then drains for `settings.drain_grace_s` seconds.
 
@@ -337,7 +345,8 @@ async def serve(
         probe: the service's readiness probe (see `start_server`).
     """
     metrics = start_metrics_server(name, settings.host, settings.metrics_port)
-    running = await start_server(name, settings, servicers, ready, probe=probe)
+    running = await start_server(name, settings, servicers, ready, probe=probe,
+                                 interceptors=interceptors)
     ports = {"grpc": running.port}
     if metrics is not None:
         ports["metrics"] = metrics.port

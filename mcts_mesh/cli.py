@@ -12,12 +12,15 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 
 import grpc
+
+from mcts_mesh.client import API_KEY_ENV
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 AGENT_NAMES = ("mcts", "neural", "checker", "retrieval", "llm", "solver", "hrm", "trm")
@@ -77,10 +80,12 @@ def _fail(error: grpc.RpcError) -> int:
     return 2
 
 
-def _stub(target: str):
+def _stub(target: str, api_key: str | None = None):
     from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
-    channel = grpc.insecure_channel(target)
+    from mcts_mesh.client import open_channel
+
+    channel = open_channel(target, api_key)
     return channel, orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
 
 
@@ -127,7 +132,7 @@ def _outcome_name(value: int) -> str:
 def cmd_solve(args) -> int:
     from mcts_mesh import puzzle_commands
 
-    channel, stub = _stub(args.target)
+    channel, stub = _stub(args.target, args.api_key)
     if args.progress:  # the same answer, through StreamSolveProblem, with the loop shown live
         from rich.console import Console
 
@@ -172,7 +177,7 @@ def cmd_eval(args) -> int:
     if args.game in ("sudoku", "maze"):
         from mcts_mesh.puzzle_commands import eval_maze, eval_sudoku
 
-        channel, stub = _stub(args.target)
+        channel, stub = _stub(args.target, args.api_key)
         try:
             return (eval_sudoku if args.game == "sudoku" else eval_maze)(stub, args)
         finally:
@@ -180,7 +185,7 @@ def cmd_eval(args) -> int:
     from mcts_mesh.progress import eval_progress
 
     rows = read_pons(Path(args.file), args.limit)
-    channel, stub = _stub(args.target)
+    channel, stub = _stub(args.target, args.api_key)
     kept = 0
     latencies, rates = [], []
     progress_bar = contextlib.ExitStack()
@@ -233,7 +238,7 @@ def cmd_ingest(args) -> int:
 
     from services.retrieval.ingest import read_documents
 
-    channel, stub = _stub(args.target)
+    channel, stub = _stub(args.target, args.api_key)
     total_docs = total_chunks = 0
     try:
         for batch in read_documents([Path(p) for p in args.paths], batch_size=args.batch_size,
@@ -255,7 +260,7 @@ def cmd_ingest(args) -> int:
 def cmd_query(args) -> int:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    channel, stub = _stub(args.target)
+    channel, stub = _stub(args.target, args.api_key)
     request = pb.AnswerQueryRequest(query=args.text, collection=args.collection)
     if args.top_k is not None:
         request.top_k = args.top_k
@@ -282,6 +287,72 @@ def _write_port_file(path: str, content: dict) -> None:
     tmp = Path(path + ".tmp")
     tmp.write_text(json.dumps(content))
     tmp.replace(path)
+
+
+def _key_store(args):
+    """The store `keys` edits: `--file`, else the orchestrator's own (ORCHESTRATOR_API_KEYS_FILE,
+    ORCHESTRATOR_REDIS_URL, else var/orchestrator/api-keys.json), and its Redis client (or None)."""
+    from services.orchestrator.access import key_store, redis_client
+    from services.orchestrator.access.keys import FileKeyStore
+    from services.orchestrator.settings import OrchestratorSettings
+
+    if args.file:
+        return FileKeyStore(args.file), None
+    settings = OrchestratorSettings()
+    client = redis_client(settings)
+    return key_store(settings, client), client
+
+
+def cmd_keys(args) -> int:
+    """`keys create NAME` prints a new key once (only its SHA-256 is stored); `keys list` shows
+    names, creation times and own limits; `keys revoke NAME` deletes a key (running orchestrators
+    refuse it within ORCHESTRATOR_API_KEYS_RELOAD_S)."""
+    import asyncio
+
+    from libs.errors import MeshError
+    from services.orchestrator.access.keys import RateLimits
+
+    async def run() -> int:
+        store, client = _key_store(args)
+        try:
+            if args.keys_command == "create":
+                own = (args.per_second, args.per_minute, args.per_hour)
+                limits = None if own == (None, None, None) else \
+                    RateLimits(*(value or 0 for value in own))
+                key = await store.create(args.name, limits)
+                print(key)
+                print(f"key {args.name!r} stored in {store.describe()} (as its SHA-256 only): "
+                      "copy it now, it cannot be shown again", file=sys.stderr)
+            elif args.keys_command == "revoke":
+                await store.revoke(args.name)
+                print(f"key {args.name!r} revoked in {store.describe()}", file=sys.stderr)
+            else:
+                records = sorted(await store.read(), key=lambda record: record.name)
+                if args.json:
+                    for record in records:
+                        row = record.to_json()
+                        del row["sha256"]
+                        print(json.dumps(row))
+                else:
+                    print(f"{len(records)} keys in {store.describe()}")
+                    for record in records:
+                        own = record.limits
+                        limits = (f"{own.per_second}/s {own.per_minute}/min {own.per_hour}/h"
+                                  if own else "default limits")
+                        print(f"  {record.name:<24} created {record.created}  {limits}")
+            return 0
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    try:
+        return asyncio.run(run())
+    except MeshError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 def cmd_serve(args) -> int:
@@ -452,12 +523,29 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def cmd_mcp(args) -> int:
+    """Runs the MCP server (mcts_mesh/mcp_server.py) over the orchestrator at --target."""
+    import os
+
+    from mcts_mesh.mcp_server import serve, write_port_file
+
+    # The global --api-key where the command has one, else $MCTS_MESH_API_KEY.
+    api_key = getattr(args, "api_key", None) or os.environ.get("MCTS_MESH_API_KEY") or None
+    serve(args.target, args.transport, host=args.host, port=args.port, deadline_s=args.deadline,
+          api_key=api_key,
+          on_listening=write_port_file(args.port_file) if args.port_file else None)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcts-mesh", description=__doc__)
     parser.add_argument("--target", default=DEFAULT_TARGET,
                         help="the orchestrator's gRPC address (default %(default)s)")
     parser.add_argument("--deadline", type=float, default=120.0,
                         help="deadline of each call in seconds (default %(default)s)")
+    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None,
+                        help=f"API key sent to the orchestrator as x-api-key (default: "
+                             f"${API_KEY_ENV})")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -485,6 +573,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--restart-backoff-max", type=_positive_float, default=30.0,
                     help="longest wait before a restart, in seconds (default %(default)s)")
     up.set_defaults(func=cmd_up)
+
+    mcp = sub.add_parser("mcp", help="an MCP server (tools solve, query, run_mcts, health) over "
+                         "the orchestrator at --target")
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                     help="stdio (the MCP client starts this command) or streamable HTTP on /mcp")
+    mcp.add_argument("--host", default="127.0.0.1", help="http: address to bind")
+    mcp.add_argument("--port", type=int, default=8765, help="http: port (0: a free one)")
+    mcp.add_argument("--port-file", default=None, help="http: write the bound port as JSON here")
+    mcp.set_defaults(func=cmd_mcp)
 
     serve = sub.add_parser("serve", help="run one service (its settings come from the environment)")
     serve.add_argument("service", choices=sorted(SERVICE_ENTRY))
@@ -584,6 +681,22 @@ def build_parser() -> argparse.ArgumentParser:
                          help="csv: HRM CSV with answers (default); lines: one puzzle a line")
     heldout.add_argument("--output", default=None, help="file to write (default stdout)")
     heldout.set_defaults(func=cmd_puzzles_heldout)
+
+    keys = sub.add_parser("keys", help="API keys of the orchestrator (stored as SHA-256 hashes in "
+                          "ORCHESTRATOR_API_KEYS_FILE, or Redis with ORCHESTRATOR_REDIS_URL)")
+    keys.add_argument("--file", default=None,
+                      help="edit this key file instead of the orchestrator's store")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="make a key and print it once")
+    create.add_argument("name", help="1-64 of a-z 0-9 _ . - (e.g. the client's name)")
+    for window in ("second", "minute", "hour"):
+        create.add_argument(f"--per-{window}", type=int, default=None,
+                            help=f"this key's own limit of calls per {window} (0: none; "
+                                 "unset: the orchestrator's ORCHESTRATOR_RATE_LIMIT_* defaults)")
+    keys_sub.add_parser("list", help="names, creation times and own limits (never the keys)"
+                        ).add_argument("--json", action="store_true")
+    keys_sub.add_parser("revoke", help="delete a key").add_argument("name")
+    keys.set_defaults(func=cmd_keys)
 
     models = sub.add_parser("models", help="model presets (HRM, TRM)")
     models_sub = models.add_subparsers(dest="models_command", required=True)

@@ -161,8 +161,10 @@ def run_demo(target: str, args) -> None:
     """Sends the demo workload to the orchestrator at `target` and prints what came back."""
     from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
+    from mcts_mesh.client import open_channel
+
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    with grpc.insecure_channel(target) as channel:
+    with open_channel(target, getattr(args, "api_key", None)) as channel:
         stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
         _connect_four(stub, data_dir, args.demo_positions)
         _sudoku6(stub)

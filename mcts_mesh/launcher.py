@@ -193,6 +193,8 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
             prefix = ENV_PREFIX[name]
             child_env = dict(base_env)
             child_env[f"{prefix}PORT"] = str(ports[name])
+            if name == "mcts":
+                child_env["MCTS_NEURAL_TARGET"] = f"127.0.0.1:{ports['neural']}"
             if metrics:
                 child_env[f"{prefix}METRICS_PORT"] = str(metrics_ports[name])
             if log_format is not None:

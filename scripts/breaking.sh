@@ -15,8 +15,11 @@ fi
 tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/prev" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add --detach "$tmp/prev" "$against" >/dev/null 2>&1
-mkdir -p "$tmp/prev/third_party"
-cp -r third_party/googleapis "$tmp/prev/third_party/"
+# Commits before the googleapis protos were vendored lack them: give them today's copy.
+if [ ! -d "$tmp/prev/third_party/googleapis" ]; then
+  mkdir -p "$tmp/prev/third_party"
+  cp -r third_party/googleapis "$tmp/prev/third_party/"
+fi
 (cd "$tmp/prev" && "$OLDPWD/$BUF" build -o "$tmp/prev.binpb")
 # Both sides as single images (the workspace has two modules; an image has one), with the rules
 # of buf.yaml's breaking section.

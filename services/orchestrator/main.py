@@ -19,6 +19,8 @@ from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 from libs.channels import open_channel
 from libs.connect4.solver import best_moves
 from libs.server import RunningServer, Servicer, run_service, serve
+from services.orchestrator.access import open_access
+from services.orchestrator.access.interceptor import AccessInterceptor
 from services.orchestrator.agents.checker import CheckerAgent
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
@@ -135,6 +137,9 @@ async def run(settings: OrchestratorSettings,
     Once serving, it watches its dependencies' health (`DependencyWatcher`): its own health
     service reports each under the dependency's service name, apart from its own readiness ("" and
     its service name), and /ready lists them.
+
+    Every call of the API passes access control first (API keys, rate limits, admission; see
+    `services.orchestrator.access`); health and reflection stay open.
     `on_listening({"grpc": port, "rest": port})` is called once both listen (no "rest" when off).
     """
     wiring = Wiring(settings)
@@ -166,11 +171,14 @@ async def run(settings: OrchestratorSettings,
 
         return {"rest": rest.port}, stop
 
+    access = await open_access(settings)
     try:
         servicers, ready = await build_servicers(settings, wiring)
         await serve(NAME, settings, servicers, ready, on_listening=on_listening,
-                    start_extra=start_extra)
+                    start_extra=start_extra,
+                    interceptors=[AccessInterceptor(access)])
     finally:
+        await access.aclose()
         await wiring.aclose()
 
 

@@ -1,6 +1,8 @@
 """Every Prometheus metric of the orchestrator (the shared RPC metrics are in `libs.metrics`).
 
 `/metrics` on the REST front and the metrics port serve the same registry.
+
+Labels never carry keys, key hashes, key names or request text.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ CONSENSUS_ITERATIONS = Histogram(
     ["kind"], buckets=(1, 2, 3, 4, 5, 8, 10))
 AGENT_OUTCOMES = Counter(
     "mesh_orchestrator_agent_outcomes_total",
-    "Agent runs in the consensus loop by agent and outcome (proposed, failed, skipped).",
+    "Agent runs in the consensus loop by agent and outcome: proposed, abstained (no answer), "
+    "failed (a MeshError, e.g. its service is down) or error (cancelled or a bug).",
     ["agent", "outcome"])
 RATE_LIMIT_REJECTIONS = Counter(
     "mesh_orchestrator_rate_limit_rejections_total",
-    "Requests refused by the per-key rate limits or admission control, by reason.", ["reason"])
+    "Calls refused with RESOURCE_EXHAUSTED before running, by reason: \"rate_limit\" (a key's "
+    "per-second, -minute or -hour limit) or \"admission\" (ORCHESTRATOR_MAX_IN_FLIGHT calls "
+    "already running).",
+    ["reason"])

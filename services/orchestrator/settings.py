@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ServiceSettings
@@ -92,6 +92,29 @@ class OrchestratorSettings(ServiceSettings):
     max_answer_tokens: int = 512
     """Upper bound on the tokens of a drafted answer."""
 
+    require_api_key: bool = False
+    """Refuse calls that carry no API key (UNAUTHENTICATED / HTTP 401); `mcts-mesh keys` makes
+    keys. A key that is sent is checked either way."""
+    api_keys_file: str = ""
+    """JSON file of API key hashes (`mcts-mesh keys create` writes it; in Kubernetes a mounted
+    Secret), re-read within `api_keys_reload_s` of a change. Empty: the Redis hash
+    `mcts-mesh:api-keys` when `redis_url` is set, else `var/orchestrator/api-keys.json`."""
+    api_keys_reload_s: float = 1.0
+    """Seconds between two checks of the key store for changes (a revocation's delay)."""
+    redis_url: SecretStr | None = None
+    """Redis (`redis://[:password@]host:port/db`) for the rate-limit counters, shared by every
+    replica, and for the keys unless `api_keys_file` is set; unset: counters in this process."""
+    rate_limit_per_second: int = 0
+    """Calls a key may make per second (a key may carry its own limits); 0: no limit. Calls
+    without a key (keys not required) share one such budget."""
+    rate_limit_per_minute: int = 0
+    """As `rate_limit_per_second`, per minute."""
+    rate_limit_per_hour: int = 0
+    """As `rate_limit_per_second`, per hour."""
+    max_in_flight: int = 64
+    """Calls running at once beyond which a call is refused at once with RESOURCE_EXHAUSTED /
+    HTTP 429 and Retry-After (admission control); 0: no limit."""
+
     @model_validator(mode="after")
     def _ranges(self) -> OrchestratorSettings:
         if not 1 <= self.default_simulations <= self.max_simulations <= 10_000_000:
@@ -109,6 +132,11 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("reasoning_max_segments must be in 1..64")
         if self.reasoning_models_ttl_s < 0:
             raise ValueError("reasoning_models_ttl_s must be >= 0")
+        if min(self.rate_limit_per_second, self.rate_limit_per_minute, self.rate_limit_per_hour,
+               self.max_in_flight) < 0:
+            raise ValueError("rate limits and max_in_flight must be >= 0 (0: no limit)")
+        if self.api_keys_reload_s <= 0:
+            raise ValueError("api_keys_reload_s must be positive")
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
                      self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
                      self.solver_time_budget_s, self.reasoning_deadline_s,

@@ -3,8 +3,11 @@
 
 Incoming: `Grpc-Metadata-<Key>` becomes metadata `<key>` (a `-Bin` key's value is base64-decoded),
 IANA permanent request headers become `grpcgateway-<header>`, `Authorization` is also passed as
-`authorization`, and `x-forwarded-host` / `x-forwarded-for` are added (the client address appended
-to an incoming X-Forwarded-For). `Grpc-Timeout` ("<digits><H|M|S|m|u|n>") sets the deadline; without
+`authorization` and `X-Api-Key` as `x-api-key` (the orchestrator's access control reads both; a
+value that metadata cannot carry, not printable ASCII or over 1 KiB, goes as `authorization-bin` /
+`x-api-key-bin`, which access control refuses as an invalid key, and is never logged), and
+`x-forwarded-host` / `x-forwarded-for` are added (the client address appended to an incoming
+X-Forwarded-For). `Grpc-Timeout` ("<digits><H|M|S|m|u|n>") sets the deadline; without
 it the front's default deadline applies (grpc-gateway has none by default; every call in the mesh
 carries one), and a longer one is capped at the front's maximum. Outgoing: response header metadata
 becomes `Grpc-Metadata-<key>` headers.
@@ -32,6 +35,8 @@ _PERMANENT_HEADERS = frozenset({
 _TIMEOUT = re.compile(r"(\d{1,8})([HMSmun])\Z")  # the gRPC spec: at most 8 digits
 _UNIT_SECONDS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _VALID_KEY = re.compile(r"[0-9a-z_.\-]+\Z")
+_CREDENTIAL_HEADERS = {"Authorization": "authorization", "X-Api-Key": "x-api-key"}
+MAX_CREDENTIAL_CHARS = 1024
 
 
 def canonical_header(key: str) -> str:
@@ -72,8 +77,14 @@ def request_metadata(
             forwarded_host = value
         if key == "X-Forwarded-For" and forwarded_for is None:
             forwarded_for = value
-        if key == "Authorization":
-            pairs.append(("authorization", value))
+        if key in _CREDENTIAL_HEADERS:
+            name = _CREDENTIAL_HEADERS[key]
+            if len(value) <= MAX_CREDENTIAL_CHARS and value.isascii() and value.isprintable():
+                pairs.append((name, value))
+            else:
+                pairs.append((name + "-bin",
+                              value[:MAX_CREDENTIAL_CHARS].encode("latin-1", "replace")))
+                continue
         if key in _PERMANENT_HEADERS:
             name = (METADATA_PREFIX + key).lower()
         elif key.startswith(METADATA_HEADER_PREFIX):

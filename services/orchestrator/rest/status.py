@@ -2,14 +2,18 @@
 
 The table is grpc-gateway's `runtime.HTTPStatusFromCode`; the body is the `google.rpc.Status` as
 proto3 JSON (`code`, `message`, `details` with `@type` Any entries), as its
-`DefaultHTTPErrorHandler` writes it, including `WWW-Authenticate` for UNAUTHENTICATED.
+`DefaultHTTPErrorHandler` writes it, including `WWW-Authenticate` for UNAUTHENTICATED. A
+`google.rpc.RetryInfo` detail also sets `Retry-After` (whole seconds, rounded up; grpc-gateway
+leaves that to the application).
 """
 
 from __future__ import annotations
 
+import math
+
 import grpc
 from google.protobuf import json_format
-from google.rpc import status_pb2
+from google.rpc import error_details_pb2, status_pb2
 from starlette.responses import Response
 
 from libs.errors import MeshError, to_status
@@ -69,8 +73,21 @@ def status_response(status: status_pb2.Status, headers: dict[str, str] | None = 
     out = dict(headers or {})
     if status.code == grpc.StatusCode.UNAUTHENTICATED.value[0]:
         out["WWW-Authenticate"] = status.message
+    retry_after_s = retry_after_seconds(status)
+    if retry_after_s is not None:
+        out["Retry-After"] = str(retry_after_s)
     return Response(status_json(status), status_code=status_code or http_status(status.code),
                     headers=out, media_type=JSON)
+
+
+def retry_after_seconds(status: status_pb2.Status) -> int | None:
+    """Whole seconds (at least 1) of the status's RetryInfo detail, or None when it has none."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return max(1, math.ceil(info.retry_delay.ToNanoseconds() / 1e9))
+    return None
 
 
 def error_response(error: MeshError) -> Response:

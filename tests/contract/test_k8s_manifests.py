@@ -1,0 +1,202 @@
+"""deploy/k8s, checked offline: schema (kubernetes-validate --strict), the kustomize build of the
+base and of the GPU overlay (kubectl kustomize, where kubectl is installed), and the properties the
+manifests promise: per service a Deployment, Service, HPA and PodDisruptionBudget; gRPC probes that
+restart a wedged pod; requests and limits; Pod Security "restricted"; pinned images; the GPU
+overlay; Qdrant as a StatefulSet; Secrets; NetworkPolicies that leave only the orchestrator open;
+every address a manifest sets names a Service (and port) that exists.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from libs.server import LIVENESS
+
+K8S_VERSION = "1.31.0"
+SERVICES = ("mcts", "neural", "retrieval", "llm-gateway", "orchestrator")
+KUBECTL = shutil.which("kubectl")
+
+
+def _files(repo_root):
+    return sorted(p for p in (repo_root / "deploy" / "k8s").rglob("*.yaml")
+                  if p.name != "kustomization.yaml" and "overlays" not in p.parts)
+
+
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _render(repo_root, overlay: str) -> list[dict]:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed (.ci/run installs Debian's kubernetes-client)")
+    built = subprocess.run([KUBECTL, "kustomize", str(repo_root / "deploy" / "k8s" / overlay)],
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    return _docs(built.stdout)
+
+
+def _base(repo_root) -> list[dict]:
+    """The base's resources, from its files (what `kustomize build` renders, less the namespace)."""
+    return [d for p in _files(repo_root) if "base" in p.parts for d in _docs(p.read_text())]
+
+
+def _by_kind(docs, kind) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def _pod_specs(docs):
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]
+
+
+def test_every_file_passes_kubernetes_validate_strict(repo_root):
+    files = _files(repo_root)
+    assert len(files) >= 10
+    for path in files:
+        for doc in _docs(path.read_text()):
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/gpu"])
+def test_kustomize_build_validates(repo_root, overlay):
+    docs = _render(repo_root, overlay)
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == "mcts-mesh", doc["metadata"]
+
+
+def test_each_service_has_deployment_service_hpa_and_pdb(repo_root):
+    docs = _base(repo_root)
+    for kind in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"):
+        assert set(SERVICES) <= set(_by_kind(docs, kind)), kind
+    for name, hpa in _by_kind(docs, "HorizontalPodAutoscaler").items():
+        assert hpa["spec"]["scaleTargetRef"]["name"] == name
+        assert 2 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    for name, pdb in _by_kind(docs, "PodDisruptionBudget").items():
+        deployment = _by_kind(docs, "Deployment").get(name) or _by_kind(docs, "StatefulSet")[name]
+        assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_services_have_grpc_probes_that_restart_a_wedged_pod(repo_root):
+    deployments = _by_kind(_base(repo_root), "Deployment")
+    for name in SERVICES:
+        container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
+        port = container["ports"][0]["containerPort"]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["grpc"]["port"] == port, (name, probe)
+        liveness = container["livenessProbe"]
+        # Liveness asks the health service that stays SERVING while the process answers
+        # (libs.server.LIVENESS); readiness the overall status.
+        assert liveness["grpc"]["service"] == LIVENESS
+        assert "service" not in container["readinessProbe"]["grpc"]
+        # A pod that stops answering its health check is restarted within about a minute.
+        assert liveness["timeoutSeconds"] >= 1 and liveness["failureThreshold"] >= 1
+        assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 120
+
+
+def test_pod_security_restricted_resources_and_pinned_images(repo_root):
+    docs = _base(repo_root)
+    namespace = next(d for d in docs if d["kind"] == "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    specs = dict(_pod_specs(docs))
+    assert {*SERVICES, "qdrant", "redis", "jaeger"} <= set(specs)
+    for name, spec in specs.items():
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", name
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["capabilities"]["drop"] == ["ALL"], name
+            assert context["seccompProfile"]["type"] == "RuntimeDefault", name
+            assert set(container["resources"]["requests"]) >= {"cpu", "memory"}, name
+            assert set(container["resources"]["limits"]) >= {"cpu", "memory"}, name
+            image = container["image"]
+            assert re.fullmatch(r"[\w./-]+:[\w.-]+", image) and not image.endswith(":latest"), image
+
+
+def test_gpu_overlay_puts_neural_on_a_gpu_node(repo_root):
+    docs = _render(repo_root, "overlays/gpu")
+    neural = _by_kind(docs, "Deployment")["neural"]["spec"]["template"]["spec"]
+    container = neural["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert neural["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(t["key"] == "nvidia.com/gpu" for t in neural["tolerations"])
+    assert container["image"].endswith("-cuda")
+    assert {"name": "NEURAL_DEVICE", "value": "cuda"} in container["env"]
+    assert [e["name"] for e in container["env"]].count("NEURAL_DEVICE") == 1
+    # The other services are unchanged by the overlay.
+    assert "nvidia.com/gpu" not in str(_by_kind(docs, "Deployment")["mcts"])
+
+
+def test_qdrant_statefulset_secrets_and_api_keys(repo_root):
+    docs = _base(repo_root)
+    qdrant = _by_kind(docs, "StatefulSet")["qdrant"]
+    assert qdrant["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "storage"
+    assert set(_by_kind(docs, "Secret")) >= {"llm-provider-keys", "orchestrator-api-keys"}
+    for secret in _by_kind(docs, "Secret").values():
+        assert not secret.get("data") and not secret.get("stringData"), "no secret values in git"
+    deployments = _by_kind(docs, "Deployment")
+    orchestrator = deployments["orchestrator"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in orchestrator["env"]}
+    assert env["ORCHESTRATOR_REQUIRE_API_KEY"] == "true"
+    llm = deployments["llm-gateway"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"secretRef": {"name": "llm-provider-keys"}} in llm["envFrom"]
+
+
+def test_only_the_orchestrator_is_reachable_from_outside_the_namespace(repo_root):
+    policies = _by_kind(_base(repo_root), "NetworkPolicy")
+    deny = policies["default-deny-ingress"]["spec"]
+    assert deny["podSelector"] == {} and deny["policyTypes"] == ["Ingress"]
+    assert "ingress" not in deny
+    open_to_all = set()
+    for policy in policies.values():
+        for rule in policy["spec"].get("ingress", []):
+            sources = rule.get("from")
+            if not sources or any("ipBlock" in s or "namespaceSelector" in s for s in sources):
+                open_to_all.add(policy["spec"]["podSelector"]["matchLabels"]["app"])
+    assert open_to_all == {"orchestrator"}
+    protected = {p["spec"]["podSelector"].get("matchLabels", {}).get("app")
+                 for p in policies.values()}
+    assert {*SERVICES, "qdrant", "redis", "jaeger"} <= protected
+
+
+ADDRESS = re.compile(r"^(?:[a-z]+://)?([a-z][a-z0-9-]*):(\d+)(?:/.*)?$")
+
+
+def test_every_address_names_an_existing_service_and_port(repo_root):
+    docs = _base(repo_root)
+    services = {name: {p["port"] for p in s["spec"]["ports"]}
+                for name, s in _by_kind(docs, "Service").items()}
+    checked = 0
+    for name, spec in _pod_specs(docs):
+        for container in spec["containers"]:
+            for variable in container.get("env", []):
+                match = ADDRESS.match(str(variable.get("value", "")))
+                if match:
+                    host, port = match.group(1), int(match.group(2))
+                    assert host in services, f"{name}: {variable['name']} -> no Service {host}"
+                    assert port in services[host], \
+                        f"{name}: {variable['name']} -> {host} has no port {port}"
+                    checked += 1
+    # mcts -> neural, retrieval -> qdrant, orchestrator -> 4 backends + redis, 5 x jaeger
+    assert checked >= 12
+
+
+def test_compose_sets_the_neural_target_and_an_address_for_each_backend(repo_root):
+    compose = yaml.safe_load((repo_root / "deploy" / "compose.yaml").read_text())
+    services = compose["services"]
+    assert services["mcts"]["environment"]["MCTS_NEURAL_TARGET"] == "neural:50053"
+    for name, spec in services.items():
+        for key, value in (spec.get("environment") or {}).items():
+            match = ADDRESS.match(str(value))
+            if match and not key.endswith("_PORT"):
+                assert match.group(1) in services, f"{name}: {key} -> no compose service"
