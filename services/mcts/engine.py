@@ -120,6 +120,7 @@ from services.mcts.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
 from services.mcts.cycle_clock import read_cycles
 from services.mcts.game import MAX_ACTIONS, Game
 from services.mcts.prefetch import prefetch
+from services.mcts.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.selection import (
     PUCT,
     UCT,
@@ -1071,11 +1072,9 @@ def _grow_with_noise(tree: Tree, run, simulations: int, config: SearchConfig,
         done = _run_chunks(run, 1, deadline, stop)
         children = tree.children(0)
         if len(children) > 0:
-            noise = np.random.default_rng(config.seed).dirichlet(
-                np.full(len(children), config.dirichlet_alpha))
-            mixed = ((1 - config.dirichlet_epsilon) * tree.prior[children.start:children.stop]
-                     + config.dirichlet_epsilon * noise)
-            tree.prior[children.start:children.stop] = mixed
+            add_dirichlet_noise(tree.prior[children.start:children.stop],
+                                config.dirichlet_alpha, config.dirichlet_epsilon,
+                                np.random.default_rng(config.seed))
     if done < simulations and (done > 0 or config.dirichlet_alpha is None):
         done += _run_chunks(run, simulations - done, deadline, stop)
     return done
@@ -1270,9 +1269,7 @@ def search(game: Game, state: np.ndarray, simulations: int,
         buffer = np.empty(MAX_ACTIONS, dtype=np.int64)
         legal = sorted(buffer[:game.legal_actions(state.astype(np.int64), buffer)].tolist())
     if config.temperature > 0 and visits.sum() > 0:
-        weights = (visits / visits.max()) ** (1.0 / config.temperature)
-        draw = np.random.default_rng([config.seed, 1])
-        chosen = int(draw.choice(game.num_actions, p=weights / weights.sum()))
+        chosen = sample_by_temperature(visits, config.temperature, config.seed)
     else:
         chosen = max(legal, key=lambda a: (visits[a], values[a] if seen[a] else -np.inf, -a))
     total = int(visits.sum())

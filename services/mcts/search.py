@@ -42,6 +42,7 @@ from services.mcts.engine import (
     split_simulations,
 )
 from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
+from services.mcts.root import sample_by_temperature
 
 DEFAULT_MAX_NODES = 2_000_000
 """Default node capacity of one tree (about 90 MB with the AMAF arrays) when `max_nodes` is not
@@ -208,8 +209,7 @@ def uct_search(
     seen = visits > 0
     values[seen] = value_sums[seen] / visits[seen]
     if temperature > 0 and visits.sum() > 0:
-        weights = (visits / visits.max()) ** (1.0 / temperature)
-        best = int(np.random.default_rng([seed, 1]).choice(WIDTH, p=weights / weights.sum()))
+        best = sample_by_temperature(visits, temperature, seed)
     else:
         best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf,
                                            -col))
