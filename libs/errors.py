@@ -7,6 +7,8 @@ else in the code base chooses a status code.
 
 from __future__ import annotations
 
+import re
+
 import grpc
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
@@ -18,6 +20,8 @@ class MeshError(Exception):
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
     reason: str = "INTERNAL"
+    failed_service: str | None = None
+    """The mesh service whose failure this is, when it is a dependency's ("mcts", "llm")."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -84,8 +88,11 @@ def to_status(error: MeshError, service: str) -> status_pb2.Status:
             ]
         )
     else:
+        metadata = {"service": service}
+        if error.failed_service:
+            metadata["failed_service"] = error.failed_service
         detail = error_details_pb2.ErrorInfo(
-            reason=error.reason, domain=ERROR_DOMAIN, metadata={"service": service}
+            reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata
         )
     status.details.add().Pack(detail)
     return status
@@ -101,6 +108,37 @@ def status_from_rpc_error(error: grpc.aio.AioRpcError) -> status_pb2.Status:
     return status
 
 
+_ADDRESS = re.compile(r"\b(?:ipv4|ipv6|unix|unix-abstract|dns):\S+|\[[0-9a-fA-F:.%]+\](?::\d+)?"
+                      r"|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b")
+_TRANSPORT_DETAIL = {
+    grpc.StatusCode.UNAVAILABLE: "not reachable",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "no answer before the deadline",
+    grpc.StatusCode.CANCELLED: "the call was cancelled",
+}
+
+
+def failure_detail(error: grpc.aio.AioRpcError) -> str:
+    """What a failed call to a mesh service says, safe to show a client: the service's own message
+    when it answered with a status of ours (it carries `google.rpc` details) or with a code the
+    transport does not produce; for UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED without our
+    details only what the code means, since gRPC's own messages name the peer's address ("failed
+    to connect to all addresses; ... ipv4:10.0.0.7:50052"). Any address left is masked."""
+    code = error.code()
+    ours = False
+    try:
+        from grpc_status import rpc_status
+
+        ours = rpc_status.from_call(error) is not None
+    except ValueError:  # a status whose code or message disagree with the call's
+        ours = False
+    if ours or code not in _TRANSPORT_DETAIL:
+        detail = error.details() or ""
+    else:
+        detail = _TRANSPORT_DETAIL[code]
+    detail = _ADDRESS.sub("<address>", detail)
+    return detail or code.name
+
+
 def propagate(error: grpc.aio.AioRpcError, dependency: str) -> MeshError:
     """Turns a failed call to another mesh service into the domain error this service raises.
 
@@ -108,8 +146,14 @@ def propagate(error: grpc.aio.AioRpcError, dependency: str) -> MeshError:
     INVALID_ARGUMENT passes through with its field; anything else becomes UNAVAILABLE, because the
     caller's request was fine and a dependency failed it.
     """
+    mapped = _propagated(error, dependency)
+    mapped.failed_service = dependency
+    return mapped
+
+
+def _propagated(error: grpc.aio.AioRpcError, dependency: str) -> MeshError:
     code = error.code()
-    detail = error.details() or code.name
+    detail = failure_detail(error)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(f"{dependency}: {detail}")
     if code == grpc.StatusCode.INVALID_ARGUMENT:

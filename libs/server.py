@@ -29,7 +29,8 @@ from grpc_health.v1._async import HealthServicer
 from grpc_status import rpc_status
 from opentelemetry.sdk.trace import TracerProvider
 
-from libs.errors import MeshError, to_status
+from libs.channels import message_limit_options, set_caller_deadline
+from libs.errors import InvalidArgument, MeshError, to_status
 from libs.health_metrics import watch_health
 from libs.logs import setup_logging
 from libs.metrics import start_metrics_server
@@ -44,7 +45,8 @@ Probe = Callable[[], Awaitable[str | None]]
 cannot (one line, logged when health changes). It must be cheap (no model call, no paid API call):
 it runs every `health_interval_s` seconds."""
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Largest request or response a service takes or sends (gRPC's default receive limit, explicit)."""
 MAX_METADATA_BYTES = 16 * 1024
 
 LIVENESS = "liveness"
@@ -94,9 +96,46 @@ class Servicer:
     service_name: str
 
 
+class _Malformed:
+    """What `_tolerant` returns for request bytes that do not parse; the wrapped handler answers
+    INVALID_ARGUMENT instead of letting grpc log a traceback and answer UNKNOWN."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer):
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as error:  # noqa: BLE001 - DecodeError, or whatever a parser raises
+            return _Malformed(error)
+
+    return deserialize
+
+
+def _check_parsed(request) -> None:
+    if isinstance(request, _Malformed):
+        raise InvalidArgument("request", f"not a valid protobuf message of this method's "
+                                         f"request type ({type(request.error).__name__})")
+
+
+async def _checked_stream(requests):
+    async for request in requests:
+        _check_parsed(request)
+        yield request
+
+
 class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
     """Maps `MeshError` to its status code with `google.rpc` details; any other exception becomes
-    INTERNAL with the trace id and no stack trace (the stack trace goes to the service's log)."""
+    INTERNAL with the trace id and no stack trace (the stack trace goes to the service's log).
+    Request bytes that do not parse are INVALID_ARGUMENT on "request". It also records each
+    call's deadline for the mesh channels (`libs.channels.set_caller_deadline`)."""
 
     def __init__(self, service: str) -> None:
         self._service = service
@@ -106,27 +145,28 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
+        deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary(handler.stream_unary, method),
-                request_deserializer=handler.request_deserializer,
+                self._wrap_unary(handler.stream_unary, method, streaming=True),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(handler.unary_stream, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream(handler.stream_stream, method),
-            request_deserializer=handler.request_deserializer,
+            self._wrap_stream(handler.stream_stream, method, streaming=True),
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
 
@@ -143,9 +183,14 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
             )
         await context.abort_with_status(rpc_status.to_status(status))
 
-    def _wrap_unary(self, behaviour, method: str):
+    def _wrap_unary(self, behaviour, method: str, streaming: bool = False):
         async def wrapped(request, context):
+            set_caller_deadline(context.time_remaining())
             try:
+                if streaming:
+                    request = _checked_stream(request)
+                else:
+                    _check_parsed(request)
                 return await behaviour(request, context)
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
@@ -154,9 +199,14 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
         return wrapped
 
-    def _wrap_stream(self, behaviour, method: str):
+    def _wrap_stream(self, behaviour, method: str, streaming: bool = False):
         async def wrapped(request, context):
+            set_caller_deadline(context.time_remaining())
             try:
+                if streaming:
+                    request = _checked_stream(request)
+                else:
+                    _check_parsed(request)
                 async for response in behaviour(request, context):
                     yield response
             except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -283,8 +333,7 @@ async def start_server(
         interceptors=[ServerTelemetryInterceptor(tracer_provider,
                                                  metrics=settings.metrics_port >= 0),
                       ErrorMappingInterceptor(name), *interceptors],
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        options=[*message_limit_options(MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0),
                  # Read metadata up to gRPC's hard limit instead of refusing 8-16 KiB at random
                  # (the soft limit), so that an oversized API key gets a clear UNAUTHENTICATED.

@@ -120,7 +120,13 @@ def _answer_record(moves: str, response, latency_ms: float) -> dict:
         "iterations": response.iterations,
         "consensus": response.consensus_reached,
         "latency_ms": round(latency_ms, 2),
+        "failures": _failure_records(response),
     }
+
+
+def _failure_records(response) -> list[dict]:
+    return [{"agent": _agent_name(f.agent), "code": f.code, "message": f.message}
+            for f in response.failures]
 
 
 def _outcome_name(value: int) -> str:
@@ -161,6 +167,8 @@ def cmd_solve(args) -> int:
         for vote in record["votes"]:
             print(f"  {vote['agent']:>8}: {vote['proposal']:>2}  conf {vote['confidence']:.2f}  "
                   f"{vote['rationale']}")
+        for failure in record["failures"]:
+            print(f"  {failure['agent']:>8}: failed ({failure['code']}: {failure['message']})")
     return 0
 
 
@@ -276,8 +284,14 @@ def cmd_query(args) -> int:
         print(json.dumps(json_format.MessageToDict(response)))
         return 0
     label = "offline extractive provider" if response.offline else response.provider
-    print(response.answer)
-    print(f"\n(confidence {response.confidence:.2f}; drafted by {label})")
+    for failure in _failure_records(response):
+        print(f"{failure['agent']} failed ({failure['code']}: {failure['message']})",
+              file=sys.stderr)
+    if response.passages_only:
+        print("(no draft: the LLM did not answer in time; the retrieved passages follow)")
+    else:
+        print(response.answer)
+        print(f"\n(confidence {response.confidence:.2f}; drafted by {label})")
     for i, source in enumerate(response.sources, 1):
         print(f"  [{i}] {source.document_id} {source.title[:70]!r} score {source.score:.3f}")
     return 0

@@ -42,6 +42,9 @@ class ApiKeyInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClient
 
 
 def open_channel(target: str, api_key: str | None = None) -> grpc.Channel:
-    """An insecure channel to `target` that sends `api_key` with every call (none when empty)."""
-    channel = grpc.insecure_channel(target)
+    """An insecure channel to `target` (the mesh's message limits) that sends `api_key` with every
+    call (none when empty)."""
+    from libs.channels import message_limit_options
+
+    channel = grpc.insecure_channel(target, options=message_limit_options())
     return grpc.intercept_channel(channel, ApiKeyInterceptor(api_key)) if api_key else channel

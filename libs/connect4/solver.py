@@ -213,6 +213,35 @@ class MoveScores:
         return [col + 1 for col, s in enumerate(self.scores) if s == top]
 
 
+class CancelToken:
+    """Stops a running `Solver.solve` / `Solver.best_moves` from another thread (or the event
+    loop): `cancel()` sets the running kernel's node budget below its node count, so the kernel
+    unwinds at its next node (microseconds) and the call returns incomplete, as if its budget ran
+    out. A token cancelled before the call starts makes the call return at once. One token per
+    call; cancelling twice is harmless."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: np.ndarray | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Stops the call this token was given to (now or as soon as it starts)."""
+        with self._lock:
+            self.cancelled = True
+            if self._counters is not None:
+                self._counters[1] = -1
+
+    def _attach(self, counters: np.ndarray | None) -> bool:
+        """Points the token at the kernel's counters (None detaches); False when cancelled (the
+        budget is then already forced below zero)."""
+        with self._lock:
+            self._counters = counters
+            if self.cancelled and counters is not None:
+                counters[1] = -1
+            return not self.cancelled
+
+
 def _as_position(position: Position | str) -> Position:
     pos = Position.from_moves(position) if isinstance(position, str) else position
     if pos.is_finished:
@@ -246,35 +275,43 @@ class Solver:
             self._tt_values[:] = 0
 
     def _run(self, position: int, mask: int, num_moves: int, weak: bool,
-             max_nodes: int) -> tuple[int | None, int]:
+             max_nodes: int, cancel: CancelToken | None = None) -> tuple[int | None, int]:
         self._counters[0] = 0
         self._counters[1] = max_nodes
-        score = _solve(position, mask, num_moves, weak, self._tt_keys, self._tt_values,
-                       self._counters, _COLUMN_ORDER, self._sort_moves, self._sort_scores)
+        if cancel is not None and not cancel._attach(self._counters):
+            return None, 0
+        try:
+            score = _solve(position, mask, num_moves, weak, self._tt_keys, self._tt_values,
+                           self._counters, _COLUMN_ORDER, self._sort_moves, self._sort_scores)
+        finally:
+            if cancel is not None:
+                cancel._attach(None)
         nodes = int(min(self._counters[0], max_nodes))
         return (None if score == _ABORTED else int(score)), nodes
 
     def solve(self, position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-              weak: bool = False) -> SolveResult:
+              weak: bool = False, cancel: CancelToken | None = None) -> SolveResult:
         """Solves a position for the player to move.
 
         Args:
             position: a `Position` or a Pons move string.
             max_nodes: node budget; past it the result has `score=None, complete=False`.
             weak: decide win/draw/loss only (score -1, 0 or 1), usually far fewer nodes.
+            cancel: stops the search early (a time budget); the result is then incomplete.
         Raises:
             IllegalPosition: malformed moves, or a finished game.
         """
         pos = _as_position(position)
         with self._lock:
-            score, nodes = self._run(pos.position, pos.mask, pos.num_moves, weak, max_nodes)
+            score, nodes = self._run(pos.position, pos.mask, pos.num_moves, weak, max_nodes,
+                                     cancel)
         return SolveResult(score=score, nodes=nodes, complete=score is not None)
 
     def best_moves(self, position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-                   weak: bool = False) -> MoveScores:
+                   weak: bool = False, cancel: CancelToken | None = None) -> MoveScores:
         """Scores every column for the player to move (the negated score of the child position, or
         the immediate-win score for a winning move), columns in centre-first order sharing
-        `max_nodes`.
+        `max_nodes`; `cancel` stops it early (the columns not solved by then stay None).
 
         Raises:
             IllegalPosition: malformed moves, or a finished game.
@@ -298,7 +335,7 @@ class Solver:
                     continue
                 child_position, child_mask = play(pos.position, pos.mask, col)
                 score, used = self._run(child_position, child_mask, pos.num_moves + 1, weak,
-                                        budget)
+                                        budget, cancel)
                 nodes += used
                 if score is None:
                     complete = False
@@ -320,12 +357,12 @@ def default_solver() -> Solver:
 
 
 def solve(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-          weak: bool = False) -> SolveResult:
+          weak: bool = False, cancel: CancelToken | None = None) -> SolveResult:
     """`Solver.solve` on this thread's solver; see there."""
-    return default_solver().solve(position, max_nodes, weak)
+    return default_solver().solve(position, max_nodes, weak, cancel)
 
 
 def best_moves(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-               weak: bool = False) -> MoveScores:
+               weak: bool = False, cancel: CancelToken | None = None) -> MoveScores:
     """`Solver.best_moves` on this thread's solver; see there."""
-    return default_solver().best_moves(position, max_nodes, weak)
+    return default_solver().best_moves(position, max_nodes, weak, cancel)

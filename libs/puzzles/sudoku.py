@@ -16,6 +16,7 @@ column permutation (stacks, then columns within stacks), then a digit permutatio
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cache
 
@@ -230,10 +231,22 @@ class SolveResult:
         return self.count == 1
 
 
+class SearchStopped(Exception):
+    """`solve` ran out of its node budget or was stopped (`stop` set) before it finished."""
+
+    def __init__(self, nodes: int, reason: str) -> None:
+        super().__init__(f"search stopped after {nodes} nodes: {reason}")
+        self.nodes = nodes
+        self.reason = reason
+
+
 class _Search:
     """Depth-first search over candidate bitmasks; one instance per `solve` call."""
 
-    def __init__(self, shape: BoxShape, limit: int, rng: np.random.Generator | None) -> None:
+    def __init__(self, shape: BoxShape, limit: int, rng: np.random.Generator | None,
+                 max_nodes: int | None = None, stop: threading.Event | None = None) -> None:
+        self.max_nodes = max_nodes
+        self.stop = stop
         layout = _layout(shape)
         self.units = layout.units
         self.peers = layout.peers
@@ -283,6 +296,10 @@ class _Search:
 
     def run(self, cand: list[int], placed: list[bool]) -> None:
         self.nodes += 1
+        if self.max_nodes is not None and self.nodes > self.max_nodes:
+            raise SearchStopped(self.nodes - 1, f"node budget of {self.max_nodes}")
+        if self.stop is not None and self.nodes % 64 == 0 and self.stop.is_set():
+            raise SearchStopped(self.nodes, "stopped by the caller (time budget)")
         if not self.propagate(cand, placed):
             return
         best, best_count = -1, 1 << 30
@@ -313,6 +330,8 @@ def solve(
     shape: BoxShape | None = None,
     limit: int = 2,
     rng: np.random.Generator | None = None,
+    max_nodes: int | None = None,
+    stop: threading.Event | None = None,
 ) -> SolveResult:
     """Solve exactly, counting solutions up to `limit` (2 decides uniqueness).
 
@@ -322,11 +341,14 @@ def solve(
         limit: stop after this many solutions (>= 1).
         rng: when given, digits are tried in a random order (the generator uses it to draw a
             random full grid); otherwise in increasing order, so results are deterministic.
+        max_nodes: search nodes at most (None: no limit).
+        stop: set from another thread to stop the search (a time budget); checked every 64 nodes.
     Returns:
         `SolveResult`; `count == 0` means consistent givens with no solution.
     Raises:
         MalformedPuzzle: wrong shape or values out of 0..N.
         ContradictoryGivens: two givens repeat a digit in a row, column or box.
+        SearchStopped: the node budget ran out, or `stop` was set, before the search finished.
     """
     puzzle = np.asarray(puzzle)
     if shape is None:
@@ -337,7 +359,7 @@ def solve(
     if conflict is not None:
         raise conflict
     n = shape.size
-    search = _Search(shape, limit, rng)
+    search = _Search(shape, limit, rng, max_nodes, stop)
     cand = [search.full] * (n * n)
     for cell, digit in enumerate(puzzle.ravel().tolist()):
         if digit:

@@ -8,7 +8,13 @@ import numpy as np
 from mesh.common.v1 import common_pb2
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
-from libs.errors import DeadlineExceeded, InvalidArgument, NotFound, Unavailable
+from libs.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    failure_detail,
+)
 
 
 class NeuralPositionClient:
@@ -43,7 +49,7 @@ class NeuralPositionClient:
             reply = await self._stub.EvaluatePositions(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as error:
             code = error.code()
-            detail = f"neural service: {error.details()}"
+            detail = f"neural service: {failure_detail(error)}"
             if code == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(detail) from error
             if code == grpc.StatusCode.INVALID_ARGUMENT:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import threading
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from libs.connect4.board import IllegalPosition, Position
 from libs.errors import DeadlineExceeded, InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.mcts import metrics
-from services.mcts.batched_servicer import RULES, BatchedSearches
+from services.mcts.batched_servicer import MAX_BATCH_SIZE, RULES, BatchedSearches
 from services.mcts.search import SearchResult, SearchStopped, uct_search
 from services.mcts.settings import MAX_SIMULATIONS, MAX_THREADS, MctsSettings
 
@@ -112,8 +113,10 @@ def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettin
     """
     validate_rule_options(request)
     if request.game != mcts_service_pb2.GAME_CONNECT_FOUR:
-        raise InvalidArgument("game", f"is {mcts_service_pb2.Game.Name(request.game)}; "
-                                      "only GAME_CONNECT_FOUR is supported")
+        # An open enum: a value outside Game arrives as its number (Name() would raise).
+        known = request.game in mcts_service_pb2.Game.values()
+        name = mcts_service_pb2.Game.Name(request.game) if known else str(request.game)
+        raise InvalidArgument("game", f"is {name}; only GAME_CONNECT_FOUR is supported")
     moves = request.connect_four.moves
     try:
         position = Position.from_moves(moves)
@@ -143,6 +146,46 @@ def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettin
                                       else widening_alpha),
                       rave_k=optional_number(request, "rave_k", 0.0, above_low=True),
                       temperature=optional_number(request, "temperature", 0.0) or 0.0)
+
+
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+"""A neural model name as the neural service's registry names checkpoints (their directory)."""
+BATCHED_ONLY = ("batch_size", "virtual_loss", "gumbel_num_considered")
+"""Fields that only a PUCT or Gumbel search reads."""
+
+
+def validate_leaf_options(request: mcts_service_pb2.SearchRequest) -> None:
+    """Rejects leaf-evaluation options that the request's rule or evaluator would ignore, so a
+    caller never believes a network guided a search that ran rollouts.
+
+    Raises:
+        InvalidArgument: "evaluator" is LEAF_EVALUATOR_NEURAL (or "batch_size", "virtual_loss",
+            "gumbel_num_considered" is set) under the default UCT rule; "model" is set without
+            LEAF_EVALUATOR_NEURAL, or is not a model name; "batch_size" outside 1..1,024.
+    """
+    if request.evaluator not in mcts_service_pb2.LeafEvaluator.values():
+        raise InvalidArgument("evaluator", f"is {request.evaluator}; not a LeafEvaluator")
+    batched = request.rule in RULES
+    neural = request.evaluator == mcts_service_pb2.LEAF_EVALUATOR_NEURAL
+    if request.HasField("batch_size") and not 1 <= request.batch_size <= MAX_BATCH_SIZE:
+        raise InvalidArgument("batch_size", f"is {request.batch_size}; must be in "
+                                            f"1..{MAX_BATCH_SIZE:,}")
+    if not batched:
+        if neural:
+            raise InvalidArgument("evaluator", "LEAF_EVALUATOR_NEURAL needs rule "
+                                               "SELECTION_RULE_PUCT or SELECTION_RULE_GUMBEL; "
+                                               "UCT evaluates leaves by rollouts")
+        for name in BATCHED_ONLY:
+            if request.HasField(name):
+                raise InvalidArgument(name, "applies to SELECTION_RULE_PUCT and "
+                                            "SELECTION_RULE_GUMBEL only; unset it for UCT")
+    if request.model:
+        if not neural:
+            raise InvalidArgument("model", "names a network for LEAF_EVALUATOR_NEURAL; unset "
+                                           "it for rollouts")
+        if MODEL_NAME.fullmatch(request.model) is None:
+            raise InvalidArgument("model", f"{request.model[:100]!r} is not a model name "
+                                           "(letters, digits, '.', '_', '-'; at most 100)")
 
 
 def to_response(result: SearchResult) -> mcts_service_pb2.SearchResponse:
@@ -226,6 +269,7 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
         args = to_search_args(request, self._settings)
         if request.rule not in mcts_service_pb2.SelectionRule.values():
             raise InvalidArgument("rule", f"is {request.rule}; not a SelectionRule")
+        validate_leaf_options(request)
         if request.rule in RULES:
             return await self.batched.search(request, args.moves, args.simulations, context)
         remaining = context.time_remaining()

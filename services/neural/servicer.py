@@ -24,7 +24,7 @@ HALTING_MODES = {
     neural_service_pb2.HALTING_MODE_PAPER: "paper",
     neural_service_pb2.HALTING_MODE_ACT: "act",
 }
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 """A checkpoint directory name ReloadModel accepts: no path separators, not hidden."""
 
 
@@ -122,8 +122,10 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
         if not request.name:
             raise InvalidArgument("name", "a model name is required")
         if not MODEL_NAME.match(request.name):
-            raise InvalidArgument("name", f"{request.name!r} is not a checkpoint directory name "
-                                          "(letters, digits, '.', '_', '-'; no path)")
+            # A name longer than a file name may be (ENAMETOOLONG) is the client's mistake; the
+            # message quotes only its start so the error stays small.
+            raise InvalidArgument("name", f"{request.name[:100]!r} is not a checkpoint directory "
+                                          "name (1-100 letters, digits, '.', '_', '-'; no path)")
         registry = self._evaluator.registry
         model = await asyncio.to_thread(registry.reload, request.name, warm_up)
         return neural_service_pb2.ReloadModelResponse(model=model_proto(model))

@@ -224,7 +224,9 @@ class LoopResult(Generic[AnswerT]):
         timings: time per step.
         routes: every routing decision, with its feature vector (for training a learned router).
         proposals: the newest proposal of each agent that answered.
-        failures: agents that failed, with the error, in order.
+        failures: agents that failed, with the error and the iteration, in order.
+        degraded: every proposer failed, and the loop's fallback built the answer from the
+            context alone (a text query's passages).
     """
 
     answer: AnswerT
@@ -237,6 +239,8 @@ class LoopResult(Generic[AnswerT]):
     routes: tuple[RoutingDecision, ...]
     proposals: dict[AgentName, Proposal]
     failures: tuple[tuple[AgentName, MeshError], ...]
+    degraded: bool = False
+    failure_iterations: tuple[int, ...] = ()
 
 
 Synthesizer = Callable[[Tally, dict[AgentName, Proposal], tuple], AnswerT]
@@ -307,6 +311,8 @@ class _Run:
     latest: dict[AgentName, Vote] = field(default_factory=dict)
     proposals: dict[AgentName, Proposal] = field(default_factory=dict)
     failures: list[tuple[AgentName, MeshError]] = field(default_factory=list)
+    failure_iterations: list[int] = field(default_factory=list)
+    degraded: bool = False
     timings: list[StepTiming] = field(default_factory=list)
     routes: list[RoutingDecision] = field(default_factory=list)
     tally: Tally | None = None
@@ -324,12 +330,16 @@ class ConsensusLoop(Generic[AnswerT]):
         weights: per-agent weights of the vote (default 1.0).
         events: receives the run's progress (`events.py`): every agent is wrapped in an
             `ObservedAgent`; None (the default) emits nothing.
+        fallback: builds the answer from the context alone when every proposer failed but the
+            context agents answered (a text query's passages when the LLM is down or frozen);
+            None raises the failure instead.
     """
 
     def __init__(self, agents: Sequence[Agent], router: Router, synthesize: Synthesizer,
                  query_length_norm: float,
                  weights: dict[AgentName, float] | None = None,
-                 events: EventSink | None = None) -> None:
+                 events: EventSink | None = None,
+                 fallback: Synthesizer | None = None) -> None:
         names = [agent.name for agent in agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agents named twice: {names}")
@@ -344,6 +354,7 @@ class ConsensusLoop(Generic[AnswerT]):
         self._synthesize = synthesize
         self._query_length_norm = query_length_norm
         self._weights = weights or {}
+        self._fallback = fallback
 
     async def run(self, problem: Any, budget: Budget) -> LoopResult[AnswerT]:
         """Runs the loop to DONE.
@@ -385,7 +396,9 @@ class ConsensusLoop(Generic[AnswerT]):
                 next_state = LoopState.ROUTE
             else:  # SYNTHESIZE
                 assert run.tally is not None
-                answer = self._synthesize(run.tally, dict(run.proposals), run.context)
+                synthesize = self._fallback if run.degraded else self._synthesize
+                assert synthesize is not None
+                answer = synthesize(run.tally, dict(run.proposals), run.context)
                 next_state = LoopState.DONE
             if state in STEP_NAMES:
                 run.timings.append(StepTiming(STEP_NAMES[state], run.iteration,
@@ -407,6 +420,8 @@ class ConsensusLoop(Generic[AnswerT]):
             routes=tuple(run.routes),
             proposals=dict(run.proposals),
             failures=tuple(run.failures),
+            degraded=run.degraded,
+            failure_iterations=tuple(run.failure_iterations),
         )
 
     def _round(self, problem: Any, run: _Run,
@@ -453,7 +468,11 @@ class ConsensusLoop(Generic[AnswerT]):
     async def _run_agents(self, problem: Any, run: _Run) -> None:
         if time.monotonic() >= run.budget.deadline:
             if not run.latest:
-                raise self._no_answer(run)
+                for name in run.routed:
+                    self._failed(run, name, DeadlineExceeded(f"{name}: no time left before the "
+                                                             "deadline"))
+                if not self._falls_back(run):
+                    raise self._no_answer(run)
             log.info("deadline passed before iteration %d ran: keeping the votes so far",
                      run.iteration)
             return
@@ -468,7 +487,7 @@ class ConsensusLoop(Generic[AnswerT]):
             if isinstance(outcome, MeshError):
                 log.warning("agent %s failed in iteration %d: %s: %s", agent.name, run.iteration,
                             type(outcome).__name__, outcome.message)
-                run.failures.append((agent.name, outcome))
+                self._failed(run, agent.name, outcome)
                 continue
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -493,7 +512,7 @@ class ConsensusLoop(Generic[AnswerT]):
                 except MeshError as error:
                     log.warning("verifier %s failed in iteration %d: %s: %s", verifier.name,
                                 run.iteration, type(error).__name__, error.message)
-                    run.failures.append((verifier.name, error))
+                    self._failed(run, verifier.name, error)
                     continue
                 run.ran.add(verifier.name)
                 self._record(run, verifier.name, proposal, latency_ms)
@@ -510,6 +529,13 @@ class ConsensusLoop(Generic[AnswerT]):
                 # Nothing verified yet: CHECK_CONSENSUS asks again while the budget lasts.
                 run.tally = None
                 return LoopState.CHECK_CONSENSUS
+            if self._falls_back(run):
+                log.warning("every proposer failed (%s): answering from the context alone",
+                            ", ".join(name for name, _ in run.failures))
+                run.degraded = True
+                run.tally = Tally(answer="", confidence=0.0, consensus_score=0.0, agreed=False,
+                                  verified=False)
+                return LoopState.SYNTHESIZE
             raise self._no_answer(run)
         excluded: frozenset[str] = frozenset()
         for proposal in run.proposals.values():
@@ -580,6 +606,16 @@ class ConsensusLoop(Generic[AnswerT]):
         run.votes.append(vote)
         if self._agents[name].role is not Role.CONTEXT:
             run.latest[name] = vote
+
+    def _falls_back(self, run: _Run) -> bool:
+        """The loop has a fallback, the context agents found something, and no proposer voted
+        because they failed (not because they abstained)."""
+        return self._fallback is not None and bool(run.context) and bool(run.failures)
+
+    @staticmethod
+    def _failed(run: _Run, name: AgentName, error: MeshError) -> None:
+        run.failures.append((name, error))
+        run.failure_iterations.append(run.iteration)
 
     def _check_time(self, run: _Run) -> None:
         if time.monotonic() >= run.budget.deadline:

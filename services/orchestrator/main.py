@@ -21,7 +21,7 @@ from libs.connect4.solver import best_moves
 from libs.server import RunningServer, Servicer, run_service, serve
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
-from services.orchestrator.agents.checker import CheckerAgent
+from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
 from services.orchestrator.agents.neural import NeuralAgent
@@ -59,11 +59,12 @@ class Wiring:
     """The channels the servicer's agents talk over; `aclose()` closes them."""
 
     def __init__(self, settings: OrchestratorSettings) -> None:
+        connect = settings.connect_timeout_s
         self.channels = {
-            "mcts": open_channel(settings.mcts_target),
-            "neural": open_channel(settings.neural_target),
-            "retrieval": open_channel(settings.retrieval_target),
-            "llm": open_channel(settings.llm_target),
+            "mcts": open_channel(settings.mcts_target, connect_timeout_s=connect),
+            "neural": open_channel(settings.neural_target, connect_timeout_s=connect),
+            "retrieval": open_channel(settings.retrieval_target, connect_timeout_s=connect),
+            "llm": open_channel(settings.llm_target, connect_timeout_s=connect),
         }
 
     def dependencies(self) -> list[Dependency]:
@@ -93,7 +94,10 @@ async def build_servicers(
     wiring = wiring or Wiring(settings)
     retrieval = retrieval_service_pb2_grpc.RetrievalServiceStub(wiring.channels["retrieval"])
     game_agents = [
-        CheckerAgent(settings.checker_max_nodes),
+        CheckerAgent(CheckerBudget(max_nodes=settings.checker_max_nodes,
+                                   time_budget_s=settings.checker_time_budget_ms / 1e3,
+                                   min_moves=settings.checker_min_moves,
+                                   base_nodes=settings.checker_base_nodes)),
         MctsAgent(mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
                   settings.mcts_deadline_s),
         NeuralAgent(neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"]),

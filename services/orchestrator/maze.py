@@ -8,6 +8,7 @@ strictly between S and G marked 'o'. Moves are 4-connected. Every error names "m
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,8 +72,9 @@ class MazeProblem:
             return grid
         return "\n".join(cells[i:i + width] for i in range(0, len(cells), width))
 
-    def solve(self) -> Solved:
-        """A shortest path by breadth-first search (`libs.puzzles.maze.solve_maze`)."""
+    def solve(self, stop: threading.Event | None = None) -> Solved | None:
+        """A shortest path by breadth-first search (`libs.puzzles.maze.solve_maze`). Its work is
+        bounded by the grid (at most 40,000 cells, a few ms), so `stop` is not consulted."""
         answer = solve_maze(self.grid)
         return Solved(format_rows(answer), f"exact: BFS shortest path, {self.shortest} steps")
 

@@ -9,6 +9,7 @@ by string equality.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,8 +52,9 @@ class Puzzle(Protocol):
         """The puzzle's size or difficulty in [0, 1] (routing feature 8)."""
         ...
 
-    def solve(self) -> Solved:
-        """Solves exactly (CPU-bound: run it in a worker thread).
+    def solve(self, stop: threading.Event | None = None) -> Solved | None:
+        """Solves exactly (CPU-bound: run it in a worker thread); returns None when `stop` was
+        set before it finished (the caller's time budget ended).
 
         Raises:
             InvalidArgument: the puzzle provably has no solution (names the request field).

@@ -57,6 +57,7 @@ from services.orchestrator.text_query import (
     MAX_QUERY_CHARS,
     TextAnswer,
     TextProblem,
+    synthesize_passages,
     synthesize_text,
 )
 from services.orchestrator.tracing import observe_result
@@ -203,20 +204,23 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
 
     async def AnswerQuery(self, request: pb.AnswerQueryRequest,
                           context: grpc.aio.ServicerContext) -> pb.AnswerQueryResponse:
-        """Retrieves passages and drafts an answer grounded in them.
+        """Retrieves passages and drafts an answer grounded in them. When the gateway fails or
+        does not answer before the deadline, the answer is the passages alone, flagged
+        `passages_only`, with the failure in `failures`.
 
         Raises:
             InvalidArgument: "query", "collection", "top_k", "mcts_iterations" or "thread_id" is
                 bad.
             Unimplemented: a valid `mcts_iterations` (search over reasoning steps is not built).
             NotFound: the collection does not exist.
-            Unavailable: retrieval or the gateway is down.
+            Unavailable: retrieval is down, or the gateway is and no passage matched.
             DeadlineExceeded: the deadline passed first.
         """
         set_work_attributes({"mesh.problem.kind": "text_query"})
         problem = self._validate_query(request)
         loop: ConsensusLoop[TextAnswer] = ConsensusLoop(
-            self._text_agents, self._router, synthesize_text, problem.query_length_norm)
+            self._text_agents, self._router, synthesize_text, problem.query_length_norm,
+            fallback=synthesize_passages)
         budget = Budget(max_iterations=self._settings.text_max_iterations,
                         deadline=self._deadline(context))
         result = await loop.run(problem, budget)
@@ -490,6 +494,13 @@ def stream_event(event: LoopEvent, elapsed_ms: float) -> pb.StreamSolveProblemRe
     return out
 
 
+def _failures(result: LoopResult) -> list[pb.AgentFailure]:
+    iterations = result.failure_iterations or (0,) * len(result.failures)
+    return [pb.AgentFailure(agent=AGENT_TO_PROTO[name], code=error.code.name,
+                            message=error.message, iteration=iteration)
+            for (name, error), iteration in zip(result.failures, iterations, strict=True)]
+
+
 def _timings(result: LoopResult) -> list[pb.StepTiming]:
     return [pb.StepTiming(step=t.step, iteration=t.iteration, elapsed_ms=t.elapsed_ms)
             for t in result.timings]
@@ -510,6 +521,7 @@ def solve_response(result: LoopResult[ConnectFourAnswer | SudokuAnswer | MazeAns
         consensus_reached=result.consensus_reached,
         timings=_timings(result),
         thread_id=thread_id,
+        failures=_failures(result),
     )
     if isinstance(answer, ConnectFourAnswer):
         response.connect_four.CopyFrom(pb.ConnectFourAnswer(
@@ -541,5 +553,7 @@ def query_response(result: LoopResult[TextAnswer], thread_id: str) -> pb.AnswerQ
         iterations=result.iterations,
         timings=_timings(result),
         thread_id=thread_id,
+        failures=_failures(result),
+        passages_only=answer.passages_only,
     )
 

@@ -50,7 +50,17 @@ class OrchestratorSettings(ServiceSettings):
     text_max_iterations: int = 2
     """Consensus-loop iterations of a text query (one draft today, so one is used)."""
     checker_max_nodes: int = 2_000_000
-    """Node budget of the exact checker's solver per request (negamax nodes)."""
+    """Node budget of the exact checker's solver per request (negamax nodes), at most."""
+    checker_time_budget_ms: float = 500.0
+    """Milliseconds of exact solving per request at most (the request's deadline shortens it);
+    about what 2,000,000 nodes take on an idle core here."""
+    checker_min_moves: int = 8
+    """Below this many moves played the checker does not solve (only immediate wins, forced
+    blocks and double threats): no Pons position with fewer than 8 moves finishes within
+    2,000,000 nodes (`bench/connect4_checker_budget.py`)."""
+    checker_base_nodes: int = 2_000
+    """Node budget at `checker_min_moves` moves, 8x per further move up to `checker_max_nodes`
+    (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at 11, 2,000,000 from 12)."""
     solver_time_budget_s: float = 10.0
     """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
     deadline shortens it)."""
@@ -70,6 +80,9 @@ class OrchestratorSettings(ServiceSettings):
     """Seconds a listing of the neural service's models is reused before it is listed again
     (a newly loaded HRM/TRM model is used after at most this long)."""
 
+    connect_timeout_s: float = 1.0
+    """Seconds a connection attempt to another service may take; a service that is down costs a
+    request at most this long (then its agent fails UNAVAILABLE and the others answer)."""
     request_deadline_s: float = 60.0
     """Budget of a request whose caller set no deadline, in seconds."""
     mcts_deadline_s: float = 30.0
@@ -123,8 +136,10 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("max_iterations and text_max_iterations must be in 1..10")
         if self.rest_max_body_bytes < 1 or not 1 <= self.rest_max_json_depth <= 512:
             raise ValueError("need rest_max_body_bytes >= 1 and rest_max_json_depth in 1..512")
-        if self.checker_max_nodes < 0:
-            raise ValueError("checker_max_nodes must be >= 0")
+        if self.checker_max_nodes < 0 or self.checker_min_moves < 0:
+            raise ValueError("checker_max_nodes and checker_min_moves must be >= 0")
+        if self.checker_base_nodes < 1 or self.checker_time_budget_ms <= 0:
+            raise ValueError("checker_base_nodes must be >= 1, checker_time_budget_ms > 0")
         if not 1 <= self.default_top_k <= 20:
             raise ValueError("default_top_k must be in 1..20")
         if self.reasoning_max_segments is not None and \
@@ -140,7 +155,7 @@ class OrchestratorSettings(ServiceSettings):
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
                      self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
                      self.solver_time_budget_s, self.reasoning_deadline_s,
-                     self.rest_max_deadline_s)
+                     self.rest_max_deadline_s, self.connect_timeout_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
         return self

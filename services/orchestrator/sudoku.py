@@ -9,6 +9,7 @@ of N*N digits, row-major. Every error names the request field ("sudoku.puzzle", 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from libs.puzzles.sudoku import (
     MAX_STRING_SIZE,
     BoxShape,
     MalformedPuzzle,
+    SearchStopped,
     box_shape_for,
     check_solution,
     find_conflict,
@@ -78,15 +80,19 @@ class SudokuProblem:
         """A model's predicted grid as an answer string (whitespace dropped; not checked)."""
         return "".join(grid.split())
 
-    def solve(self) -> Solved:
+    def solve(self, stop: threading.Event | None = None) -> Solved | None:
         """The first solution of the exact solver (propagation plus depth-first search,
         `libs.puzzles.sudoku.solve` with `limit=1`). CPU-bound: milliseconds for 9x9 puzzles.
+        None when `stop` is set first (checked every 64 search nodes).
 
         Raises:
             InvalidArgument: "sudoku.puzzle" has no solution (its givens agree, but the exhaustive
                 search completes no grid).
         """
-        result = solve(self.grid, self.shape, limit=1)
+        try:
+            result = solve(self.grid, self.shape, limit=1, stop=stop)
+        except SearchStopped:
+            return None
         if result.solution is None:
             raise InvalidArgument(PUZZLE_FIELD, f"has no solution: the givens do not repeat a "
                                                 f"digit, but no grid completes them (exhaustive "

@@ -49,12 +49,14 @@ class Draft:
 @dataclass(frozen=True)
 class TextAnswer:
     """The loop's answer to a text query: the text, the passages it was grounded in (best first),
-    and the provider that drafted it."""
+    and the provider that drafted it. `passages_only`: no draft could be written (the LLM failed
+    or did not answer in time), so `answer` is empty and the passages are the whole answer."""
 
     answer: str
     sources: tuple[Passage, ...]
     provider: str
     offline: bool
+    passages_only: bool = False
 
 
 def grounding_confidence(passages: tuple[Passage, ...]) -> float:
@@ -78,3 +80,11 @@ def synthesize_text(tally: Tally, proposals: dict[AgentName, Proposal],
             passages = tuple(p for p in context if isinstance(p, Passage))
             return TextAnswer(draft.text, passages, draft.provider, draft.offline)
     raise ValueError("the winning answer is not a draft of the LLM agent")
+
+
+def synthesize_passages(tally: Tally, proposals: dict[AgentName, Proposal],
+                        context: tuple = ()) -> TextAnswer:
+    """The answer when no draft came (the consensus loop's fallback): the retrieved passages
+    alone, flagged `passages_only`, with no text and no provider."""
+    passages = tuple(p for p in context if isinstance(p, Passage))
+    return TextAnswer("", passages, "", False, passages_only=True)

@@ -21,7 +21,13 @@ from typing import Protocol, runtime_checkable
 import grpc
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
-from libs.errors import DeadlineExceeded, FailedPrecondition, Unavailable, propagate
+from libs.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    Unavailable,
+    failure_detail,
+    propagate,
+)
 from services.orchestrator.consensus import Proposal, Round
 from services.orchestrator.routing import AgentName, Role
 
@@ -217,8 +223,10 @@ class ReasoningAgent:
                 # The caller's request was fine: the model went away since the listing, or the
                 # service reads the grid differently. List again next time.
                 self._models.forget()
-                raise Unavailable(f"neural refused Solve with {model.name}: "
-                                  f"{error.code().name}: {error.details()}") from error
+                refused = Unavailable(f"neural refused Solve with {model.name}: "
+                                      f"{error.code().name}: {failure_detail(error)}")
+                refused.failed_service = "neural"
+                raise refused from error
             raise propagate(error, "neural") from error
         confidence = min(1.0, max(0.0, float(response.halt_probability)))
         served = response.model.name or model.name

@@ -9,6 +9,7 @@ proposals fail. Its answers still pass the checker like any other.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from services.orchestrator.consensus import Proposal, Round
 from services.orchestrator.puzzle import Puzzle
@@ -20,9 +21,9 @@ class SolverAgent:
 
     Args:
         time_budget_s: seconds the agent waits for the solver (the round's deadline shortens it).
-            The search runs in a worker thread, which Python cannot stop: on timeout the agent
-            abstains and the thread finishes on its own (9x9 Sudoku and 200x200 mazes take
-            milliseconds to a fraction of a second, so the thread is short-lived).
+            The search runs in a worker thread; when the budget ends (or the request goes away)
+            the agent abstains and tells the search to stop, which it does within 64 search
+            nodes (Sudoku; a maze's breadth-first search is bounded by its grid).
     """
 
     name = AgentName.SOLVER
@@ -42,9 +43,16 @@ class SolverAgent:
         """
         puzzle: Puzzle = round_.problem
         budget = min(self._time_budget_s, round_.remaining_s())
+        stop = threading.Event()
         try:
             async with asyncio.timeout(budget):
-                solved = await asyncio.to_thread(puzzle.solve)
+                solved = await asyncio.to_thread(puzzle.solve, stop)
         except TimeoutError:
+            stop.set()
+            return Proposal(None, 0.0, f"not solved within {budget:.2f} s")
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        if solved is None:
             return Proposal(None, 0.0, f"not solved within {budget:.2f} s")
         return Proposal(solved.answer, 1.0, solved.rationale)

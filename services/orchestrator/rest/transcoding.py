@@ -169,6 +169,8 @@ def locate_parse_error(descriptor: Descriptor, value: object, message: str,
 
 
 def _parse_error(descriptor: Descriptor, value: object) -> str | None:
+    if not isinstance(value, dict):  # ParseDict raises TypeError, not ParseError, for these
+        return f"expected a JSON object for {descriptor.full_name}"
     try:
         json_format.ParseDict(value, message_factory.GetMessageClass(descriptor)(),
                               ignore_unknown_fields=False)

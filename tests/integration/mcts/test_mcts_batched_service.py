@@ -112,6 +112,37 @@ async def test_bad_batched_requests_name_the_field(mcts):
         assert field_of(caught.value) == name
 
 
+async def test_options_the_uct_rule_would_ignore_are_refused(mcts):
+    """Under the default rule a neural evaluator, a model or a batch size would be silently
+    ignored (the search runs rollouts): each is INVALID_ARGUMENT naming the field."""
+    stub = await mcts()
+    neural = mcts_service_pb2.LEAF_EVALUATOR_NEURAL
+    cases = [
+        (dict(evaluator=neural), "evaluator"),
+        (dict(evaluator=neural, model="connect4-pv"), "evaluator"),
+        (dict(model="bogus"), "model"),
+        (dict(rule=PUCT, evaluator=neural, model="../../etc/passwd"), "model"),
+        (dict(rule=PUCT, model="connect4-pv"), "model"),
+        (dict(batch_size=-1), "batch_size"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(batch_size=10**6), "batch_size"),
+        (dict(rule=PUCT, evaluator=neural, batch_size=10**6), "batch_size"),
+        (dict(batch_size=8), "batch_size"),
+        (dict(virtual_loss=1.0), "virtual_loss"),
+        (dict(gumbel_num_considered=4), "gumbel_num_considered"),
+        (dict(evaluator=7), "evaluator"),
+    ]
+    for fields, name in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Search(search_request("", simulations=10, **fields), timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
+        assert field_of(caught.value) == name, fields
+    # Explicit rollouts under UCT stay valid.
+    reply = await stub.Search(search_request(
+        "", simulations=10, evaluator=mcts_service_pb2.LEAF_EVALUATOR_ROLLOUT), timeout=30)
+    assert reply.statistics.simulations == 10
+
+
 async def test_neural_leaves_come_from_the_neural_service(mcts, neural_target):
     stub = await mcts(neural_target)
     reply = await stub.Search(search_request(

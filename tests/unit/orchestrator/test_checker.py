@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import libs.connect4.solver as checker_module
 from libs.connect4 import Position
-from libs.connect4.solver import MoveScores
-from services.orchestrator.agents.checker import CheckerAgent
+from libs.connect4.solver import CancelToken, MoveScores, Solver
+from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
 from services.orchestrator.connect_four import ConnectFourProblem, Outcome
 from services.orchestrator.consensus import Round
 
@@ -81,3 +84,66 @@ def test_complete_scores_pick_the_best_column_nearest_the_centre():
     proposal = CheckerAgent.from_scores(problem, complete)
     assert proposal.answer == "3" and proposal.detail.score == 1
     assert proposal.detail.outcome is Outcome.WIN and proposal.value == 1.0
+
+
+def test_the_node_budget_follows_the_moves_played():
+    budget = CheckerBudget(max_nodes=2_000_000, min_moves=8, base_nodes=2_000)
+    assert [budget.nodes_for(n) for n in (0, 7, 8, 9, 10, 11, 12, 30)] == [
+        0, 0, 2_000, 16_000, 128_000, 1_024_000, 2_000_000, 2_000_000]
+    assert CheckerBudget(max_nodes=5).nodes_for(0) == 5  # the flat budget of old
+    assert CheckerBudget(max_nodes=0, base_nodes=10).nodes_for(20) == 0
+    with pytest.raises(ValueError):
+        CheckerBudget(time_budget_s=0)
+
+
+async def test_an_early_position_is_not_solved_and_abstains_at_once():
+    checker = CheckerAgent(CheckerBudget(min_moves=8, base_nodes=2_000))
+    proposal = await checker.propose(round_of("4453"))
+    assert proposal.answer is None and not proposal.verified
+    assert "fewer than 8" in proposal.rationale
+    assert proposal.detail.nodes == 0
+
+
+async def test_the_time_budget_stops_a_solve_the_nodes_would_allow():
+    # Two moves in: no budget of 50,000,000 nodes finishes this, so the 20 ms budget ends it.
+    checker = CheckerAgent(CheckerBudget(max_nodes=50_000_000, time_budget_s=0.02))
+    proposal = await checker.propose(round_of("44"))
+    assert proposal.answer is None
+    assert "not solved within 20 ms" in proposal.rationale
+    assert proposal.detail.nodes < 50_000_000
+
+
+async def test_a_cancelled_request_stops_the_solver(monkeypatch):
+    finished: list[MoveScores] = []
+    done = threading.Event()
+
+    def recording(*args):
+        try:
+            finished.append(checker_module.best_moves(*args))
+        finally:
+            done.set()
+        return finished[-1]
+
+    monkeypatch.setattr("services.orchestrator.agents.checker.best_moves", recording)
+    checker = CheckerAgent(CheckerBudget(max_nodes=50_000_000))
+    task = asyncio.create_task(checker.propose(round_of("44")))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The worker thread returns once cancelled instead of running its 50M nodes.
+    assert await asyncio.to_thread(done.wait, 30)
+    assert not finished[0].complete and finished[0].nodes < 50_000_000
+
+
+def test_a_cancel_token_stops_the_kernel_from_another_thread():
+    solver = Solver(table_size=(1 << 18) + 3)
+    token = CancelToken()
+    timer = threading.Timer(0.02, token.cancel)
+    timer.start()
+    scores = solver.best_moves("4", 50_000_000, cancel=token)
+    timer.join()
+    assert not scores.complete and token.cancelled
+    assert scores.nodes < 50_000_000
+    # A token cancelled before the call makes it return without a node.
+    assert solver.best_moves("4", 50_000_000, cancel=token).nodes == 0

@@ -3,6 +3,7 @@ puzzle router, and the consensus loop that only ever answers with a verified ans
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 import time
@@ -378,9 +379,15 @@ class BlockedPuzzle:
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.stopped = threading.Event()
 
-    def solve(self) -> Solved:
-        self.release.wait(timeout=10)
+    def solve(self, stop: threading.Event | None = None) -> Solved | None:
+        for _ in range(1000):
+            if self.release.wait(timeout=0.01):
+                break
+            if stop is not None and stop.is_set():
+                self.stopped.set()
+                return None
         return Solved("late", "exact")
 
     def check(self, answer: str) -> Verdict:
@@ -393,6 +400,8 @@ async def test_solver_abstains_when_its_budget_runs_out_and_the_loop_says_why():
         proposal = await SolverAgent(0.05).propose(Round(puzzle, 1, 1, 0,
                                                          time.monotonic() + 10))
         assert proposal.answer is None and proposal.rationale == "not solved within 0.05 s"
+        # The agent told the search to stop: the worker thread does not run on unobserved.
+        assert await asyncio.to_thread(puzzle.stopped.wait, 10)
         loop = ConsensusLoop([SolverAgent(0.05), PuzzleCheckerAgent()], PuzzleRouter(),
                              lambda tally, proposals, context: tally.answer, 0.5)
         with pytest.raises(FailedPrecondition, match="solver: not solved within 0.05 s"):

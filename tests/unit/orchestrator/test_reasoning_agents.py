@@ -9,6 +9,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from google.rpc import status_pb2
 from mesh.neural.v1 import neural_service_pb2 as neural_pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
@@ -47,6 +48,13 @@ MODELS = [
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+def service_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """An error as a mesh service sends it: with a google.rpc.Status in the trailers."""
+    status = status_pb2.Status(code=code.value[0], message=details)
+    trailers = grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString()))
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailers, details)
 
 
 class FakeNeural:
@@ -137,7 +145,7 @@ async def test_models_are_found_by_architecture_and_task_first_by_name_and_cache
 async def test_a_failed_listing_is_unavailable_and_not_cached():
     stub = FakeNeural(list_error=rpc_error(grpc.StatusCode.UNAVAILABLE, "connection refused"))
     models = ReasoningModels(stub, 5.0, 30.0)
-    with pytest.raises(Unavailable, match="connection refused"):
+    with pytest.raises(Unavailable, match="neural failed: UNAVAILABLE: not reachable"):
         await models.find("trm", "sudoku-6x6")
     stub.list_error = None
     assert (await models.find("trm", "sudoku-6x6", timeout_s=1.5)).name == "trm-sudoku6-a"
@@ -187,7 +195,7 @@ async def test_no_model_for_the_grid_is_failed_precondition():
 
 
 async def test_solve_errors_become_unavailable_and_a_refusal_drops_the_listing():
-    stub = FakeNeural(solve_error=rpc_error(grpc.StatusCode.UNAVAILABLE, "no checkpoint"))
+    stub = FakeNeural(solve_error=service_error(grpc.StatusCode.UNAVAILABLE, "no checkpoint"))
     trm = agent(stub)
     with pytest.raises(Unavailable, match="no checkpoint"):
         await trm.propose(round_for(parse_sudoku(PUZZLE)))
@@ -300,7 +308,7 @@ async def test_neural_down_the_solver_answers_and_a_model_alone_is_unavailable()
         pb.SolveProblemRequest(sudoku=pb.SudokuProblem(puzzle=PUZZLE),
                                agents=[pb.AGENT_TRM, pb.AGENT_SOLVER]), FakeContext())
     assert response.answered_by == pb.AGENT_SOLVER
-    with pytest.raises(Unavailable, match="connection refused"):
+    with pytest.raises(Unavailable, match="neural failed: UNAVAILABLE: not reachable"):
         await servicer.SolveProblem(
             pb.SolveProblemRequest(sudoku=pb.SudokuProblem(puzzle=PUZZLE),
                                    agents=[pb.AGENT_TRM]), FakeContext())

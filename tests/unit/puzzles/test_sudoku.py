@@ -183,3 +183,19 @@ def test_augmentation_keeps_validity_and_inverts(shape):
         assert np.array_equal(aug.invert(new_solution), solution)
     # Transpose only keeps the box shape for square boxes.
     assert seen_transpose == (shape.box_rows == shape.box_cols)
+
+
+def test_the_search_stops_on_its_node_budget_or_when_told():
+    import threading
+
+    from libs.puzzles.sudoku import SearchStopped
+
+    empty = np.zeros((9, 9), dtype=np.int8)
+    with pytest.raises(SearchStopped) as caught:
+        solve(empty, limit=10**9, max_nodes=500)
+    assert caught.value.nodes == 500
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(SearchStopped, match="stopped by the caller"):
+        solve(empty, limit=10**9, stop=stop)
+    assert solve(parse_puzzle(GRID1), limit=1, max_nodes=10_000).count == 1

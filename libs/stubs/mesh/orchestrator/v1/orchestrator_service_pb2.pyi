@@ -77,6 +77,18 @@ class AgentVote(_message.Message):
     rationale: str
     def __init__(self, agent: _Optional[_Union[Agent, str]] = ..., proposal: _Optional[str] = ..., confidence: _Optional[float] = ..., latency_ms: _Optional[float] = ..., iteration: _Optional[int] = ..., rationale: _Optional[str] = ...) -> None: ...
 
+class AgentFailure(_message.Message):
+    __slots__ = ("agent", "code", "message", "iteration")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    agent: Agent
+    code: str
+    message: str
+    iteration: int
+    def __init__(self, agent: _Optional[_Union[Agent, str]] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., iteration: _Optional[int] = ...) -> None: ...
+
 class ConnectFourAnswer(_message.Message):
     __slots__ = ("column", "value", "outcome", "score")
     COLUMN_FIELD_NUMBER: _ClassVar[int]
@@ -134,7 +146,7 @@ class StepTiming(_message.Message):
     def __init__(self, step: _Optional[str] = ..., iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
 
 class SolveProblemResponse(_message.Message):
-    __slots__ = ("connect_four", "sudoku", "maze", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id", "answered_by")
+    __slots__ = ("connect_four", "sudoku", "maze", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id", "answered_by", "failures")
     CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
     SUDOKU_FIELD_NUMBER: _ClassVar[int]
     MAZE_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +159,7 @@ class SolveProblemResponse(_message.Message):
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
     connect_four: ConnectFourAnswer
     sudoku: SudokuAnswer
     maze: MazeAnswer
@@ -159,7 +172,8 @@ class SolveProblemResponse(_message.Message):
     timings: _containers.RepeatedCompositeFieldContainer[StepTiming]
     thread_id: str
     answered_by: Agent
-    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., answered_by: _Optional[_Union[Agent, str]] = ...) -> None: ...
+    failures: _containers.RepeatedCompositeFieldContainer[AgentFailure]
+    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., answered_by: _Optional[_Union[Agent, str]] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ...) -> None: ...
 
 class StreamSolveProblemRequest(_message.Message):
     __slots__ = ("connect_four", "sudoku", "maze", "agents", "simulations", "max_iterations", "seed", "thread_id")
@@ -276,7 +290,7 @@ class Source(_message.Message):
     def __init__(self, document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class AnswerQueryResponse(_message.Message):
-    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id")
+    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +301,8 @@ class AnswerQueryResponse(_message.Message):
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    PASSAGES_ONLY_FIELD_NUMBER: _ClassVar[int]
     answer: str
     confidence: float
     sources: _containers.RepeatedCompositeFieldContainer[Source]
@@ -297,7 +313,9 @@ class AnswerQueryResponse(_message.Message):
     iterations: int
     timings: _containers.RepeatedCompositeFieldContainer[StepTiming]
     thread_id: str
-    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ...) -> None: ...
+    failures: _containers.RepeatedCompositeFieldContainer[AgentFailure]
+    passages_only: bool
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ...) -> None: ...
 
 class IngestDocumentsRequest(_message.Message):
     __slots__ = ("collection", "documents")

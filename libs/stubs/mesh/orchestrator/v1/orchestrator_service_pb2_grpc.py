@@ -112,7 +112,9 @@ class OrchestratorServiceServicer:
         10,001-character query, top_k outside 1..20, mcts_iterations outside
         1..10,000, or a bad thread id; UNIMPLEMENTED when mcts_iterations is set
         (search over reasoning steps is not built yet); UNAVAILABLE when
-        retrieval or every LLM provider is down; DEADLINE_EXCEEDED.
+        retrieval is down; DEADLINE_EXCEEDED. When the LLM gateway fails or does
+        not answer in time, the response carries the retrieved passages alone,
+        with `passages_only` set and the failure in `failures`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,295 @@
+"""The whole mesh as real processes on loopback, under a steady load, with one backend at a time
+frozen (SIGSTOP past the caller's deadline) or killed (SIGKILL).
+
+For each of mcts, neural, retrieval and llm_gateway, requests that need that service run back to
+back (Connect Four requests name the one agent backed by the service; text queries need retrieval
+and the LLM gateway). Frozen: the requests end by their deadline with a clear status, and after
+SIGCONT the success rate returns to 100%. With the LLM gateway frozen the orchestrator should
+answer with the retrieved passages, flagged, before the deadline (issue 11, "degrade, don't
+hang"): an expected failure until the orchestrator degrades. Killed: the requests that fail get a
+clear status (UNAVAILABLE or DEADLINE_EXCEEDED with a message) and none outlives its deadline;
+the service comes back (restarted by the launcher's supervision where it exists, else by the
+test, on the same port with the same environment, as a supervisor would) and the success rate
+returns to 100% with nothing else restarted. Slow: a test-side proxy (`delay_proxy.DelayProxy`)
+between a second orchestrator and the real neural process delays every neural call by 3 s (no
+service carries a test-only delay setting) while that orchestrator waits 1 s for one: a Connect
+Four request with the default agents is still answered by the other agents before its deadline,
+one that allows the network alone fails with a clear status by its deadline, and once the delay
+is gone the network votes again. The supervision tests check that the launcher itself
+restarts each service (the orchestrator included) and skip while it cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import grpc
+import pytest
+from delay_proxy import DelayProxy
+from faultkit import (
+    DOWN_CODES,
+    Load,
+    assert_clear_failures,
+    assert_no_hang,
+    launcher_supervises,
+    needs_supervision,
+    process_env,
+    restart_by_hand,
+    serving,
+    spawn_service,
+    start_test_mesh,
+    stop_process,
+    wait_for_full_success,
+)
+from mesh.common.v1 import common_pb2
+from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+
+pytestmark = [pytest.mark.fault, pytest.mark.slow]
+
+DEADLINE_S = 5.0
+FREEZE_DEADLINE_S = 1.5
+FROZEN_S = 4.0  # more than twice the freeze deadline
+# The slow neural service: the proxy delays each call 3 s; the orchestrator waits 1 s for one.
+NEURAL_DEADLINE_S = 1.0
+DELAY_S = 3.0
+SLOW_DEADLINE_S = 8.0
+POSITION = common_pb2.ConnectFourPosition(moves="4453")
+BACKENDS = ("mcts", "neural", "retrieval", "llm_gateway")
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fault-kill")
+    running, supervision = start_test_mesh(tmp)
+    with grpc.insecure_channel(running.target) as channel:
+        orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel).IngestDocuments(
+            pb.IngestDocumentsRequest(collection="fault", documents=[
+                common_pb2.Document(id="heart", title="Hearts",
+                                    text="The human heart has four chambers that pump blood."),
+                common_pb2.Document(id="moon", title="The Moon",
+                                    text="The Moon orbits the Earth about every 27 days.")]),
+            timeout=300)
+    yield running
+    if supervision is not None:
+        supervision.stop()
+    running.stop()
+
+
+def request_needing(name: str, stub: orchestrator_service_pb2_grpc.OrchestratorServiceStub):
+    """A call (deadline in s -> awaitable) whose success needs `name`."""
+    if name in ("mcts", "neural"):
+        agent = pb.AGENT_MCTS if name == "mcts" else pb.AGENT_NEURAL
+        request = pb.SolveProblemRequest(connect_four=common_pb2.ConnectFourPosition(moves="4453"),
+                                         agents=[agent], simulations=2000)
+        return lambda deadline_s: stub.SolveProblem(request, timeout=deadline_s)
+    request = pb.AnswerQueryRequest(query="How many chambers does the heart have?",
+                                    collection="fault")
+    return lambda deadline_s: stub.AnswerQuery(request, timeout=deadline_s)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+async def test_a_frozen_service_costs_a_request_its_deadline_and_no_more(mesh, name):
+    channel = grpc.aio.insecure_channel(mesh.target)
+    call = request_needing(name, orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel))
+    pid = mesh.processes[name].pid
+    try:
+        await wait_for_full_success(call, FREEZE_DEADLINE_S, needed=3)
+        load = Load(call, FREEZE_DEADLINE_S, workers=2)
+        load.start()
+        await asyncio.sleep(0.5)
+        frozen_at = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(FROZEN_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        thawed_at = time.monotonic()
+        recovery_s = await wait_for_full_success(call, FREEZE_DEADLINE_S, needed=10, within_s=60)
+        recovered_at = time.monotonic()
+        await asyncio.sleep(1.0)
+        await load.stop()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await channel.close()
+
+    assert_no_hang(load.outcomes)
+    assert_clear_failures(load.outcomes)
+    frozen = [o for o in load.outcomes if frozen_at + 0.2 <= o.started
+              and o.ended <= thawed_at]
+    assert frozen, "no request started and ended while the service was frozen"
+    after = load.since(recovered_at)
+    assert after and all(o.code is None for o in after)
+    codes = sorted({o.code.name if o.code else "OK" for o in frozen})
+    print(f"\n{name} frozen: {len(frozen)} requests, {codes}, longest "
+          f"{max(o.latency_s for o in frozen):.2f} s (deadline {FREEZE_DEADLINE_S} s); "
+          f"back to 100% {recovery_s:.1f} s after SIGCONT")
+
+
+async def test_with_the_llm_frozen_a_query_gets_the_retrieved_passages_before_its_deadline(mesh):
+    pid = mesh.processes["llm_gateway"].pid
+    channel = grpc.aio.insecure_channel(mesh.target)
+    stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        reply = await stub.AnswerQuery(pb.AnswerQueryRequest(
+            query="How many chambers does the heart have?", collection="fault"), timeout=3.0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await channel.close()
+    assert reply.passages_only  # flagged: the LLM did not draft it
+    assert reply.sources and reply.sources[0].document_id == "heart"
+
+
+@pytest.fixture
+async def proxied(mesh, tmp_path):
+    """(stub of an orchestrator whose neural calls go through the proxy, the proxy)."""
+    proxy = await DelayProxy(f"127.0.0.1:{mesh.ports['neural']}").start()
+    env = {
+        "ORCHESTRATOR_PORT": "0",
+        "ORCHESTRATOR_REST_PORT": "-1",
+        "ORCHESTRATOR_MCTS_TARGET": f"127.0.0.1:{mesh.ports['mcts']}",
+        "ORCHESTRATOR_NEURAL_TARGET": proxy.target,
+        "ORCHESTRATOR_RETRIEVAL_TARGET": f"127.0.0.1:{mesh.ports['retrieval']}",
+        "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm_gateway']}",
+        "ORCHESTRATOR_NEURAL_DEADLINE_S": str(NEURAL_DEADLINE_S),
+    }
+    orchestrator, port = await asyncio.to_thread(spawn_service, "orchestrator", env,
+                                                 tmp_path)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel), proxy
+    await channel.close()
+    stop_process(orchestrator)
+    await proxy.stop()
+
+
+def _agents(reply: pb.SolveProblemResponse) -> set[str]:
+    return {pb.Agent.Name(vote.agent) for vote in reply.votes}
+
+
+async def test_a_slow_network_costs_its_vote_not_the_answer(proxied):
+    stub, proxy = proxied
+    request = pb.SolveProblemRequest(connect_four=POSITION, simulations=2000)
+    baseline = await stub.SolveProblem(request, timeout=SLOW_DEADLINE_S)
+    assert "AGENT_NEURAL" in _agents(baseline), baseline.votes
+
+    proxy.delay_s = DELAY_S
+    calls = proxy.calls
+    started = time.monotonic()
+    slow = await stub.SolveProblem(request, timeout=SLOW_DEADLINE_S)
+    elapsed = time.monotonic() - started
+    assert proxy.calls > calls  # the network was asked
+    assert 1 <= slow.connect_four.column <= 7
+    assert "AGENT_NEURAL" not in _agents(slow), slow.votes
+    assert elapsed < SLOW_DEADLINE_S
+    print(f"\nneural delayed {DELAY_S} s: answered in {elapsed:.2f} s by {sorted(_agents(slow))}")
+
+    proxy.delay_s = 0.0
+    recovered = await stub.SolveProblem(request, timeout=SLOW_DEADLINE_S)
+    assert "AGENT_NEURAL" in _agents(recovered)
+
+
+async def test_network_only_requests_fail_clearly_by_their_deadline_then_recover(proxied):
+    stub, proxy = proxied
+    request = pb.SolveProblemRequest(connect_four=POSITION, agents=[pb.AGENT_NEURAL])
+
+    async def call(deadline_s: float):
+        return await stub.SolveProblem(request, timeout=deadline_s)
+
+    await wait_for_full_success(call, SLOW_DEADLINE_S, needed=3)
+    proxy.delay_s = DELAY_S
+    load = Load(call, SLOW_DEADLINE_S, workers=2)
+    load.start()
+    await asyncio.sleep(2 * DELAY_S)
+    proxy.delay_s = 0.0
+    slow = list(load.outcomes)
+    recovered_in = await wait_for_full_success(call, SLOW_DEADLINE_S, needed=10)
+    recovered_at = time.monotonic()
+    await asyncio.sleep(1.0)
+    await load.stop()
+
+    assert_no_hang(load.outcomes)
+    assert_clear_failures(load.outcomes, DOWN_CODES)
+    failed = [o for o in slow if o.code is not None]
+    assert failed, "no network-only request failed while neural was 3 s slow"
+    after = load.since(recovered_at)
+    assert after and all(o.code is None for o in after)
+    print(f"\nnetwork only, neural delayed {DELAY_S} s: {len(failed)}/{len(slow)} failed "
+          f"({sorted({o.code.name for o in failed})}), longest "
+          f"{max(o.latency_s for o in slow):.2f} s; 100% again {recovered_in:.1f} s after")
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+async def test_kill_9_under_load_fails_cleanly_and_recovers_after_the_restart(
+        mesh, name, tmp_path):
+    channel = grpc.aio.insecure_channel(mesh.target)
+    call = request_needing(name, orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel))
+    try:
+        await wait_for_full_success(call, DEADLINE_S, needed=3)
+        load = Load(call, DEADLINE_S, workers=2)
+        load.start()
+        await asyncio.sleep(1.0)
+        victim = mesh.processes[name]
+        others = {n: p.pid for n, p in mesh.processes.items() if n != name}
+        env = process_env(victim.pid)
+        killed_at = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        await asyncio.to_thread(victim.wait)
+        await asyncio.sleep(2.0)  # requests meet the dead service
+        if launcher_supervises():
+            while not serving(mesh.ports[name]):
+                assert time.monotonic() - killed_at < 120, f"{name} was not restarted in 120 s"
+                await asyncio.sleep(0.2)
+        else:
+            await asyncio.to_thread(restart_by_hand, mesh, name, env, tmp_path)
+        restarted_at = time.monotonic()
+        recovery_s = await wait_for_full_success(call, DEADLINE_S, needed=10)
+        recovered_at = time.monotonic()
+        await asyncio.sleep(1.0)
+        await load.stop()
+    finally:
+        await channel.close()
+
+    outcomes = load.outcomes
+    assert_no_hang(outcomes)
+    assert_clear_failures(outcomes)
+    during = [o for o in outcomes if killed_at <= o.ended <= restarted_at]
+    failed = [o for o in during if o.code is not None]
+    assert failed, f"no request failed while {name} was down: the load did not need it"
+    first_error_s = min(o.ended for o in failed) - killed_at
+    # The load keeps succeeding once the service is back: every request sent after the streak of
+    # ten successes succeeded.
+    after = load.since(recovered_at)
+    assert after and all(o.code is None for o in after), [
+        (o.code, o.details) for o in after if o.code is not None][:3]
+    # Nothing else was restarted, and every service serves.
+    assert {n: p.pid for n, p in mesh.processes.items() if n != name} == others
+    assert all(serving(port, timeout_s=5) for port in mesh.ports.values())
+    print(f"\n{name}: first error {first_error_s * 1e3:.0f} ms after the kill; "
+          f"{len(failed)}/{len(during)} requests failed while down "
+          f"({sorted({o.code.name for o in failed})}); back to 100% "
+          f"{recovery_s:.1f} s after the restart")
+
+
+@needs_supervision
+@pytest.mark.supervision
+@pytest.mark.parametrize("name", (*BACKENDS, "orchestrator"))
+async def test_the_launcher_restarts_a_killed_service_on_its_port(mesh, name):
+    victim = mesh.processes[name]
+    os.kill(victim.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    await asyncio.to_thread(victim.wait)
+    while not serving(mesh.ports[name]):
+        assert time.monotonic() - killed_at < 120, f"{name} was not restarted in 120 s"
+        await asyncio.sleep(0.2)
+    channel = grpc.aio.insecure_channel(mesh.target)
+    try:
+        call = request_needing("llm_gateway" if name == "orchestrator" else name,
+                               orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel))
+        await wait_for_full_success(call, DEADLINE_S, needed=5)
+    finally:
+        await channel.close()
+    print(f"\n{name}: serving again {time.monotonic() - killed_at:.1f} s after kill -9")
