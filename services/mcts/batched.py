@@ -80,6 +80,7 @@ from numba import njit
 from services.mcts.game import MAX_ACTIONS
 from services.mcts.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.selection import first_max
+from services.mcts.settings import C_PUCT
 from services.mcts.tree import ENDED, Tree
 
 NEW = 0
@@ -145,7 +146,7 @@ class BatchedConfig:
     """
 
     rule: str = "puct"
-    c_puct: float = 1.25
+    c_puct: float = C_PUCT
     virtual_loss: float = 1.0
     batch_size: int = 1
     max_nodes: int = DEFAULT_MAX_NODES

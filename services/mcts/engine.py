@@ -129,6 +129,7 @@ from services.mcts.selection import (
     ucb1_from_log,
     widened_children,
 )
+from services.mcts.settings import UCT_EXPLORATION
 from services.mcts.simd import LANES, ucb1_lanes
 from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import TranspositionTable, find_or_insert
@@ -181,7 +182,7 @@ class SearchConfig:
     """
 
     rule: str = "uct"
-    exploration: float = 2.0
+    exploration: float = UCT_EXPLORATION
     widening_k: float | None = None
     widening_alpha: float = 0.5
     rave_k: float | None = None

@@ -43,6 +43,7 @@ from services.mcts.engine import (
 )
 from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
 from services.mcts.root import sample_by_temperature
+from services.mcts.settings import UCT_EXPLORATION
 
 DEFAULT_MAX_NODES = 2_000_000
 """Default node capacity of one tree (about 90 MB with the AMAF arrays) when `max_nodes` is not
@@ -109,7 +110,7 @@ class SearchResult:
 def uct_search(
     moves: str,
     simulations: int,
-    exploration: float = 2.0,
+    exploration: float = UCT_EXPLORATION,
     seed: int = 0,
     threads: int = 1,
     max_nodes: int | None = None,
