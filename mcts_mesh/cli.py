@@ -536,7 +536,7 @@ def cmd_up(args) -> int:
 
 def cmd_train(args) -> int:
     if args.what == "connect4-pv":
-        from services.neural.training.connect4_selfplay import train_connect4_pv
+        from mcts_mesh.training.connect4_selfplay import train_connect4_pv
 
         report = train_connect4_pv(output_dir=Path(args.output or "models/connect4-pv"),
                                    games=args.games, simulations=args.simulations,

@@ -78,7 +78,9 @@ import numpy as np
 from numba import njit
 
 from services.mcts.game import MAX_ACTIONS
+from services.mcts.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.selection import first_max
+from services.mcts.settings import C_PUCT
 from services.mcts.tree import ENDED, Tree
 
 NEW = 0
@@ -144,7 +146,7 @@ class BatchedConfig:
     """
 
     rule: str = "puct"
-    c_puct: float = 1.25
+    c_puct: float = C_PUCT
     virtual_loss: float = 1.0
     batch_size: int = 1
     max_nodes: int = DEFAULT_MAX_NODES
@@ -934,9 +936,8 @@ class BatchedSearch:
             self._root_base = root_bases(masked, tree.prior[block].astype(np.float64))
             self._considered = considered_visits_sequence(considered, self.simulations)
         elif self.config.dirichlet_alpha is not None:
-            noise = rng.dirichlet(np.full(count, self.config.dirichlet_alpha))
-            eps = self.config.dirichlet_epsilon
-            tree.prior[block] = (1 - eps) * tree.prior[block] + eps * noise
+            add_dirichlet_noise(tree.prior[block], self.config.dirichlet_alpha,
+                                self.config.dirichlet_epsilon, rng)
 
     def result(self) -> BatchedResult:
         """Statistics of the search so far (usually after `next_batch` returned None)."""
@@ -982,9 +983,7 @@ class BatchedSearch:
 
     def _puct_choice(self, acts: np.ndarray, visits: np.ndarray, values: np.ndarray) -> int:
         if self.config.temperature > 0 and visits.sum() > 0:
-            weights = (visits / visits.max()) ** (1.0 / self.config.temperature)
-            draw = np.random.default_rng([self.config.seed, 1])
-            return int(draw.choice(self.num_actions, p=weights / weights.sum()))
+            return sample_by_temperature(visits, self.config.temperature, self.config.seed)
         legal = acts.tolist()
         return max(legal, key=lambda x: (visits[x], values[x] if visits[x] > 0 else -np.inf, -x))
 

@@ -28,11 +28,8 @@ from services.mcts.evaluators import GameEvaluator, NeuralConnectFourEvaluator, 
 from services.mcts.game import MAX_ACTIONS
 from services.mcts.games.connect4 import GAME, from_position
 from services.mcts.neural_client import NeuralPositionClient
-from services.mcts.settings import MctsSettings
+from services.mcts.settings import MAX_BATCH_SIZE, MAX_SIMULATIONS, MctsSettings
 
-MAX_SIMULATIONS = 10_000_000
-MAX_BATCH_SIZE = 1024
-DEFAULT_C_PUCT = 1.25
 RULES = {mcts_service_pb2.SELECTION_RULE_PUCT: "puct",
          mcts_service_pb2.SELECTION_RULE_GUMBEL: "gumbel"}
 """The core's rule for each batched SelectionRule."""
@@ -66,7 +63,9 @@ def search_config(request: mcts_service_pb2.SearchRequest, settings: MctsSetting
     Raises:
         InvalidArgument: "threads" above 1, "evaluator" unknown, "batch_size" outside 1..1,024,
             "virtual_loss" or "exploration" negative or not finite, "gumbel_num_considered"
-            outside 1..127.
+            outside 1..127, "dirichlet_alpha" not finite and > 0, "dirichlet_epsilon" outside
+            [0, 1], "temperature" negative or not finite. (Which rule reads which option is
+            checked by `services.mcts.servicer.validate_rule_options` first.)
     """
     if request.HasField("threads") and request.threads != 1:
         raise InvalidArgument("threads", f"is {request.threads}; PUCT and Gumbel searches run "
@@ -75,9 +74,19 @@ def search_config(request: mcts_service_pb2.SearchRequest, settings: MctsSetting
         raise InvalidArgument("evaluator", f"is {request.evaluator}; not a LeafEvaluator")
     neural = request.evaluator == mcts_service_pb2.LEAF_EVALUATOR_NEURAL
     default_batch = settings.neural_batch_size if neural else 1
+    dirichlet_alpha = None
+    if request.HasField("dirichlet_alpha"):
+        if not (math.isfinite(request.dirichlet_alpha) and request.dirichlet_alpha > 0):
+            raise InvalidArgument("dirichlet_alpha",
+                                  f"is {request.dirichlet_alpha}; must be a finite number > 0")
+        dirichlet_alpha = request.dirichlet_alpha
     return BatchedConfig(
         rule=RULES[request.rule],
-        c_puct=_optional_float(request, "exploration", "exploration", DEFAULT_C_PUCT),
+        c_puct=_optional_float(request, "exploration", "exploration", settings.c_puct),
+        dirichlet_alpha=dirichlet_alpha,
+        dirichlet_epsilon=_optional_float(request, "dirichlet_epsilon", "dirichlet_epsilon",
+                                          settings.dirichlet_epsilon, 1.0),
+        temperature=_optional_float(request, "temperature", "temperature", 0.0),
         virtual_loss=_optional_float(request, "virtual_loss", "virtual_loss", 1.0),
         batch_size=_optional_int(request, "batch_size", "batch_size", default_batch, 1,
                                  MAX_BATCH_SIZE),
@@ -124,14 +133,14 @@ def external_search(settings_message: mcts_service_pb2.ExternalSearchSettings,
         max_nodes = min(max_nodes, m.max_nodes)
     config = BatchedConfig(
         rule=rule,
-        c_puct=_optional_float(m, "c_puct", "settings.c_puct", DEFAULT_C_PUCT),
+        c_puct=_optional_float(m, "c_puct", "settings.c_puct", settings.c_puct),
         virtual_loss=_optional_float(m, "virtual_loss", "settings.virtual_loss", 1.0),
         batch_size=_optional_int(m, "batch_size", "settings.batch_size", 1, 1, MAX_BATCH_SIZE),
         max_nodes=max_nodes,
         seed=m.seed,
         dirichlet_alpha=dirichlet_alpha,
         dirichlet_epsilon=_optional_float(m, "dirichlet_epsilon", "settings.dirichlet_epsilon",
-                                          0.25, 1.0),
+                                          settings.dirichlet_epsilon, 1.0),
         temperature=_temperature(m.temperature),
         gumbel_num_considered=_optional_int(m, "gumbel_num_considered",
                                             "settings.gumbel_num_considered", 16, 1,

@@ -28,12 +28,15 @@ the player who moved into it).
 Time per phase: the kernels count work (selection steps: edges descended; expanded nodes: children
 created; rollout plies; backup steps: nodes updated) and time a sample of simulations: one in
 TIMING_SAMPLE_EVERY (16) reads the processor's cycle counter (`services.mcts.cycle_clock`, RDTSC, a
-few nanoseconds) at the boundaries of its phases. The sampled cycles per phase, scaled by
-simulations / sampled simulations and converted with the counter's rate (calibrated once per
-process against `time.perf_counter`), estimate the wall seconds of each phase
-(`Grown.phase_seconds`, summed over threads). The counter measures wall time, so a thread preempted
-on a busy machine charges the wait to the phase it was in; the estimate's relative error from
-sampling is about 1 / sqrt(sampled simulations) for a phase of even cost. Five reads per sixteen
+few nanoseconds) at the boundaries of its phases. Each thread's wall time inside the kernel is
+measured (`time.perf_counter` around every kernel call) and split between the phases in the
+proportions of its sampled cycles; `Grown.phase_seconds` is the mean of these splits over the
+threads, so its sum is the mean thread's measured kernel time and never exceeds the search's wall
+time. (Scaling the sampled cycles by simulations / sampled simulations instead, as before, charged
+a sampled simulation's preemption on a busy machine sixteen times over: selection came out at 4x
+the elapsed time.) The split's relative error from sampling is about 1 / sqrt(sampled
+simulations) for a phase of even cost; a preempted thread charges the wait to the phase it was
+in. Five reads per sixteen
 simulations cost under 1% of the loop (C4 from the empty board, interleaved against the kernel
 without them: within the noise, about 1%). Where the
 counter is not usable (not x86-64) nothing is timed and the times are 0.
@@ -114,9 +117,10 @@ from services.mcts.atomics import (
     store_release,
 )
 from services.mcts.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
-from services.mcts.cycle_clock import read_cycles, seconds_per_cycle
+from services.mcts.cycle_clock import read_cycles
 from services.mcts.game import MAX_ACTIONS, Game
 from services.mcts.prefetch import prefetch
+from services.mcts.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.selection import (
     PUCT,
     UCT,
@@ -125,6 +129,7 @@ from services.mcts.selection import (
     ucb1_from_log,
     widened_children,
 )
+from services.mcts.settings import UCT_EXPLORATION
 from services.mcts.simd import LANES, ucb1_lanes
 from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import TranspositionTable, find_or_insert
@@ -177,7 +182,7 @@ class SearchConfig:
     """
 
     rule: str = "uct"
-    exploration: float = 2.0
+    exploration: float = UCT_EXPLORATION
     widening_k: float | None = None
     widening_alpha: float = 0.5
     rave_k: float | None = None
@@ -201,9 +206,11 @@ class Grown:
         phases: int64 [4], work counters indexed by SELECT, EXPAND, ROLLOUT, BACKUP.
         simulations: simulations run (fewer than asked when a deadline or a stop event ended the
             search).
-        phase_seconds: float64 [5], estimated wall seconds spent in selection, expansion, rollout,
-            backup and waiting for other threads (indexed by SELECT .. WAIT), summed over the
-            threads; all 0 when no simulation was timed (see the module doc).
+        phase_seconds: float64 [5], wall seconds spent in selection, expansion, rollout, backup
+            and waiting for other threads (indexed by SELECT .. WAIT): each thread's measured
+            kernel time split by its sampled phase shares, mean over the threads (the sum never
+            exceeds the wall time of the search); all 0 when no simulation was timed (see the
+            module doc).
         timed_simulations: simulations timed phase by phase (about 1 in TIMING_SAMPLE_EVERY).
         threads: threads that grew this tree (more than 1 only with tree parallelisation).
         virtual_loss: int64 [N], virtual losses still applied per node, arrivals minus visits
@@ -248,8 +255,9 @@ class GameSearchResult:
         tree_full: True when an expansion was refused for lack of room.
         selection_steps, expanded_nodes, rollout_plies, backup_steps: phase work counts.
         elapsed_s: wall-clock seconds; simulations_per_second: simulations / elapsed_s.
-        selection_s, expansion_s, rollout_s, backup_s, wait_s: estimated wall seconds per
-            phase summed over threads (`Grown.phase_seconds`); 0 when `timed_simulations` is 0.
+        selection_s, expansion_s, rollout_s, backup_s, wait_s: wall seconds per phase, mean over
+            the threads (`Grown.phase_seconds`; their sum is at most `elapsed_s`); 0 when
+            `timed_simulations` is 0.
         timed_simulations: simulations timed phase by phase.
         transposition_hits: table look-ups that found their position (0 without a table).
         threads: threads used; parallelism: "root" or "tree".
@@ -999,15 +1007,18 @@ def grow(game: Game, state: np.ndarray, simulations: int,
             phases, phase_cycles, _sample_mask(), state)
     options = _options(game, config) + (rng_state(config.seed),)
     scratch = _scratch(game, state)
+    kernel_s = np.zeros(1)
 
     def run(n: int) -> None:
+        started = time.perf_counter()
         run_simulations(*args, n, *options, *scratch, game.legal_actions, game.play,
                         game.outcome, game.priors, game.rollout)
+        kernel_s[0] += time.perf_counter() - started
 
     done = _grow_with_noise(tree, run, simulations, config, deadline, stop)
     return Grown(tree=tree, amaf_visits=amaf_visits, amaf_value_sum=amaf_value_sum,
                  phases=phases, simulations=done,
-                 phase_seconds=_phase_seconds(phase_cycles, done),
+                 phase_seconds=_phase_seconds(phase_cycles[None, :], kernel_s),
                  timed_simulations=int(phase_cycles[TIMED]))
 
 
@@ -1062,23 +1073,26 @@ def _grow_with_noise(tree: Tree, run, simulations: int, config: SearchConfig,
         done = _run_chunks(run, 1, deadline, stop)
         children = tree.children(0)
         if len(children) > 0:
-            noise = np.random.default_rng(config.seed).dirichlet(
-                np.full(len(children), config.dirichlet_alpha))
-            mixed = ((1 - config.dirichlet_epsilon) * tree.prior[children.start:children.stop]
-                     + config.dirichlet_epsilon * noise)
-            tree.prior[children.start:children.stop] = mixed
+            add_dirichlet_noise(tree.prior[children.start:children.stop],
+                                config.dirichlet_alpha, config.dirichlet_epsilon,
+                                np.random.default_rng(config.seed))
     if done < simulations and (done > 0 or config.dirichlet_alpha is None):
         done += _run_chunks(run, simulations - done, deadline, stop)
     return done
 
 
-def _phase_seconds(phase_cycles: np.ndarray, simulations: int) -> np.ndarray:
-    """float64 [5]: the sampled cycles per phase (SELECT .. WAIT) scaled to all
-    `simulations` and converted to seconds; zeros when nothing was timed."""
-    timed = int(phase_cycles[TIMED])
-    if timed == 0:
+def _phase_seconds(phase_cycles: np.ndarray, kernel_s: np.ndarray) -> np.ndarray:
+    """float64 [5], seconds per phase (SELECT .. WAIT): each thread's measured kernel time
+    (`kernel_s`, float64 [T] seconds) split in the proportions of its sampled cycles
+    (`phase_cycles`, int64 [T, >= 5]), then the mean over the T threads. The sum is the mean
+    thread's kernel time, at most the search's wall time. Zeros when nothing was timed."""
+    cycles = np.maximum(phase_cycles[:, :5], 0).astype(np.float64)
+    totals = cycles.sum(axis=1)
+    timed = totals > 0
+    if not timed.any():
         return np.zeros(5)
-    return phase_cycles[:5] * (simulations / timed * seconds_per_cycle())
+    shares = cycles[timed] / totals[timed, None]
+    return (shares * kernel_s[timed, None]).sum(axis=0) / len(kernel_s)
 
 
 @njit(cache=True, nogil=True)
@@ -1145,12 +1159,15 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
     scratches = [_scratch(game, state) for _ in range(threads)]
     key = game.key if game.key is not None else _no_key
     sample_mask = _sample_mask()
+    kernel_s = np.zeros(threads)
 
     def run_thread(i: int) -> None:
+        started = time.perf_counter()
         run_shared_simulations(*tree_args, phases[i, :4], phase_cycles[i, :6], sample_mask,
                                state, *options, rngs[i, :1], *scratches[i],
                                game.legal_actions, game.play, game.outcome, game.priors,
                                game.rollout, key)
+        kernel_s[i] += time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=threads - 1 or 1,
                             thread_name_prefix="mcts-tree") as pool:
@@ -1168,7 +1185,8 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
     cycles = phase_cycles[:, :6].sum(axis=0)
     return Grown(tree=tree, amaf_visits=amaf_visits, amaf_value_sum=amaf_value_sum,
                  phases=phases[:, :4].sum(axis=0), simulations=done,
-                 phase_seconds=_phase_seconds(cycles, done), timed_simulations=int(cycles[TIMED]),
+                 phase_seconds=_phase_seconds(phase_cycles, kernel_s),
+                 timed_simulations=int(cycles[TIMED]),
                  threads=threads, virtual_loss=arrivals - tree.visits, table=table, entry=entry)
 
 
@@ -1252,15 +1270,13 @@ def search(game: Game, state: np.ndarray, simulations: int,
         buffer = np.empty(MAX_ACTIONS, dtype=np.int64)
         legal = sorted(buffer[:game.legal_actions(state.astype(np.int64), buffer)].tolist())
     if config.temperature > 0 and visits.sum() > 0:
-        weights = (visits / visits.max()) ** (1.0 / config.temperature)
-        draw = np.random.default_rng([config.seed, 1])
-        chosen = int(draw.choice(game.num_actions, p=weights / weights.sum()))
+        chosen = sample_by_temperature(visits, config.temperature, config.seed)
     else:
         chosen = max(legal, key=lambda a: (visits[a], values[a] if seen[a] else -np.inf, -a))
     total = int(visits.sum())
     done = sum(grown.simulations for grown in runs)
     phases = sum(grown.phases for grown in runs)
-    phase_seconds = sum(grown.phase_seconds for grown in runs)
+    phase_seconds = sum(grown.phase_seconds for grown in runs) / len(runs)
     result = GameSearchResult(
         action=chosen,
         visits=visits,

@@ -42,6 +42,8 @@ from services.mcts.engine import (
     split_simulations,
 )
 from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
+from services.mcts.root import sample_by_temperature
+from services.mcts.settings import UCT_EXPLORATION
 
 DEFAULT_MAX_NODES = 2_000_000
 """Default node capacity of one tree (about 90 MB with the AMAF arrays) when `max_nodes` is not
@@ -57,7 +59,8 @@ class SearchResult:
     """Result of `uct_search`, for the player to move at the root.
 
     Attributes:
-        best_action: the most visited column, 1..7 (ties: higher mean value, then lower column).
+        best_action: the column played, 1..7: the most visited (ties: higher mean value, then
+            lower column), or with `temperature` > 0 a column sampled from the visits.
         visits: int64 [7], root visits per column (index 0..6 = column 1..7), 0 for a full column.
         values: float64 [7], mean simulation result per column for the player to move, in [-1, 1];
             nan for a full column or a column never visited.
@@ -74,8 +77,9 @@ class SearchResult:
         parallelism: "root" or "tree".
         transposition_hits: positions found in a transposition table when first reached (0
             without tables).
-        selection_s, expansion_s, rollout_s, backup_s, wait_s: estimated wall seconds per
-            phase, summed over the threads (`services.mcts.engine.Grown.phase_seconds`); 0 when
+        selection_s, expansion_s, rollout_s, backup_s, wait_s: wall seconds per phase, mean
+            over the threads (`services.mcts.engine.Grown.phase_seconds`: each thread's measured
+            kernel time split by its sampled cycle shares; the sum is at most `elapsed_s`); 0 when
             `timed_simulations` is 0.
         timed_simulations: simulations timed phase by phase (about 1 in 16).
     """
@@ -106,7 +110,7 @@ class SearchResult:
 def uct_search(
     moves: str,
     simulations: int,
-    exploration: float = 2.0,
+    exploration: float = UCT_EXPLORATION,
     seed: int = 0,
     threads: int = 1,
     max_nodes: int | None = None,
@@ -116,6 +120,10 @@ def uct_search(
     stop: threading.Event | None = None,
     parallelism: str = "root",
     transpositions: bool = False,
+    widening_k: float | None = None,
+    widening_alpha: float = 0.5,
+    rave_k: float | None = None,
+    temperature: float = 0.0,
 ) -> SearchResult:
     """UCT search with random rollouts from a Connect Four position.
 
@@ -134,6 +142,11 @@ def uct_search(
             thread).
         transpositions: share statistics between transposed positions (a transposition table
             per tree, keyed by the Connect Four bitboard key).
+        widening_k, widening_alpha: progressive widening, a node with N visits considers its
+            `ceil(k * N^alpha)` first children; None turns it off (`SearchConfig`).
+        rave_k: k of the RAVE schedule `sqrt(k / (3N + k))`; None turns RAVE off.
+        temperature: 0 plays the most visited column; T > 0 samples a column with probability
+            proportional to `visits ** (1 / T)` (drawn from a generator seeded by `[seed, 1]`).
         decisive_rollouts: rollouts take immediate wins and block immediate losses.
         time_limit_s: wall-clock seconds after which the trees stop (checked every
             `services.mcts.engine.CHUNK_SIMULATIONS` simulations); the result then reports the
@@ -143,8 +156,9 @@ def uct_search(
         SearchResult (see there).
     Raises:
         IllegalPosition: `moves` is malformed or illegal, or the game is over.
-        ValueError: simulations, threads or max_nodes below 1, a negative exploration, or an
-            unknown parallelism.
+        ValueError: simulations, threads or max_nodes below 1, a negative exploration, an
+            unknown parallelism, or widening, RAVE or temperature out of range (see
+            `services.mcts.engine.SearchConfig`).
         SearchStopped: the time limit or the stop event ended the search before any simulation.
     """
     root = Position.from_moves(moves)
@@ -166,7 +180,9 @@ def uct_search(
     capacity = min(DEFAULT_MAX_NODES if max_nodes is None else max_nodes, 7 * per_tree + 8)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     config = SearchConfig(rule="uct", exploration=exploration, max_nodes=capacity, seed=seed,
-                          parallelism=parallelism, transpositions=transpositions)
+                          parallelism=parallelism, transpositions=transpositions,
+                          widening_k=widening_k, widening_alpha=widening_alpha, rave_k=rave_k,
+                          temperature=temperature)
     game = GAME if decisive_rollouts else UNIFORM_GAME
 
     started = time.perf_counter()
@@ -193,10 +209,16 @@ def uct_search(
     values = np.full(WIDTH, np.nan, dtype=np.float64)
     seen = visits > 0
     values[seen] = value_sums[seen] / visits[seen]
-    best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf, -col))
+    if temperature > 0 and visits.sum() > 0:
+        best = sample_by_temperature(visits, temperature, seed)
+    else:
+        best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf,
+                                           -col))
     total_visits = int(visits.sum())
     trees = [grown.tree for grown in runs]
-    phase_seconds = sum(grown.phase_seconds for grown in runs)
+    # Mean over the trees (one thread each, or one tree of all threads): the sum of the phases
+    # stays within the wall time of the search.
+    phase_seconds = sum(grown.phase_seconds for grown in runs) / len(runs)
     result = SearchResult(
         best_action=best + 1,
         visits=visits,

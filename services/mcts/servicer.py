@@ -19,10 +19,8 @@ from libs.telemetry import set_work_attributes
 from services.mcts import metrics
 from services.mcts.batched_servicer import MAX_BATCH_SIZE, RULES, BatchedSearches
 from services.mcts.search import SearchResult, SearchStopped, uct_search
-from services.mcts.settings import MctsSettings
+from services.mcts.settings import MAX_SIMULATIONS, MAX_THREADS, MctsSettings
 
-MAX_SIMULATIONS = 10_000_000
-MAX_THREADS = 64
 PARALLELISMS = {
     mcts_service_pb2.PARALLELISM_UNSPECIFIED: "root",
     mcts_service_pb2.PARALLELISM_ROOT: "root",
@@ -42,16 +40,78 @@ class SearchArgs:
     threads: int
     parallelism: str = "root"
     transpositions: bool = False
+    widening_k: float | None = None
+    widening_alpha: float = 0.5
+    rave_k: float | None = None
+    temperature: float = 0.0
+
+
+UCT_ONLY = ("widening_k", "widening_alpha", "rave_k")
+"""SearchRequest fields that only the UCT rule reads (the batched PUCT and Gumbel searches have no
+progressive widening or RAVE)."""
+PUCT_ONLY = ("dirichlet_alpha", "dirichlet_epsilon")
+"""SearchRequest fields that only the PUCT rule reads (UCT uses no priors; Gumbel MuZero's root
+uses Gumbel noise instead)."""
+
+
+def optional_number(request, name: str, low: float, high: float = math.inf, *,
+                    above_low: bool = False) -> float | None:
+    """`request.<name>` when set (None when unset), checked to be finite and in [low, high]
+    ((low, high] with `above_low`).
+
+    Raises:
+        InvalidArgument: naming the field, when the value is out of range or not finite.
+    """
+    if not request.HasField(name):
+        return None
+    value = getattr(request, name)
+    if not (math.isfinite(value) and (value > low if above_low else value >= low)
+            and value <= high):
+        bounds = f"{'(' if above_low else '['}{low}, {high}{']' if high < math.inf else ')'}"
+        raise InvalidArgument(name, f"is {value}; must be a finite number in {bounds}")
+    return value
+
+
+def validate_rule_options(request: mcts_service_pb2.SearchRequest) -> None:
+    """Refuses the options the request's rule would ignore, naming the field, and checks the
+    ranges of the rule options every rule shares (temperature).
+
+    Raises:
+        InvalidArgument: "widening_k", "widening_alpha" or "rave_k" set with PUCT or Gumbel;
+            "dirichlet_alpha" or "dirichlet_epsilon" set without PUCT; "temperature" set with
+            Gumbel (its move is the sequential-halving winner) or negative or not finite;
+            "widening_alpha" without "widening_k", "dirichlet_epsilon" without
+            "dirichlet_alpha".
+    """
+    rule = request.rule
+    uct = rule in (mcts_service_pb2.SELECTION_RULE_UNSPECIFIED, mcts_service_pb2.SELECTION_RULE_UCT)
+    for name in UCT_ONLY if not uct else ():
+        if request.HasField(name):
+            raise InvalidArgument(name, "applies to SELECTION_RULE_UCT only")
+    for name in PUCT_ONLY if rule != mcts_service_pb2.SELECTION_RULE_PUCT else ():
+        if request.HasField(name):
+            raise InvalidArgument(name, "applies to SELECTION_RULE_PUCT only")
+    if rule == mcts_service_pb2.SELECTION_RULE_GUMBEL and request.HasField("temperature"):
+        raise InvalidArgument("temperature", "does not apply to SELECTION_RULE_GUMBEL (it plays "
+                                             "the sequential-halving winner)")
+    optional_number(request, "temperature", 0.0)
+    if request.HasField("widening_alpha") and not request.HasField("widening_k"):
+        raise InvalidArgument("widening_alpha", "needs widening_k (progressive widening is off)")
+    if request.HasField("dirichlet_epsilon") and not request.HasField("dirichlet_alpha"):
+        raise InvalidArgument("dirichlet_epsilon", "needs dirichlet_alpha (the noise is off)")
 
 
 def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettings) -> SearchArgs:
-    """The core's arguments for a proto request.
+    """The core's arguments for a proto request (defaults from `settings`).
 
     Raises:
         InvalidArgument: "game" not GAME_CONNECT_FOUR; "connect_four.moves" malformed, illegal or a
             finished game; "simulations" outside 1..10,000,000; "exploration" negative or not
-            finite; "threads" outside 1..64; "parallelism" not a Parallelism value.
+            finite; "threads" outside 1..64; "parallelism" not a Parallelism value;
+            "widening_k" or "rave_k" not finite and > 0, "widening_alpha" outside [0, 1]; and
+            see `validate_rule_options`.
     """
+    validate_rule_options(request)
     if request.game != mcts_service_pb2.GAME_CONNECT_FOUR:
         # An open enum: a value outside Game arrives as its number (Name() would raise).
         known = request.game in mcts_service_pb2.Game.values()
@@ -76,10 +136,16 @@ def to_search_args(request: mcts_service_pb2.SearchRequest, settings: MctsSettin
         raise InvalidArgument("threads", f"is {threads}; must be in 1..{MAX_THREADS}")
     if request.parallelism not in PARALLELISMS:
         raise InvalidArgument("parallelism", f"is {request.parallelism}; not a Parallelism")
+    widening_alpha = optional_number(request, "widening_alpha", 0.0, 1.0)
     return SearchArgs(moves=moves, simulations=simulations, exploration=exploration,
                       seed=request.seed, threads=min(threads, settings.max_threads),
                       parallelism=PARALLELISMS[request.parallelism],
-                      transpositions=request.transpositions)
+                      transpositions=request.transpositions,
+                      widening_k=optional_number(request, "widening_k", 0.0, above_low=True),
+                      widening_alpha=(settings.widening_alpha if widening_alpha is None
+                                      else widening_alpha),
+                      rave_k=optional_number(request, "rave_k", 0.0, above_low=True),
+                      temperature=optional_number(request, "temperature", 0.0) or 0.0)
 
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -214,7 +280,9 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
             result = await asyncio.to_thread(
                 uct_search, args.moves, args.simulations, args.exploration, args.seed,
                 args.threads, self._settings.max_tree_nodes, time_limit_s=time_limit, stop=stop,
-                parallelism=args.parallelism, transpositions=args.transpositions)
+                parallelism=args.parallelism, transpositions=args.transpositions,
+                widening_k=args.widening_k, widening_alpha=args.widening_alpha,
+                rave_k=args.rave_k, temperature=args.temperature)
         except asyncio.CancelledError:
             stop.set()
             raise

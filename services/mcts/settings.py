@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import math
+
 from pydantic import model_validator
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ServiceSettings
+
+MAX_SIMULATIONS = 10_000_000
+"""Most simulations of one search (`SearchRequest.simulations`, SearchExternal's settings and
+`default_simulations`)."""
+MAX_THREADS = 64
+"""Most threads a request may ask for (`SearchRequest.threads`, `max_threads`)."""
+MAX_BATCH_SIZE = 1024
+"""Most leaves per batch of a batched search (`batch_size`, `neural_batch_size`)."""
+UCT_EXPLORATION = 2.0
+"""Default c of UCB1 `Q + c * sqrt(ln N / n)`, with Q in [-1, 1] (`exploration`)."""
+C_PUCT = 1.25
+"""Default c_puct of PUCT `Q + c_puct * P * sqrt(N) / (1 + n)` (`c_puct`; mctx's default)."""
 
 
 class MctsSettings(ServiceSettings):
@@ -19,8 +33,17 @@ class MctsSettings(ServiceSettings):
 
     default_simulations: int = 100_000
     """Simulations of a search whose request leaves `simulations` unset."""
-    exploration: float = 2.0
-    """UCB1 constant c of a search whose request leaves `exploration` unset."""
+    exploration: float = UCT_EXPLORATION
+    """UCB1 constant c of a UCT search whose request leaves `exploration` unset."""
+    c_puct: float = C_PUCT
+    """c_puct of a PUCT or Gumbel search whose request (`exploration`, or SearchExternal's
+    `settings.c_puct`) leaves it unset."""
+    widening_alpha: float = 0.5
+    """Exponent alpha of progressive widening `ceil(k * N^alpha)` when a request sets `widening_k`
+    but not `widening_alpha`."""
+    dirichlet_epsilon: float = 0.25
+    """Weight of the root Dirichlet noise when a request sets `dirichlet_alpha` but not
+    `dirichlet_epsilon` (AlphaZero's 0.25)."""
     max_threads: int = 4
     """Most trees one search runs in parallel; a request asking for more (up to the contract's 64)
     gets this many, and the response's `threads` says so."""
@@ -40,18 +63,24 @@ class MctsSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _ranges(self) -> MctsSettings:
-        if not 1 <= self.default_simulations <= 10_000_000:
-            raise ValueError("default_simulations must be in 1..10,000,000")
-        if self.exploration < 0:
-            raise ValueError("exploration must be >= 0")
-        if not 1 <= self.max_threads <= 64:
-            raise ValueError("max_threads must be in 1..64")
+        if not 1 <= self.default_simulations <= MAX_SIMULATIONS:
+            raise ValueError(f"default_simulations must be in 1..{MAX_SIMULATIONS:,}")
+        if not (math.isfinite(self.exploration) and self.exploration >= 0):
+            raise ValueError("exploration must be a finite number >= 0")
+        if not (math.isfinite(self.c_puct) and self.c_puct >= 0):
+            raise ValueError("c_puct must be a finite number >= 0")
+        if not 0 <= self.widening_alpha <= 1:
+            raise ValueError("widening_alpha must be in [0, 1]")
+        if not 0 <= self.dirichlet_epsilon <= 1:
+            raise ValueError("dirichlet_epsilon must be in [0, 1]")
+        if not 1 <= self.max_threads <= MAX_THREADS:
+            raise ValueError(f"max_threads must be in 1..{MAX_THREADS}")
         if self.max_tree_nodes < 8:
             raise ValueError("max_tree_nodes must be >= 8")
         if self.deadline_margin_s < 0:
             raise ValueError("deadline_margin_s must be >= 0")
         if self.neural_timeout_s <= 0 or self.external_reply_timeout_s <= 0:
             raise ValueError("neural_timeout_s and external_reply_timeout_s must be > 0")
-        if not 1 <= self.neural_batch_size <= 1024:
-            raise ValueError("neural_batch_size must be in 1..1024")
+        if not 1 <= self.neural_batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"neural_batch_size must be in 1..{MAX_BATCH_SIZE}")
         return self

@@ -16,7 +16,10 @@ def test_defaults_and_env_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("field", [{"default_simulations": 0}, {"max_threads": 65},
-                                   {"exploration": -0.5}, {"max_tree_nodes": 7}])
+                                   {"exploration": -0.5}, {"max_tree_nodes": 7},
+                                   {"c_puct": -1.0}, {"c_puct": float("inf")},
+                                   {"widening_alpha": 1.5}, {"dirichlet_epsilon": -0.1},
+                                   {"neural_batch_size": 1025}])
 def test_out_of_range_settings_are_refused(field: dict) -> None:
     with pytest.raises(ValidationError):
         MctsSettings(**field)

@@ -9,9 +9,7 @@ import pytest
 import torch
 
 from libs.connect4.board import Position
-from services.neural.checkpoint import load_checkpoint
-from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
-from services.neural.training.connect4_selfplay import (
+from mcts_mesh.training.connect4_selfplay import (
     Examples,
     evaluate_losses,
     fit,
@@ -21,6 +19,8 @@ from services.neural.training.connect4_selfplay import (
     split_by_game,
     train_connect4_pv,
 )
+from services.neural.checkpoint import load_checkpoint
+from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
 
 # The first lines of two Pons benchmark files (moves, exact score for the player to move).
 PONS_LINES = {

@@ -25,41 +25,41 @@ _sym_db = _symbol_database.Default()
 from mesh.common.v1 import common_pb2 as mesh_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmesh/mcts/v1/mcts_service.proto\x12\x0cmesh.mcts.v1\x1a\x1bmesh/common/v1/common.proto\"\xd2\x05\n\rSearchRequest\x12&\n\x04game\x18\x01 \x01(\x0e\x32\x12.mesh.mcts.v1.GameR\x04game\x12\x46\n\x0c\x63onnect_four\x18\x02 \x01(\x0b\x32#.mesh.common.v1.ConnectFourPositionR\x0b\x63onnectFour\x12%\n\x0bsimulations\x18\x03 \x01(\x03H\x00R\x0bsimulations\x88\x01\x01\x12%\n\x0b\x65xploration\x18\x04 \x01(\x01H\x01R\x0b\x65xploration\x88\x01\x01\x12\x12\n\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x1d\n\x07threads\x18\x06 \x01(\x05H\x02R\x07threads\x88\x01\x01\x12/\n\x04rule\x18\x07 \x01(\x0e\x32\x1b.mesh.mcts.v1.SelectionRuleR\x04rule\x12\x39\n\tevaluator\x18\x08 \x01(\x0e\x32\x1b.mesh.mcts.v1.LeafEvaluatorR\tevaluator\x12\x14\n\x05model\x18\t \x01(\tR\x05model\x12\"\n\nbatch_size\x18\n \x01(\x05H\x03R\tbatchSize\x88\x01\x01\x12&\n\x0cvirtual_loss\x18\x0b \x01(\x01H\x04R\x0bvirtualLoss\x88\x01\x01\x12\x37\n\x15gumbel_num_considered\x18\x0c \x01(\x05H\x05R\x13gumbelNumConsidered\x88\x01\x01\x12;\n\x0bparallelism\x18\x14 \x01(\x0e\x32\x19.mesh.mcts.v1.ParallelismR\x0bparallelism\x12&\n\x0etranspositions\x18\x15 \x01(\x08R\x0etranspositionsB\x0e\n\x0c_simulationsB\x0e\n\x0c_explorationB\n\n\x08_threadsB\r\n\x0b_batch_sizeB\x0f\n\r_virtual_lossB\x18\n\x16_gumbel_num_considered\"\x8d\x05\n\x16\x45xternalSearchSettings\x12\x1f\n\x0bnum_actions\x18\x01 \x01(\x05R\nnumActions\x12 \n\x0bsimulations\x18\x02 \x01(\x03R\x0bsimulations\x12\"\n\nbatch_size\x18\x03 \x01(\x05H\x00R\tbatchSize\x88\x01\x01\x12\x1a\n\x06\x63_puct\x18\x04 \x01(\x01H\x01R\x05\x63Puct\x88\x01\x01\x12&\n\x0cvirtual_loss\x18\x05 \x01(\x01H\x02R\x0bvirtualLoss\x88\x01\x01\x12\x12\n\x04seed\x18\x06 \x01(\x04R\x04seed\x12/\n\x04rule\x18\x07 \x01(\x0e\x32\x1b.mesh.mcts.v1.SelectionRuleR\x04rule\x12\x1d\n\x07players\x18\x08 \x01(\x05H\x03R\x07players\x88\x01\x01\x12\x37\n\x15gumbel_num_considered\x18\t \x01(\x05H\x04R\x13gumbelNumConsidered\x88\x01\x01\x12,\n\x0f\x64irichlet_alpha\x18\n \x01(\x01H\x05R\x0e\x64irichletAlpha\x88\x01\x01\x12\x30\n\x11\x64irichlet_epsilon\x18\x0b \x01(\x01H\x06R\x10\x64irichletEpsilon\x88\x01\x01\x12 \n\x0btemperature\x18\x0c \x01(\x01R\x0btemperature\x12 \n\tmax_nodes\x18\r \x01(\x03H\x07R\x08maxNodes\x88\x01\x01\x42\r\n\x0b_batch_sizeB\t\n\x07_c_puctB\x0f\n\r_virtual_lossB\n\n\x08_playersB\x18\n\x16_gumbel_num_consideredB\x12\n\x10_dirichlet_alphaB\x14\n\x12_dirichlet_epsilonB\x0c\n\n_max_nodes\"Z\n\x0eLeafEvaluation\x12\x16\n\x06priors\x18\x01 \x03(\x02R\x06priors\x12\x14\n\x05value\x18\x02 \x01(\x02R\x05value\x12\x1a\n\x08terminal\x18\x03 \x01(\x08R\x08terminal\"b\n\x0fLeafEvaluations\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x03R\x07\x62\x61tchId\x12\x34\n\x06leaves\x18\x02 \x03(\x0b\x32\x1c.mesh.mcts.v1.LeafEvaluationR\x06leaves\"\xa9\x01\n\x15SearchExternalRequest\x12\x42\n\x08settings\x18\x01 \x01(\x0b\x32$.mesh.mcts.v1.ExternalSearchSettingsH\x00R\x08settings\x12\x41\n\x0b\x65valuations\x18\x02 \x01(\x0b\x32\x1d.mesh.mcts.v1.LeafEvaluationsH\x00R\x0b\x65valuationsB\t\n\x07message\"\x1a\n\x04Leaf\x12\x12\n\x04path\x18\x01 \x03(\x05R\x04path\"R\n\tLeafBatch\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x03R\x07\x62\x61tchId\x12*\n\x06leaves\x18\x02 \x03(\x0b\x32\x12.mesh.mcts.v1.LeafR\x06leaves\"\x91\x01\n\x14\x45xternalSearchResult\x12\x1f\n\x0b\x62\x65st_action\x18\x01 \x01(\x05R\nbestAction\x12\x16\n\x06policy\x18\x02 \x03(\x01R\x06policy\x12@\n\nstatistics\x18\x03 \x01(\x0b\x32 .mesh.common.v1.SearchStatisticsR\nstatistics\"\x92\x01\n\x16SearchExternalResponse\x12/\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x17.mesh.mcts.v1.LeafBatchH\x00R\x05\x62\x61tch\x12<\n\x06result\x18\x02 \x01(\x0b\x32\".mesh.mcts.v1.ExternalSearchResultH\x00R\x06resultB\t\n\x07message\"s\n\x0eSearchResponse\x12\x1f\n\x0b\x62\x65st_action\x18\x01 \x01(\x05R\nbestAction\x12@\n\nstatistics\x18\x02 \x01(\x0b\x32 .mesh.common.v1.SearchStatisticsR\nstatistics*3\n\x04Game\x12\x14\n\x10GAME_UNSPECIFIED\x10\x00\x12\x15\n\x11GAME_CONNECT_FOUR\x10\x01*V\n\x0bParallelism\x12\x1b\n\x17PARALLELISM_UNSPECIFIED\x10\x00\x12\x14\n\x10PARALLELISM_ROOT\x10\x01\x12\x14\n\x10PARALLELISM_TREE\x10\x02*{\n\rSelectionRule\x12\x1e\n\x1aSELECTION_RULE_UNSPECIFIED\x10\x00\x12\x16\n\x12SELECTION_RULE_UCT\x10\x01\x12\x17\n\x13SELECTION_RULE_PUCT\x10\x02\x12\x19\n\x15SELECTION_RULE_GUMBEL\x10\x03*f\n\rLeafEvaluator\x12\x1e\n\x1aLEAF_EVALUATOR_UNSPECIFIED\x10\x00\x12\x1a\n\x16LEAF_EVALUATOR_ROLLOUT\x10\x01\x12\x19\n\x15LEAF_EVALUATOR_NEURAL\x10\x02\x32\xb3\x01\n\x0bMctsService\x12\x43\n\x06Search\x12\x1b.mesh.mcts.v1.SearchRequest\x1a\x1c.mesh.mcts.v1.SearchResponse\x12_\n\x0eSearchExternal\x12#.mesh.mcts.v1.SearchExternalRequest\x1a$.mesh.mcts.v1.SearchExternalResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmesh/mcts/v1/mcts_service.proto\x12\x0cmesh.mcts.v1\x1a\x1bmesh/common/v1/common.proto\"\xac\x08\n\rSearchRequest\x12&\n\x04game\x18\x01 \x01(\x0e\x32\x12.mesh.mcts.v1.GameR\x04game\x12\x46\n\x0c\x63onnect_four\x18\x02 \x01(\x0b\x32#.mesh.common.v1.ConnectFourPositionR\x0b\x63onnectFour\x12%\n\x0bsimulations\x18\x03 \x01(\x03H\x00R\x0bsimulations\x88\x01\x01\x12%\n\x0b\x65xploration\x18\x04 \x01(\x01H\x01R\x0b\x65xploration\x88\x01\x01\x12\x12\n\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x1d\n\x07threads\x18\x06 \x01(\x05H\x02R\x07threads\x88\x01\x01\x12/\n\x04rule\x18\x07 \x01(\x0e\x32\x1b.mesh.mcts.v1.SelectionRuleR\x04rule\x12\x39\n\tevaluator\x18\x08 \x01(\x0e\x32\x1b.mesh.mcts.v1.LeafEvaluatorR\tevaluator\x12\x14\n\x05model\x18\t \x01(\tR\x05model\x12\"\n\nbatch_size\x18\n \x01(\x05H\x03R\tbatchSize\x88\x01\x01\x12&\n\x0cvirtual_loss\x18\x0b \x01(\x01H\x04R\x0bvirtualLoss\x88\x01\x01\x12\x37\n\x15gumbel_num_considered\x18\x0c \x01(\x05H\x05R\x13gumbelNumConsidered\x88\x01\x01\x12;\n\x0bparallelism\x18\x14 \x01(\x0e\x32\x19.mesh.mcts.v1.ParallelismR\x0bparallelism\x12&\n\x0etranspositions\x18\x15 \x01(\x08R\x0etranspositions\x12\"\n\nwidening_k\x18\x16 \x01(\x01H\x06R\twideningK\x88\x01\x01\x12*\n\x0ewidening_alpha\x18\x17 \x01(\x01H\x07R\rwideningAlpha\x88\x01\x01\x12\x1a\n\x06rave_k\x18\x18 \x01(\x01H\x08R\x05raveK\x88\x01\x01\x12,\n\x0f\x64irichlet_alpha\x18\x19 \x01(\x01H\tR\x0e\x64irichletAlpha\x88\x01\x01\x12\x30\n\x11\x64irichlet_epsilon\x18\x1a \x01(\x01H\nR\x10\x64irichletEpsilon\x88\x01\x01\x12%\n\x0btemperature\x18\x1b \x01(\x01H\x0bR\x0btemperature\x88\x01\x01\x42\x0e\n\x0c_simulationsB\x0e\n\x0c_explorationB\n\n\x08_threadsB\r\n\x0b_batch_sizeB\x0f\n\r_virtual_lossB\x18\n\x16_gumbel_num_consideredB\r\n\x0b_widening_kB\x11\n\x0f_widening_alphaB\t\n\x07_rave_kB\x12\n\x10_dirichlet_alphaB\x14\n\x12_dirichlet_epsilonB\x0e\n\x0c_temperature\"\x8d\x05\n\x16\x45xternalSearchSettings\x12\x1f\n\x0bnum_actions\x18\x01 \x01(\x05R\nnumActions\x12 \n\x0bsimulations\x18\x02 \x01(\x03R\x0bsimulations\x12\"\n\nbatch_size\x18\x03 \x01(\x05H\x00R\tbatchSize\x88\x01\x01\x12\x1a\n\x06\x63_puct\x18\x04 \x01(\x01H\x01R\x05\x63Puct\x88\x01\x01\x12&\n\x0cvirtual_loss\x18\x05 \x01(\x01H\x02R\x0bvirtualLoss\x88\x01\x01\x12\x12\n\x04seed\x18\x06 \x01(\x04R\x04seed\x12/\n\x04rule\x18\x07 \x01(\x0e\x32\x1b.mesh.mcts.v1.SelectionRuleR\x04rule\x12\x1d\n\x07players\x18\x08 \x01(\x05H\x03R\x07players\x88\x01\x01\x12\x37\n\x15gumbel_num_considered\x18\t \x01(\x05H\x04R\x13gumbelNumConsidered\x88\x01\x01\x12,\n\x0f\x64irichlet_alpha\x18\n \x01(\x01H\x05R\x0e\x64irichletAlpha\x88\x01\x01\x12\x30\n\x11\x64irichlet_epsilon\x18\x0b \x01(\x01H\x06R\x10\x64irichletEpsilon\x88\x01\x01\x12 \n\x0btemperature\x18\x0c \x01(\x01R\x0btemperature\x12 \n\tmax_nodes\x18\r \x01(\x03H\x07R\x08maxNodes\x88\x01\x01\x42\r\n\x0b_batch_sizeB\t\n\x07_c_puctB\x0f\n\r_virtual_lossB\n\n\x08_playersB\x18\n\x16_gumbel_num_consideredB\x12\n\x10_dirichlet_alphaB\x14\n\x12_dirichlet_epsilonB\x0c\n\n_max_nodes\"Z\n\x0eLeafEvaluation\x12\x16\n\x06priors\x18\x01 \x03(\x02R\x06priors\x12\x14\n\x05value\x18\x02 \x01(\x02R\x05value\x12\x1a\n\x08terminal\x18\x03 \x01(\x08R\x08terminal\"b\n\x0fLeafEvaluations\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x03R\x07\x62\x61tchId\x12\x34\n\x06leaves\x18\x02 \x03(\x0b\x32\x1c.mesh.mcts.v1.LeafEvaluationR\x06leaves\"\xa9\x01\n\x15SearchExternalRequest\x12\x42\n\x08settings\x18\x01 \x01(\x0b\x32$.mesh.mcts.v1.ExternalSearchSettingsH\x00R\x08settings\x12\x41\n\x0b\x65valuations\x18\x02 \x01(\x0b\x32\x1d.mesh.mcts.v1.LeafEvaluationsH\x00R\x0b\x65valuationsB\t\n\x07message\"\x1a\n\x04Leaf\x12\x12\n\x04path\x18\x01 \x03(\x05R\x04path\"R\n\tLeafBatch\x12\x19\n\x08\x62\x61tch_id\x18\x01 \x01(\x03R\x07\x62\x61tchId\x12*\n\x06leaves\x18\x02 \x03(\x0b\x32\x12.mesh.mcts.v1.LeafR\x06leaves\"\x91\x01\n\x14\x45xternalSearchResult\x12\x1f\n\x0b\x62\x65st_action\x18\x01 \x01(\x05R\nbestAction\x12\x16\n\x06policy\x18\x02 \x03(\x01R\x06policy\x12@\n\nstatistics\x18\x03 \x01(\x0b\x32 .mesh.common.v1.SearchStatisticsR\nstatistics\"\x92\x01\n\x16SearchExternalResponse\x12/\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x17.mesh.mcts.v1.LeafBatchH\x00R\x05\x62\x61tch\x12<\n\x06result\x18\x02 \x01(\x0b\x32\".mesh.mcts.v1.ExternalSearchResultH\x00R\x06resultB\t\n\x07message\"s\n\x0eSearchResponse\x12\x1f\n\x0b\x62\x65st_action\x18\x01 \x01(\x05R\nbestAction\x12@\n\nstatistics\x18\x02 \x01(\x0b\x32 .mesh.common.v1.SearchStatisticsR\nstatistics*3\n\x04Game\x12\x14\n\x10GAME_UNSPECIFIED\x10\x00\x12\x15\n\x11GAME_CONNECT_FOUR\x10\x01*V\n\x0bParallelism\x12\x1b\n\x17PARALLELISM_UNSPECIFIED\x10\x00\x12\x14\n\x10PARALLELISM_ROOT\x10\x01\x12\x14\n\x10PARALLELISM_TREE\x10\x02*{\n\rSelectionRule\x12\x1e\n\x1aSELECTION_RULE_UNSPECIFIED\x10\x00\x12\x16\n\x12SELECTION_RULE_UCT\x10\x01\x12\x17\n\x13SELECTION_RULE_PUCT\x10\x02\x12\x19\n\x15SELECTION_RULE_GUMBEL\x10\x03*f\n\rLeafEvaluator\x12\x1e\n\x1aLEAF_EVALUATOR_UNSPECIFIED\x10\x00\x12\x1a\n\x16LEAF_EVALUATOR_ROLLOUT\x10\x01\x12\x19\n\x15LEAF_EVALUATOR_NEURAL\x10\x02\x32\xb3\x01\n\x0bMctsService\x12\x43\n\x06Search\x12\x1b.mesh.mcts.v1.SearchRequest\x1a\x1c.mesh.mcts.v1.SearchResponse\x12_\n\x0eSearchExternal\x12#.mesh.mcts.v1.SearchExternalRequest\x1a$.mesh.mcts.v1.SearchExternalResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mesh.mcts.v1.mcts_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GAME']._serialized_start=2349
-  _globals['_GAME']._serialized_end=2400
-  _globals['_PARALLELISM']._serialized_start=2402
-  _globals['_PARALLELISM']._serialized_end=2488
-  _globals['_SELECTIONRULE']._serialized_start=2490
-  _globals['_SELECTIONRULE']._serialized_end=2613
-  _globals['_LEAFEVALUATOR']._serialized_start=2615
-  _globals['_LEAFEVALUATOR']._serialized_end=2717
+  _globals['_GAME']._serialized_start=2695
+  _globals['_GAME']._serialized_end=2746
+  _globals['_PARALLELISM']._serialized_start=2748
+  _globals['_PARALLELISM']._serialized_end=2834
+  _globals['_SELECTIONRULE']._serialized_start=2836
+  _globals['_SELECTIONRULE']._serialized_end=2959
+  _globals['_LEAFEVALUATOR']._serialized_start=2961
+  _globals['_LEAFEVALUATOR']._serialized_end=3063
   _globals['_SEARCHREQUEST']._serialized_start=79
-  _globals['_SEARCHREQUEST']._serialized_end=801
-  _globals['_EXTERNALSEARCHSETTINGS']._serialized_start=804
-  _globals['_EXTERNALSEARCHSETTINGS']._serialized_end=1457
-  _globals['_LEAFEVALUATION']._serialized_start=1459
-  _globals['_LEAFEVALUATION']._serialized_end=1549
-  _globals['_LEAFEVALUATIONS']._serialized_start=1551
-  _globals['_LEAFEVALUATIONS']._serialized_end=1649
-  _globals['_SEARCHEXTERNALREQUEST']._serialized_start=1652
-  _globals['_SEARCHEXTERNALREQUEST']._serialized_end=1821
-  _globals['_LEAF']._serialized_start=1823
-  _globals['_LEAF']._serialized_end=1849
-  _globals['_LEAFBATCH']._serialized_start=1851
-  _globals['_LEAFBATCH']._serialized_end=1933
-  _globals['_EXTERNALSEARCHRESULT']._serialized_start=1936
-  _globals['_EXTERNALSEARCHRESULT']._serialized_end=2081
-  _globals['_SEARCHEXTERNALRESPONSE']._serialized_start=2084
-  _globals['_SEARCHEXTERNALRESPONSE']._serialized_end=2230
-  _globals['_SEARCHRESPONSE']._serialized_start=2232
-  _globals['_SEARCHRESPONSE']._serialized_end=2347
-  _globals['_MCTSSERVICE']._serialized_start=2720
-  _globals['_MCTSSERVICE']._serialized_end=2899
+  _globals['_SEARCHREQUEST']._serialized_end=1147
+  _globals['_EXTERNALSEARCHSETTINGS']._serialized_start=1150
+  _globals['_EXTERNALSEARCHSETTINGS']._serialized_end=1803
+  _globals['_LEAFEVALUATION']._serialized_start=1805
+  _globals['_LEAFEVALUATION']._serialized_end=1895
+  _globals['_LEAFEVALUATIONS']._serialized_start=1897
+  _globals['_LEAFEVALUATIONS']._serialized_end=1995
+  _globals['_SEARCHEXTERNALREQUEST']._serialized_start=1998
+  _globals['_SEARCHEXTERNALREQUEST']._serialized_end=2167
+  _globals['_LEAF']._serialized_start=2169
+  _globals['_LEAF']._serialized_end=2195
+  _globals['_LEAFBATCH']._serialized_start=2197
+  _globals['_LEAFBATCH']._serialized_end=2279
+  _globals['_EXTERNALSEARCHRESULT']._serialized_start=2282
+  _globals['_EXTERNALSEARCHRESULT']._serialized_end=2427
+  _globals['_SEARCHEXTERNALRESPONSE']._serialized_start=2430
+  _globals['_SEARCHEXTERNALRESPONSE']._serialized_end=2576
+  _globals['_SEARCHRESPONSE']._serialized_start=2578
+  _globals['_SEARCHRESPONSE']._serialized_end=2693
+  _globals['_MCTSSERVICE']._serialized_start=3066
+  _globals['_MCTSSERVICE']._serialized_end=3245
 # @@protoc_insertion_point(module_scope)

@@ -45,7 +45,7 @@ LEAF_EVALUATOR_ROLLOUT: LeafEvaluator
 LEAF_EVALUATOR_NEURAL: LeafEvaluator
 
 class SearchRequest(_message.Message):
-    __slots__ = ("game", "connect_four", "simulations", "exploration", "seed", "threads", "rule", "evaluator", "model", "batch_size", "virtual_loss", "gumbel_num_considered", "parallelism", "transpositions")
+    __slots__ = ("game", "connect_four", "simulations", "exploration", "seed", "threads", "rule", "evaluator", "model", "batch_size", "virtual_loss", "gumbel_num_considered", "parallelism", "transpositions", "widening_k", "widening_alpha", "rave_k", "dirichlet_alpha", "dirichlet_epsilon", "temperature")
     GAME_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
     SIMULATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,12 @@ class SearchRequest(_message.Message):
     GUMBEL_NUM_CONSIDERED_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     TRANSPOSITIONS_FIELD_NUMBER: _ClassVar[int]
+    WIDENING_K_FIELD_NUMBER: _ClassVar[int]
+    WIDENING_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    RAVE_K_FIELD_NUMBER: _ClassVar[int]
+    DIRICHLET_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    DIRICHLET_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     game: Game
     connect_four: _common_pb2.ConnectFourPosition
     simulations: int
@@ -74,7 +80,13 @@ class SearchRequest(_message.Message):
     gumbel_num_considered: int
     parallelism: Parallelism
     transpositions: bool
-    def __init__(self, game: _Optional[_Union[Game, str]] = ..., connect_four: _Optional[_Union[_common_pb2.ConnectFourPosition, _Mapping]] = ..., simulations: _Optional[int] = ..., exploration: _Optional[float] = ..., seed: _Optional[int] = ..., threads: _Optional[int] = ..., rule: _Optional[_Union[SelectionRule, str]] = ..., evaluator: _Optional[_Union[LeafEvaluator, str]] = ..., model: _Optional[str] = ..., batch_size: _Optional[int] = ..., virtual_loss: _Optional[float] = ..., gumbel_num_considered: _Optional[int] = ..., parallelism: _Optional[_Union[Parallelism, str]] = ..., transpositions: _Optional[bool] = ...) -> None: ...
+    widening_k: float
+    widening_alpha: float
+    rave_k: float
+    dirichlet_alpha: float
+    dirichlet_epsilon: float
+    temperature: float
+    def __init__(self, game: _Optional[_Union[Game, str]] = ..., connect_four: _Optional[_Union[_common_pb2.ConnectFourPosition, _Mapping]] = ..., simulations: _Optional[int] = ..., exploration: _Optional[float] = ..., seed: _Optional[int] = ..., threads: _Optional[int] = ..., rule: _Optional[_Union[SelectionRule, str]] = ..., evaluator: _Optional[_Union[LeafEvaluator, str]] = ..., model: _Optional[str] = ..., batch_size: _Optional[int] = ..., virtual_loss: _Optional[float] = ..., gumbel_num_considered: _Optional[int] = ..., parallelism: _Optional[_Union[Parallelism, str]] = ..., transpositions: _Optional[bool] = ..., widening_k: _Optional[float] = ..., widening_alpha: _Optional[float] = ..., rave_k: _Optional[float] = ..., dirichlet_alpha: _Optional[float] = ..., dirichlet_epsilon: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
 
 class ExternalSearchSettings(_message.Message):
     __slots__ = ("num_actions", "simulations", "batch_size", "c_puct", "virtual_loss", "seed", "rule", "players", "gumbel_num_considered", "dirichlet_alpha", "dirichlet_epsilon", "temperature", "max_nodes")

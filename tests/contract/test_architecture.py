@@ -1,0 +1,64 @@
+"""The architecture the DESIGN describes, checked by import-linter (contracts in pyproject.toml's
+`[tool.importlinter]`): no service imports another service's package, and the mcts search core
+imports no grpc (only its gRPC edge does: servicers, main, the neural client)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(cwd), "PATH": ""})
+
+
+def test_the_repository_keeps_its_import_contracts(repo_root):
+    run = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=repo_root, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 kept, 0 broken" in run.stdout, run.stdout
+
+
+def _write(root: Path, module: str, text: str = "") -> None:
+    """Module `module` as a package (its `__init__.py` holding `text`), parents included."""
+    path = root.joinpath(*module.split("."))
+    path.mkdir(parents=True, exist_ok=True)
+    for package in [path, *path.parents]:
+        if package == root:
+            break
+        (package / "__init__.py").touch()
+    (path / "__init__.py").write_text(text)
+
+
+def test_the_contracts_catch_a_service_importing_another_and_grpc_in_the_core(repo_root, tmp_path):
+    """The repository's own contracts, on a copy of its package layout with two bad imports:
+    both are reported, so the contracts are not vacuous."""
+    config = tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["importlinter"]
+    lines = ["[importlinter]", "root_packages =\n    " + "\n    ".join(config["root_packages"]),
+             "include_external_packages = True"]
+    for i, contract in enumerate(config["contracts"]):
+        lines.append(f"[importlinter:contract:{i}]")
+        for key, value in contract.items():
+            value = "\n    ".join(value) if isinstance(value, list) else value
+            lines.append(f"{key} = {value}" if "\n" not in value else f"{key} =\n    {value}")
+    (tmp_path / ".importlinter").write_text("\n".join(lines) + "\n")
+    _write(tmp_path, "libs.errors")
+    _write(tmp_path, "mcts_mesh.cli")
+    for contract in config["contracts"]:
+        for module in contract.get("modules", []) + contract.get("source_modules", []):
+            _write(tmp_path, module)
+    _write(tmp_path, "services.mcts.servicer", "import grpc\n")
+    _write(tmp_path, "services.mcts.engine", "from services.mcts import tree\n")
+    _write(tmp_path, "services.mcts.tree", "import grpc\n")
+    _write(tmp_path, "services.neural.training", "from services.mcts import engine\n")
+    run = _lint(tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "0 kept, 2 broken" in run.stdout, run.stdout
+    assert "services.neural.training -> services.mcts.engine" in run.stdout, run.stdout
+    assert "services.mcts.tree -> grpc" in run.stdout, run.stdout
+    assert "services.mcts.servicer" not in run.stdout, run.stdout
