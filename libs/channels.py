@@ -22,6 +22,8 @@ from opentelemetry.propagate import inject
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from libs.telemetry import UNTRACED_PREFIXES
+
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """Largest message a mesh client sends or receives (gRPC's own default receive limit, set
 explicitly, and for sending too)."""
@@ -98,7 +100,8 @@ class DeadlineInterceptor(grpc.aio.UnaryUnaryClientInterceptor,
 
 
 class TracingInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
-    """A CLIENT span per unary call, with the W3C trace context injected into the call's metadata.
+    """A CLIENT span per unary call but health and reflection (as on the server side), with the
+    W3C trace context injected into the call's metadata.
 
     Unlike opentelemetry-instrumentation-grpc's aio client interceptor, which awaits the call's
     status inside the interceptor, this one returns the call at once and ends the span when the call
@@ -112,6 +115,8 @@ class TracingInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
         # grpc passes the method as bytes (grpc/grpc#31092) and wants bytes back.
         method = client_call_details.method
         name = method.decode() if isinstance(method, bytes) else method
+        if name.startswith(UNTRACED_PREFIXES):  # health checks (the dependency watcher), reflection
+            return await continuation(client_call_details, request)
         service, _, rpc = name.lstrip("/").partition("/")
         span = self._tracer.start_span(
             name.lstrip("/"), kind=SpanKind.CLIENT,

@@ -6,6 +6,7 @@ errors; libs.server maps them to status codes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -28,6 +29,8 @@ from services.retrieval.store import (
     SearchMode,
     check_collection_name,
 )
+
+log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 10_000
 DEFAULT_TOP_K = 5
@@ -199,7 +202,11 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):
 
     def attach(self, retriever: Retriever) -> None:
         self._retriever = retriever
-        metrics.set_points(retriever.collections())
+        try:
+            metrics.set_points(retriever.collections())
+        except Exception as error:  # noqa: BLE001 - a Qdrant server not up yet: the readiness
+            # probe reports it; the points are counted at the next ingest or listing
+            log.warning("retrieval: collections not counted at start-up: %s", error)
 
     def close(self) -> None:
         """Stops the pools and closes the store (flushes and releases the embedded store's

@@ -88,7 +88,19 @@ def request_needing(name: str, stub: orchestrator_service_pb2_grpc.OrchestratorS
         return lambda deadline_s: stub.SolveProblem(request, timeout=deadline_s)
     request = pb.AnswerQueryRequest(query="How many chambers does the heart have?",
                                     collection="fault")
-    return lambda deadline_s: stub.AnswerQuery(request, timeout=deadline_s)
+
+    async def answer(deadline_s: float):
+        # With the gateway down the orchestrator degrades to the passages alone (passages_only)
+        # and names the failure: for this request that is the gateway's failure, surfaced with the
+        # status the mesh reported for it.
+        reply = await stub.AnswerQuery(request, timeout=deadline_s)
+        if reply.passages_only:
+            failure = reply.failures[0]
+            raise grpc.aio.AioRpcError(grpc.StatusCode[failure.code], grpc.aio.Metadata(),
+                                       grpc.aio.Metadata(), details=failure.message)
+        return reply
+
+    return answer
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -176,7 +176,12 @@ def _provider(mesh, example):
     assert example in names, names
 
 
+def _status_code_name(mesh, example):
+    assert example in grpc.StatusCode.__members__, example
+
+
 CHECKS = {
+    "mesh.orchestrator.v1.AgentFailure.code": _status_code_name,
     "mesh.orchestrator.v1.SudokuProblem.puzzle": _sudoku_puzzle,
     "mesh.orchestrator.v1.AgentVote.rationale": _rationale,
     "mesh.orchestrator.v1.Agent.AGENT_HRM": _task,
