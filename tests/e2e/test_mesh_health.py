@@ -156,7 +156,12 @@ def test_a_killed_dependency_is_restarted_on_its_port_and_used_again(up):
     assert up.pid_of("mcts") != pid
     assert "restarting mcts (restart 1 in a row, 1 in all) on port " \
            f"{up.ports['mcts']}" in up.log.read_text()
-    assert f"mcts is back: SERVING on port {up.ports['mcts']}" in up.log.read_text()
+    # The supervisor logs "back" when its own poll sees SERVING, which can be a moment after ours.
+    back = f"mcts is back: SERVING on port {up.ports['mcts']}"
+    deadline = time.monotonic() + 30
+    while back not in up.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert back in up.log.read_text()
 
     with grpc.insecure_channel(f"127.0.0.1:{up.ports['orchestrator']}") as channel:
         stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
