@@ -11,8 +11,11 @@ Starts two orchestrator processes exactly as `mcts-mesh serve orchestrator` runs
 
 The request is cheap and real: `SolveProblem` on an end-game Connect Four position with the checker
 agent alone (its exact solver answers in a few hundred nodes; no other service is called). Requests
-alternate between the two servers and the two transports (a kept-alive gRPC channel and one
-`httpx.Client` per REST front), after a warm-up, so that both see the same machine.
+alternate between the two servers and the two transports (a kept-alive gRPC channel, and one
+kept-alive `http.client` connection per REST front: the lightest HTTP/1.1 client, so that what the
+REST rows add is the front's cost, not a client library's), after a warm-up, so that both see the
+same machine. The OTLP collector runs in its own process, as Jaeger or an OpenTelemetry Collector
+would: in the client's process its decoding would hold the timing client's GIL.
 
     .venv/bin/python bench/overhead.py [--requests N] [--warmup N] [--sample-ratio R]
         [--on-env K=V ...] [--api-key KEY] [--json]
@@ -24,6 +27,7 @@ Prints p50/p99 per (transport, features) in ms, the deltas on - off, and the RES
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -35,7 +39,6 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
-import httpx
 import numpy as np
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
@@ -59,6 +62,18 @@ class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
             for scope_spans in resource_spans.scope_spans:
                 self.spans += len(scope_spans.spans)
         return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def _serve_collector() -> None:
+    """The collector process: prints its port, serves until stdin closes, prints the span count."""
+    receiver = _Collector()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    server.start()
+    sys.stdin.read()
+    server.stop(0)
+    print(receiver.spans, flush=True)
 
 
 def _start_orchestrator(name: str, env: dict[str, str], run_dir: Path):
@@ -88,14 +103,16 @@ def _grpc_call(stub, request, metadata):
     return call
 
 
-def _rest_call(client: httpx.Client, port: int, headers: dict[str, str]):
-    url = f"http://127.0.0.1:{port}/v1/problems:solve"
-    body = {"connectFour": {"moves": MOVES}, "agents": ["AGENT_CHECKER"]}
+def _rest_call(connection: http.client.HTTPConnection, headers: dict[str, str]):
+    body = json.dumps({"connectFour": {"moves": MOVES}, "agents": ["AGENT_CHECKER"]}).encode()
+    headers = {"Content-Type": "application/json", **headers}
 
     def call() -> None:
-        reply = client.post(url, json=body, headers=headers)
-        if reply.status_code != 200:
-            raise RuntimeError(f"REST {reply.status_code}: {reply.text[:300]}")
+        connection.request("POST", "/v1/problems:solve", body, headers)
+        reply = connection.getresponse()
+        text = reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"REST {reply.status}: {text[:300]!r}")
 
     return call
 
@@ -107,11 +124,9 @@ def _percentiles(samples_s: list[float]) -> tuple[float, float]:
 
 def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None,
         sample_ratio: float = 1.0) -> dict:
-    receiver = _Collector()
-    collector = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, collector)
-    collector_port = collector.add_insecure_port("127.0.0.1:0")
-    collector.start()
+    collector = subprocess.Popen([sys.executable, __file__, "--collector"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+    collector_port = int(collector.stdout.readline())
     run_dir = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     servers = {
         "off": _start_orchestrator("off", {"ORCHESTRATOR_METRICS_PORT": "-1"}, run_dir),
@@ -130,9 +145,9 @@ def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None,
             channels.append(channel)
             stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
             calls[("grpc", features)] = _grpc_call(stub, request, metadata)
-            client = httpx.Client(timeout=30)
+            client = http.client.HTTPConnection("127.0.0.1", ports["rest"], timeout=30)
             clients.append(client)
-            calls[("rest", features)] = _rest_call(client, ports["rest"], headers)
+            calls[("rest", features)] = _rest_call(client, headers)
         keys = list(calls)
         for _ in range(warmup):
             for key in keys:
@@ -146,11 +161,13 @@ def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None,
                 calls[key]()
                 samples[key].append(time.perf_counter() - started)
         time.sleep(1.5)  # the last span batch (schedule delay 0.5 s)
+        collector.stdin.close()
+        spans_received = int(collector.stdout.readline())
         stats = {f"{transport}/{features}": dict(zip(("p50_ms", "p99_ms"), _percentiles(values),
                                                      strict=True))
                  for (transport, features), values in samples.items()}
         return {"requests": requests, "sample_ratio": sample_ratio,
-                "spans_received": receiver.spans, "stats": stats,
+                "spans_received": spans_received, "stats": stats,
                 "on_env": sorted(on_env), "api_key": bool(api_key)}
     finally:
         for channel in channels:
@@ -164,7 +181,8 @@ def run(requests: int, warmup: int, on_env: dict[str, str], api_key: str | None,
                 process.wait(15)
             except subprocess.TimeoutExpired:
                 process.kill()
-        collector.stop(0)
+        if collector.poll() is None:
+            collector.kill()
 
 
 def print_table(result: dict) -> None:
@@ -198,7 +216,11 @@ def main() -> None:
     parser.add_argument("--sample-ratio", type=float, default=1.0,
                         help="ORCHESTRATOR_TRACE_SAMPLE_RATIO of the 'on' orchestrator")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--collector", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.collector:
+        _serve_collector()
+        return
     on_env = dict(item.split("=", 1) for item in args.on_env)
     result = run(args.requests, args.warmup, on_env, args.api_key, args.sample_ratio)
     if args.json:

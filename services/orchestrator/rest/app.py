@@ -37,7 +37,8 @@ A dependency that is down does not make it 503: the orchestrator still answers w
 agents can (the exact checker, the puzzle solver) and says which agents failed.
 
 Tracing: a W3C `traceparent` on the HTTP request is extracted and the REST span is its child; the
-channel's OpenTelemetry interceptor then carries the trace to the gRPC server. A client that
+REST span's context travels in the forwarded call's metadata, so the gRPC server's span is the REST
+span's child (no client span: the hop is in-process). A client that
 disconnects cancels its gRPC call (grpc-gateway cancels the call's context the same way).
 """
 
@@ -69,7 +70,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from libs.channels import open_channel
+from libs.channels import channel_options
 from libs.errors import MeshError, status_from_rpc_error
 from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
 from services.orchestrator.rest.limits import (
@@ -149,6 +150,7 @@ class _Gateway:
             method.full_name: message_factory.GetMessageClass(method.output_type)
             for method in service.methods
         }
+        self._unary_callables: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
         self.channel: grpc.aio.Channel | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -211,26 +213,40 @@ class _Gateway:
                                                "the REST front has no channel (not started)"))
         if binding.method.server_streaming:
             return await self._open_stream(binding, message, timeout, metadata, receive)
-        callable_ = self.channel.unary_unary(
-            binding.rpc_path,
-            request_serializer=lambda item: item.SerializeToString(),
-            response_deserializer=self._response_classes[method].FromString,
-        )
-        call = callable_(message, timeout=timeout, metadata=metadata)
-        client_gone = await _cancel_on_disconnect(call, receive)
+        call = self._unary(binding)(message, timeout=timeout,
+                                    metadata=_with_trace_context(metadata))
+        watcher = _cancel_on_disconnect(call, receive)
         try:
             reply = await call
         except asyncio.CancelledError:
-            if not client_gone:
+            if not watcher.done():
                 raise
             return status_response(code_status(grpc.StatusCode.CANCELLED,
                                                "the HTTP client went away"))
         except grpc.aio.AioRpcError as error:
             headers = response_headers(error.initial_metadata())
             return status_response(status_from_rpc_error(error), headers)
+        finally:
+            watcher.cancel()
         headers = response_headers(await call.initial_metadata())
         return Response(response_json(reply, binding.response_body), status_code=200,
                         headers=headers, media_type=JSON)
+
+    def forget_callables(self) -> None:
+        """Drops the multicallables of a channel being closed."""
+        self._unary_callables.clear()
+
+    def _unary(self, binding: HttpBinding) -> grpc.aio.UnaryUnaryMultiCallable:
+        """The channel's multicallable for a unary binding's method, made once per method."""
+        callable_ = self._unary_callables.get(binding.rpc_path)
+        if callable_ is None:
+            callable_ = self.channel.unary_unary(  # type: ignore[union-attr]
+                binding.rpc_path,
+                request_serializer=_serialize,
+                response_deserializer=self._response_classes[binding.method.full_name].FromString,
+            )
+            self._unary_callables[binding.rpc_path] = callable_
+        return callable_
 
     def _timeout(self, header: str | None) -> float:
         """The forwarded call's deadline in seconds: the Grpc-Timeout header's, capped at
@@ -251,19 +267,23 @@ class _Gateway:
         an ordinary error response; otherwise the stream of NDJSON lines."""
         callable_ = self.channel.unary_stream(  # type: ignore[union-attr]
             binding.rpc_path,
-            request_serializer=lambda item: item.SerializeToString(),
+            request_serializer=_serialize,
             response_deserializer=self._response_classes[binding.method.full_name].FromString,
         )
-        call = callable_(message, timeout=timeout, metadata=metadata)
-        first_read = asyncio.ensure_future(call.read())
-        if await _cancel_on_disconnect(call, receive, first_read):
+        call = callable_(message, timeout=timeout, metadata=_with_trace_context(metadata))
+        watcher = _cancel_on_disconnect(call, receive)
+        try:
+            first = await call.read()
+        except asyncio.CancelledError:
+            if not watcher.done():
+                raise
             return status_response(code_status(grpc.StatusCode.CANCELLED,
                                                "the HTTP client went away"))
-        try:
-            first = first_read.result()
         except grpc.aio.AioRpcError as error:
             return status_response(status_from_rpc_error(error),
                                    response_headers(error.initial_metadata()))
+        finally:
+            watcher.cancel()
         headers = response_headers(await call.initial_metadata())
         return _NdjsonStream(call, first, binding.response_body, headers)
 
@@ -325,26 +345,31 @@ class _NdjsonStream:
         self.span = None
 
 
-async def _cancel_on_disconnect(call: grpc.aio.Call, receive: Receive,
-                                waited: asyncio.Future | None = None) -> bool:
-    """Waits for the call to end (or for `waited`, e.g. a stream's first read); cancels the call
-    if the HTTP client disconnects first. Returns whether the client disconnected."""
+def _cancel_on_disconnect(call: grpc.aio.Call, receive: Receive) -> asyncio.Task[None]:
+    """A task that cancels `call` if the HTTP client disconnects (the caller cancels the task once
+    it has what it waited for; a done task means the client went away)."""
 
-    async def finished() -> None:
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
-            await (waited if waited is not None else call)
-
-    waiters = {asyncio.ensure_future(finished()),
-               disconnect := asyncio.ensure_future(_wait_for_disconnect(receive))}
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-    if disconnect.done() and not disconnect.cancelled() and not call.done():
+    async def watch() -> None:
+        await _wait_for_disconnect(receive)
         call.cancel()
-        return True
-    return False
+
+    return asyncio.ensure_future(watch())
+
+
+def _serialize(message: object) -> bytes:
+    return message.SerializeToString()  # type: ignore[attr-defined]
+
+
+def _with_trace_context(metadata: list) -> list:
+    """`metadata` plus the W3C trace context of the current (REST) span, when it is recording, so
+    the gRPC server's span is its child. The front's channel has no client interceptors: a client
+    span and the interceptor chain around an in-process hop cost more than the hop itself (about
+    0.3 ms per request in `bench/rest_cost.py`)."""
+    if not trace.get_current_span().is_recording():
+        return metadata
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return metadata + list(carrier.items())
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -363,8 +388,9 @@ def build_rest_app(
 ) -> Starlette:
     """The REST front for `service`, forwarding to the gRPC server at `channel_target`.
 
-    The channel (libs.channels.open_channel: tracing, retries on UNAVAILABLE) opens when the app
-    starts (ASGI lifespan) and closes when it stops.
+    The channel (libs.channels.channel_options: retries on UNAVAILABLE, message limits, connect
+    timeout; no client interceptors, the REST span's trace context is put in the metadata) opens
+    when the app starts (ASGI lifespan) and closes when it stops.
 
     Args:
         channel_target: "host:port" of the gRPC server.
@@ -422,11 +448,12 @@ def build_rest_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        gateway.channel = open_channel(channel_target, tracer_provider=tracer_provider)
+        gateway.channel = grpc.aio.insecure_channel(channel_target, options=channel_options())
         try:
             yield
         finally:
             channel, gateway.channel = gateway.channel, None
+            gateway.forget_callables()
             await channel.close()
 
     routes = [
