@@ -34,8 +34,13 @@ class NeuralSettings(ServiceSettings):
     """How long the first queued request waits for others to join its batch, in milliseconds."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """"auto" runs on CUDA when torch sees a GPU, else on the CPU."""
-    torch_threads: int = 0
-    """Intra-op CPU threads for torch; 0 keeps torch's default."""
+    torch_threads: int = 1
+    """Intra-op CPU threads for torch; 0 keeps torch's default (one per core). One by default: the
+    neural service shares the machine's cores with the other four services, and torch's intra-op
+    threads then wait on each other (on the 2-core machine, a 6x6 Sudoku TRM forward at batch 1 took
+    0.1 s with one thread and 0.9-3.7 s with two while the other services were busy; a Connect Four
+    request cost the neural service 1.5 ms of CPU instead of 2.6 ms). Give it the cores it owns
+    where it has them to itself (a Kubernetes Pod's CPU limit, a GPU node)."""
 
     @model_validator(mode="after")
     def _ranges(self) -> NeuralSettings:
