@@ -19,12 +19,17 @@ played: none below `min_moves` (only the tactics above run), then `base_nodes`, 
 further move up to `max_nodes` (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at
 11, 2,000,000 from 12); and `time_budget_s` stops the search in any case (`CancelToken`), as does
 a request that goes away. The search runs in a worker thread with the GIL released, so the
-event loop and the other agents run meanwhile.
+event loop and the other agents run meanwhile: one of `SOLVER_THREADS` threads (one per core), so
+that concurrent requests never run more solvers than there are cores (more would only share them)
+and the solvers' transposition tables (about 21 MB each, one per thread) stay bounded in memory.
+A request waiting for a free thread spends its time budget waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from libs.connect4.board import (
@@ -55,6 +60,10 @@ def _describe(score: int, num_moves: int) -> str:
         return f"win in {stones - num_moves // 2} (score {score:+d})"
     return f"loss in {stones - (num_moves - num_moves // 2)} (score {score:+d})"
 
+
+SOLVER_THREADS = os.cpu_count() or 1
+"""Threads that run the checker's solver, shared by every request of the process."""
+_SOLVER_POOL = ThreadPoolExecutor(max_workers=SOLVER_THREADS, thread_name_prefix="checker")
 
 GROWTH_BITS = 3
 """The node budget grows 8x (3 bits) per move played beyond `CheckerBudget.min_moves`."""
@@ -131,7 +140,8 @@ class CheckerAgent:
         cancel = CancelToken()
         timer = asyncio.get_running_loop().call_later(seconds, cancel.cancel)
         try:
-            scores = await asyncio.to_thread(best_moves, problem.position, nodes, False, cancel)
+            scores = await asyncio.get_running_loop().run_in_executor(
+                _SOLVER_POOL, best_moves, problem.position, nodes, False, cancel)
         except asyncio.CancelledError:
             cancel.cancel()
             raise
