@@ -6,7 +6,6 @@ servicer, and the REST front in the same process.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -17,11 +16,10 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.channels import open_channel
-from libs.connect4.solver import best_moves
 from libs.server import RunningServer, Servicer, run_service, serve
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
-from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
+from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget, warm_up_solvers
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.agents.mcts import MctsAgent
 from services.orchestrator.agents.neural import NeuralAgent
@@ -124,8 +122,8 @@ async def build_servicers(
                                     puzzle_agents=puzzle_agents)
 
     async def ready() -> None:
-        scores = await asyncio.to_thread(best_moves, WARM_UP_MOVES, 10_000)
-        log.info("checker ready (warm-up solve: %d nodes); downstream targets: %s", scores.nodes,
+        nodes = await warm_up_solvers(WARM_UP_MOVES, 10_000)
+        log.info("checker ready (warm-up solve: %d nodes); downstream targets: %s", nodes,
                  ", ".join(f"{name} {target}" for name, target in (
                      ("mcts", settings.mcts_target), ("neural", settings.neural_target),
                      ("retrieval", settings.retrieval_target), ("llm", settings.llm_target))))

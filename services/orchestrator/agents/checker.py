@@ -65,6 +65,19 @@ SOLVER_THREADS = os.cpu_count() or 1
 """Threads that run the checker's solver, shared by every request of the process."""
 _SOLVER_POOL = ThreadPoolExecutor(max_workers=SOLVER_THREADS, thread_name_prefix="checker")
 
+
+
+async def warm_up_solvers(moves: str, max_nodes: int) -> int:
+    """Starts every solver thread, each with its table, by solving `moves` on each at once (the
+    numba kernels compile on the first); returns the nodes one solve took. The orchestrator calls
+    it before it reports SERVING, so its memory is all there from the start."""
+    loop = asyncio.get_running_loop()
+    results = await asyncio.gather(*(loop.run_in_executor(_SOLVER_POOL, best_moves, moves,
+                                                          max_nodes)
+                                     for _ in range(SOLVER_THREADS)))
+    return results[0].nodes
+
+
 GROWTH_BITS = 3
 """The node budget grows 8x (3 bits) per move played beyond `CheckerBudget.min_moves`."""
 
