@@ -45,6 +45,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -653,5 +654,11 @@ def main(argv: list[str] | None = None) -> int:
             mesh.stop()
 
 
+def _exit_on_sigterm(signum, _frame) -> None:
+    """SIGTERM unwinds like Ctrl-C, so `main`'s finally stops the mesh it started."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     sys.exit(main())
