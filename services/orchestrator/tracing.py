@@ -4,7 +4,9 @@ Each step the loop takes becomes a span under the request's SERVER span ("consen
 "consensus agents", "consensus verify", "consensus aggregate"), and each agent's call a span
 "agent <name>" under its step, so the agents' own gRPC CLIENT spans (and the downstream services'
 SERVER spans) nest under the agent that made them. The decorators wrap the loop's methods, so the
-loop's code stays as it is.
+loop's code stays as it is. Under a request that is not recorded (tracing off, or not sampled:
+the sampler is parent-based, so its children would not be recorded either) they make no span at
+all, which saves the context switching of about ten non-recording spans per iteration.
 """
 
 from __future__ import annotations
@@ -31,12 +33,16 @@ def step_span(step: str) -> Callable:
         if inspect.iscoroutinefunction(method):
             @functools.wraps(method)
             async def traced(self, *args):
+                if not trace.get_current_span().is_recording():
+                    return await method(self, *args)
                 with _tracer.start_as_current_span(
                         name, attributes={"mesh.consensus.iteration": args[-1].iteration}):
                     return await method(self, *args)
         else:
             @functools.wraps(method)
             def traced(self, *args):
+                if not trace.get_current_span().is_recording():
+                    return method(self, *args)
                 with _tracer.start_as_current_span(
                         name, attributes={"mesh.consensus.iteration": args[-1].iteration}):
                     return method(self, *args)
@@ -50,25 +56,32 @@ def agent_span(method):
     `mesh_orchestrator_agent_outcomes_total`: proposed, abstained (no answer), failed (a
     `MeshError`, e.g. its service is down) or cancelled/error."""
 
+    async def counted(self, agent, round_):
+        name = str(agent.name)
+        try:
+            proposal, latency_ms = await method(self, agent, round_)
+        except MeshError:
+            metrics.AGENT_OUTCOMES.labels(name, "failed").inc()
+            raise
+        except BaseException:
+            metrics.AGENT_OUTCOMES.labels(name, "error").inc()
+            raise
+        outcome = "proposed" if proposal.answer is not None else "abstained"
+        metrics.AGENT_OUTCOMES.labels(name, outcome).inc()
+        return proposal, latency_ms, outcome
+
     @functools.wraps(method)
     async def traced(self, agent, round_):
+        if not trace.get_current_span().is_recording():
+            proposal, latency_ms, _ = await counted(self, agent, round_)
+            return proposal, latency_ms
         name = str(agent.name)
         with _tracer.start_as_current_span(
                 f"agent {name}", attributes={"mesh.agent": name,
                                              "mesh.consensus.iteration": round_.iteration}) as span:
-            try:
-                proposal, latency_ms = await method(self, agent, round_)
-            except MeshError:
-                metrics.AGENT_OUTCOMES.labels(name, "failed").inc()
-                raise
-            except BaseException:
-                metrics.AGENT_OUTCOMES.labels(name, "error").inc()
-                raise
-            outcome = "proposed" if proposal.answer is not None else "abstained"
-            metrics.AGENT_OUTCOMES.labels(name, outcome).inc()
-            if span.is_recording():
-                span.set_attributes({"mesh.agent.outcome": outcome,
-                                     "mesh.agent.confidence": float(proposal.confidence)})
+            proposal, latency_ms, outcome = await counted(self, agent, round_)
+            span.set_attributes({"mesh.agent.outcome": outcome,
+                                 "mesh.agent.confidence": float(proposal.confidence)})
             return proposal, latency_ms
 
     return traced
