@@ -13,7 +13,10 @@ records `rpc.grpc.status_code=0` and no error for every abort. Health and reflec
 neither spans nor samples (probes every few seconds would bury the work).
 
 Costs on the request path are kept small: spans go through a `BatchSpanProcessor` (exported from a
-background thread, never on the call), sampling is parent-based with a ratio
+background thread, never on the call, in batches of at most `EXPORT_BATCH_SPANS`: the thread holds
+the GIL while it encodes a batch, and a 512-span batch, the SDK's default, kept the event loop
+waiting for milliseconds, which showed in the p99 of every request; 64 spans encode in well under a
+millisecond), sampling is parent-based with a ratio
 (`trace_sample_ratio`), and with no exporter configured the sampler is off, so spans are
 non-recording (the trace id still propagates and still reaches the logs).
 """
@@ -35,6 +38,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from libs.metrics import RpcInstruments
 
 log = logging.getLogger(__name__)
+
+
+EXPORT_BATCH_SPANS = 64
+"""Most spans one OTLP export encodes and sends (see the module docstring)."""
+EXPORT_DELAY_MS = 250
+"""Longest a finished span waits before its batch is exported, in ms."""
 
 
 def setup_tracing(
@@ -69,7 +78,8 @@ def setup_tracing(
         insecure = not endpoint.startswith("https://")
         provider.add_span_processor(
             BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=insecure),
-                               schedule_delay_millis=500)
+                               schedule_delay_millis=EXPORT_DELAY_MS,
+                               max_export_batch_size=EXPORT_BATCH_SPANS)
         )
         log.info("tracing: exporting spans of %s over OTLP to %s", service_name, endpoint)
     if exporter is not None:
