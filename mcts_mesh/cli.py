@@ -805,10 +805,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "split per Pons file, each once per agent set, on a private mesh")
     train.add_argument("--judge-cache", default="var/router/judged.jsonl",
                        help="router: cache of judged moves (empty: none)")
-    train.add_argument("--latency-weight", type=float, default=0.05,
+    train.add_argument("--latency-weight", type=float, default=0.3,
                        help="router: kept share traded for one second of mean latency")
     train.add_argument("--hidden", type=int, default=16, help="router: GRU hidden units")
-    train.add_argument("--router-epochs", type=int, default=400,
+    train.add_argument("--router-epochs", type=int, default=300,
                        help="router: full-batch optimizer steps")
     train.set_defaults(func=cmd_train)
 
