@@ -14,13 +14,13 @@ Objective. For each position and each agent set tried on it,
 
 so with the default weight 0.3 per second, a set is worth 100 ms more only when it keeps the
 outcome at least 3% more often (on the labelled workload, the exact checker's 130-180 ms at 10-13
-plies buy 1-3% of kept outcomes over the search or the network alone). The router sees only the routing features, not which positions
-a set fails on, so it is trained to maximise the expected utility of its choice,
-`sum_s softmax(logits)_s * utility(s)` averaged over positions (every set is tried on every
-position, so this is exact, not a sampled policy gradient), with a small entropy bonus that keeps
-near-ties uncertain: a per-position argmax target would teach it the set that happened to win on
-each position (the network alone, where its move was right) and lose the outcome wherever the
-network is wrong. Untried sets of a position get the utility of its worst tried set.
+plies buy 1-3% of kept outcomes over the search or the network alone). The router sees only the
+routing features, not which positions a set fails on, so it is trained to maximise the expected
+utility of its choice, `sum_s softmax(logits)_s * utility(s)` averaged over positions (every set is
+tried on every position, so this is exact, not a sampled policy gradient), with a small entropy
+bonus that keeps near-ties uncertain: a per-position argmax target would teach it the set that
+happened to win on each position (the network alone, where its move was right) and lose the outcome
+wherever the network is wrong. Untried sets of a position get the utility of its worst tried set.
 
 Model. `RouterGRU` over the feature sequence of the first routing state (one step: the iteration
 and the plies played are what is known then), full-batch AdamW.
@@ -165,6 +165,16 @@ def train(examples: Sequence[Example], latency_weight: float = 0.3, hidden: int 
     if len(examples) < 2:
         raise ValueError(f"{len(examples)} labelled positions; at least 2 are needed (run the "
                          "labelled workload: --generate N)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a few thousand weights: more threads only contend
+    try:
+        return _fit(examples, latency_weight, hidden, epochs, lr, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs: int,
+         lr: float, seed: int) -> tuple[RouterGRU, dict]:
     torch.manual_seed(seed)
     inputs = torch.tensor([[e.features] for e in examples], dtype=torch.float32)
     utilities = torch.tensor([e.utilities(latency_weight) for e in examples],

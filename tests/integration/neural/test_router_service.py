@@ -6,6 +6,8 @@ while the service keeps serving."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import grpc
 import pytest
@@ -57,10 +59,12 @@ def write_tiny_log(directory):
     return directory / "routing.jsonl", directory / "labels.jsonl"
 
 
-@pytest.fixture
-def models_dir(tmp_path):
-    log, labels = write_tiny_log(tmp_path)
-    models = tmp_path / "models"
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A models folder with a router trained on the tiny log and a tiny policy/value network."""
+    directory = tmp_path_factory.mktemp("router")
+    log, labels = write_tiny_log(directory)
+    models = directory / "models"
     report = train_router(models / "router-connect4", [log], [labels], epochs=300)
     assert report["examples"] == 10
     assert report["targets"]["checker+neural"] == 5
@@ -71,6 +75,12 @@ def models_dir(tmp_path):
                     Connect4PV(Connect4PVConfig(channels=8, blocks=1, value_hidden=16)).eval(),
                     ARCHITECTURE, {})
     return models
+
+
+@pytest.fixture
+def models_dir(trained, tmp_path):
+    """A copy of the trained models folder that a test may damage."""
+    return Path(shutil.copytree(trained, tmp_path / "models"))
 
 
 @pytest.fixture
