@@ -534,7 +534,30 @@ def cmd_up(args) -> int:
         mesh.stop()
 
 
+def cmd_train_router(args) -> int:
+    """`train router`: optionally run the labelled workload, then train from log + labels."""
+    from mcts_mesh.training.router import generate, train_router
+
+    run_dir = Path(args.router_dir)
+    logs = [Path(p) for p in args.routing_log] or [run_dir / "routing.jsonl"]
+    labels = [Path(p) for p in args.labels] or [run_dir / "labels.jsonl"]
+    if args.generate:
+        counts = generate(logs[0], labels[0], args.generate, args.seed,
+                          Path(args.judge_cache) if args.judge_cache else None)
+        print(json.dumps({"generated": counts}), flush=True)
+    try:
+        report = train_router(Path(args.output or "models/router-connect4"), logs, labels,
+                              latency_weight=args.latency_weight, hidden=args.hidden,
+                              epochs=args.router_epochs, seed=args.seed)
+    except (ValueError, KeyError) as error:
+        raise SystemExit(f"train router: {error}") from error
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
 def cmd_train(args) -> int:
+    if args.what == "router":
+        return cmd_train_router(args)
     if args.what == "connect4-pv":
         from mcts_mesh.training.connect4_selfplay import train_connect4_pv
 
@@ -747,7 +770,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.set_defaults(func=cmd_query)
 
     train = sub.add_parser("train", help="train a model (writes a checkpoint the service loads)")
-    train.add_argument("what", choices=["connect4-pv", "trm", "hrm"])
+    train.add_argument("what", choices=["connect4-pv", "trm", "hrm", "router"])
     train.add_argument("--output", default=None,
                        help="checkpoint folder (default models/connect4-pv or models/<preset>)")
     train.add_argument("--games", type=int, default=1000)
@@ -769,6 +792,24 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-puzzles", type=int, default=1000, help="trm/hrm: held-out puzzles")
     train.add_argument("--time-limit-s", type=float, default=None, help="trm/hrm: training seconds")
     train.add_argument("--lr", type=float, default=1e-3, help="trm/hrm: learning rate")
+    train.add_argument("--router-dir", default="var/router",
+                       help="router: folder of the default routing log and labels files")
+    train.add_argument("--routing-log", action="append", default=[],
+                       help="router: a routing log (JSON lines) to train from; repeatable "
+                            "(default: ROUTER_DIR/routing.jsonl)")
+    train.add_argument("--labels", action="append", default=[],
+                       help="router: a labels file ({thread_id, kept} lines); repeatable "
+                            "(default: ROUTER_DIR/labels.jsonl)")
+    train.add_argument("--generate", type=int, default=0, metavar="N",
+                       help="router: first run the labelled workload, N positions of the train "
+                            "split per Pons file, each once per agent set, on a private mesh")
+    train.add_argument("--judge-cache", default="var/router/judged.jsonl",
+                       help="router: cache of judged moves (empty: none)")
+    train.add_argument("--latency-weight", type=float, default=0.3,
+                       help="router: kept share traded for one second of mean latency")
+    train.add_argument("--hidden", type=int, default=16, help="router: GRU hidden units")
+    train.add_argument("--router-epochs", type=int, default=300,
+                       help="router: full-batch optimizer steps")
     train.set_defaults(func=cmd_train)
 
     puzzles = sub.add_parser("puzzles", help="write puzzle files (no orchestrator involved)")

@@ -5,15 +5,17 @@ reload, and back. Errors are domain errors; libs.server maps them to status code
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 
 import numpy as np
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
 from libs.connect4.board import IllegalPosition, Position, encode, legal_mask
-from libs.errors import InvalidArgument
+from libs.errors import FailedPrecondition, InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.neural.evaluator import PositionEvaluator
+from services.neural.models import router_gru
 from services.neural.reasoning_solver import ReasoningSolver, Solution
 from services.neural.registry import RegisteredModel
 from services.neural.warmup import warm_up
@@ -24,6 +26,8 @@ HALTING_MODES = {
     neural_service_pb2.HALTING_MODE_PAPER: "paper",
     neural_service_pb2.HALTING_MODE_ACT: "act",
 }
+MAX_ROUTE_STEPS = 64
+"""Routing steps a PredictRoute request may carry at most."""
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 """A checkpoint directory name ReloadModel accepts: no path separators, not hidden."""
 
@@ -73,6 +77,31 @@ def parse_positions(positions) -> tuple[np.ndarray, np.ndarray]:
         planes[index] = encode(position)
         legal[index] = legal_mask(position)
     return planes, legal
+
+
+def parse_steps(steps, num_features: int) -> list[list[float]]:
+    """The routing steps of a PredictRoute request as lists of floats.
+
+    Raises:
+        InvalidArgument("steps"): none, or more than `MAX_ROUTE_STEPS`.
+        InvalidArgument("steps[i].features"): not `num_features` values, or a value outside
+            [0, 1] or not finite.
+    """
+    if not steps:
+        raise InvalidArgument("steps", "at least one routing step is required")
+    if len(steps) > MAX_ROUTE_STEPS:
+        raise InvalidArgument("steps", f"{len(steps)} steps; at most {MAX_ROUTE_STEPS}")
+    parsed = []
+    for index, step in enumerate(steps):
+        values = list(step.features)
+        if len(values) != num_features:
+            raise InvalidArgument(f"steps[{index}].features",
+                                  f"{len(values)} values; the model takes {num_features}")
+        if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in values):
+            raise InvalidArgument(f"steps[{index}].features",
+                                  "every value must be finite and in [0, 1]")
+        parsed.append(values)
+    return parsed
 
 
 class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
@@ -129,3 +158,21 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
         registry = self._evaluator.registry
         model = await asyncio.to_thread(registry.reload, request.name, warm_up)
         return neural_service_pb2.ReloadModelResponse(model=model_proto(model))
+
+    async def PredictRoute(self, request, context):
+        if not request.model:
+            raise InvalidArgument("model", "a meta-controller model name is required")
+        model = self._evaluator.registry.get(request.model)
+        if model.architecture != router_gru.ARCHITECTURE:
+            raise FailedPrecondition(f"model {model.name!r} is a {model.architecture}, not a "
+                                     f"meta-controller ({router_gru.ARCHITECTURE})")
+        config: router_gru.RouterGRUConfig = model.module.config
+        steps = parse_steps(request.steps, config.num_features)
+        # A GRU of a few thousand weights over a few steps: tens of microseconds, run inline.
+        probabilities = router_gru.predict(model.module, steps)
+        set_work_attributes({"mesh.neural.model": model.name,
+                             "mesh.neural.route_steps": len(steps)})
+        return neural_service_pb2.PredictRouteResponse(
+            routes=[neural_service_pb2.RouteProbability(route=route, probability=p)
+                    for route, p in zip(config.routes, probabilities, strict=True)],
+            model=model_proto(model))

@@ -6,15 +6,16 @@ import numpy as np
 import torch
 
 from libs.connect4.board import Position, encode, legal_mask
-from services.neural.models import connect4_pv
+from services.neural.models import connect4_pv, router_gru
 from services.neural.reasoning_solver import solve_batch
 from services.neural.registry import RegisteredModel
 
 
 def warm_up(model: RegisteredModel) -> None:
     """One forward pass of `model` on a placeholder input: the empty Connect Four board for a
-    policy/value network, a blank grid of its task for a reasoning model (one segment). The first
-    request then pays no lazy initialisation, and a model that cannot run fails before serving.
+    policy/value network, one step of features all 0.5 for a meta-controller, a blank grid of its
+    task for a reasoning model (one segment). The first request then pays no lazy
+    initialisation, and a model that cannot run fails before serving.
 
     Raises:
         RuntimeError, ValueError: the forward pass failed (e.g. weights that do not fit).
@@ -24,6 +25,8 @@ def warm_up(model: RegisteredModel) -> None:
             start = Position.from_moves("")
             connect4_pv.predict(model.module, np.repeat(encode(start)[None], 2, 0),
                                 np.repeat(legal_mask(start)[None], 2, 0))
+        elif model.architecture == router_gru.ARCHITECTURE:
+            router_gru.predict(model.module, [[0.5] * model.module.config.num_features])
         elif model.task is not None:
             inputs = model.task.encode(model.task.placeholder())[None]
             solve_batch(model.module, inputs, np.ones(1, dtype=np.int64), np.zeros(1, dtype=bool))

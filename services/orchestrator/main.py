@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
@@ -29,7 +30,9 @@ from services.orchestrator.agents.retrieval import RetrievalAgent
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import AgentName
+from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 
@@ -54,7 +57,8 @@ service reports each one under)."""
 
 
 class Wiring:
-    """The channels the servicer's agents talk over; `aclose()` closes them."""
+    """The channels the servicer's agents talk over, and the routing log when one is set;
+    `aclose()` closes them."""
 
     def __init__(self, settings: OrchestratorSettings) -> None:
         connect = settings.connect_timeout_s
@@ -64,6 +68,10 @@ class Wiring:
             "retrieval": open_channel(settings.retrieval_target, connect_timeout_s=connect),
             "llm": open_channel(settings.llm_target, connect_timeout_s=connect),
         }
+        self.routing_log = (RoutingLog(Path(settings.routing_log_path),
+                                       settings.routing_log_max_bytes,
+                                       settings.routing_log_backups)
+                            if settings.routing_log_path else None)
 
     def dependencies(self) -> list[Dependency]:
         """Each dependency with the channel its agents use (health is checked over it)."""
@@ -75,6 +83,8 @@ class Wiring:
     async def aclose(self) -> None:
         for channel in self.channels.values():
             await channel.close()
+        if self.routing_log is not None:
+            await asyncio.to_thread(self.routing_log.close)
 
 
 async def build_servicers(
@@ -118,8 +128,12 @@ async def build_servicers(
         SolverAgent(settings.solver_time_budget_s),
         PuzzleCheckerAgent(),
     ]
+    route_predictor = (RoutePredictor(neural, settings.router_model,
+                                      settings.router_deadline_ms / 1e3)
+                       if settings.router_model else None)
     servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval,
-                                    puzzle_agents=puzzle_agents)
+                                    puzzle_agents=puzzle_agents, route_predictor=route_predictor,
+                                    routing_log=wiring.routing_log)
 
     async def ready() -> None:
         nodes = await warm_up_solvers(WARM_UP_MOVES, 10_000)

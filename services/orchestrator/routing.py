@@ -15,9 +15,11 @@ order, the count and the [0, 1] range, and maps the original's three agents onto
 For puzzles the `mcts_value` feature stays at 0.5 (no search returns a value) and
 `last_agent_mcts` marks the solver.
 
-`FEATURE_NAMES` gives the order. A learned router (the neural service's meta-controller, a GRU over
-this vector) will implement `Router` and replace `RuleRouter`; rules take over when its confidence
-is low. `PuzzleRouter` is the rule router of Sudoku and mazes, whose answers must pass the checker.
+`FEATURE_NAMES` gives the order. `LearnedRouter` follows the neural service's meta-controller (a
+GRU over this vector, `PredictRoute`) for the first round of a Connect Four request when its
+confidence clears a threshold, and the rules otherwise; every decision says which decided
+(`RoutingDecision.decided_by`). `PuzzleRouter` is the rule router of Sudoku and mazes, whose
+answers must pass the checker.
 """
 
 from __future__ import annotations
@@ -149,13 +151,27 @@ def routing_features(state: RoutingState) -> np.ndarray:
     )
 
 
+class Decider(enum.StrEnum):
+    """Who made a routing decision."""
+
+    RULES = "rules"
+    LEARNED = "learned"
+
+
 @dataclass(frozen=True)
 class RoutingDecision:
-    """Agents to run next (empty: stop and synthesize), why, and the features it was made from."""
+    """Agents to run next (empty: stop and synthesize), why, and the features it was made from.
+
+    `decided_by` says whether the rules or the learned router chose; `confidence` is the learned
+    router's probability of its choice in [0, 1] when it was asked (also when the rules took over
+    because it was below the threshold), None otherwise.
+    """
 
     agents: tuple[AgentName, ...]
     reason: str
     features: np.ndarray
+    decided_by: Decider = Decider.RULES
+    confidence: float | None = None
 
 
 class Router(Protocol):
@@ -259,3 +275,97 @@ class TextRouter:
             return RoutingDecision(models, "drafts below the agreement threshold: sample more",
                                    features)
         return RoutingDecision((), "no agent can add drafts", features)
+
+
+CONNECT_FOUR_ROUTES: tuple[tuple[AgentName, ...], ...] = (
+    (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL),
+    (AgentName.CHECKER, AgentName.NEURAL),
+    (AgentName.MCTS, AgentName.NEURAL),
+    (AgentName.NEURAL,),
+)
+"""The first-round agent sets the Connect Four meta-controller chooses among, in the order of its
+output units: every agent (what the rules run), the exact checker with the network (the checker's
+tactics and, from `checker_min_moves` on, its solver; the network's move when the checker
+abstains), the search with the network (no exact solving), and the network alone."""
+
+
+def route_name(agents: Sequence[AgentName]) -> str:
+    """The name of an agent set as the router's model and log write it: "checker+mcts+neural"."""
+    return "+".join(str(agent) for agent in agents)
+
+
+def parse_route(name: str) -> tuple[AgentName, ...]:
+    """The agent set of a route name ("checker+neural").
+
+    Raises:
+        ValueError: an unknown agent name, or an empty name.
+    """
+    if not name:
+        raise ValueError("empty route name")
+    return tuple(AgentName(part) for part in name.split("+"))
+
+
+@dataclass(frozen=True)
+class RoutePrediction:
+    """The meta-controller's answer for a routing state.
+
+    Attributes:
+        routes: the agent sets it chooses among, in the order of `probabilities`.
+        probabilities: float [len(routes)], a distribution (softmax output).
+        model: the served model's name and version ("router-connect4@1a2b3c4d5e6f").
+    """
+
+    routes: tuple[tuple[AgentName, ...], ...]
+    probabilities: tuple[float, ...]
+    model: str
+
+    def best(self) -> tuple[tuple[AgentName, ...], float]:
+        """The most probable agent set and its probability."""
+        index = max(range(len(self.probabilities)), key=self.probabilities.__getitem__)
+        return self.routes[index], self.probabilities[index]
+
+
+class LearnedRouter:
+    """The meta-controller's choice for the first round, the rules for the rest.
+
+    The prediction is made once per request, before the loop, from the first round's features
+    (they are known before any agent runs). In the first round the predicted agent set is followed
+    when its probability is at least `threshold` and every agent of it is a candidate (a request
+    that names its agents narrows the candidates); otherwise, and in every later round, `fallback`
+    decides. A None prediction (the neural service failed, or no router model is served) leaves
+    every decision to `fallback`.
+
+    Args:
+        prediction: the meta-controller's answer for the first round, or None.
+        threshold: the smallest probability that is followed, in [0, 1].
+        fallback: the rule router.
+    """
+
+    def __init__(self, prediction: RoutePrediction | None, threshold: float,
+                 fallback: Router) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        self._prediction = prediction
+        self._threshold = threshold
+        self._fallback = fallback
+
+    def route(self, features: np.ndarray, candidates: Sequence[AgentName]) -> RoutingDecision:
+        """See the class docstring. `features` is float32 [10] in `FEATURE_NAMES` order."""
+        decision = self._fallback.route(features, candidates)
+        named = dict(zip(FEATURE_NAMES, features.tolist(), strict=True))
+        first_round = named["last_agent_model"] + named["last_agent_grounding"] \
+            + named["last_agent_mcts"] == 0.0
+        if self._prediction is None or not first_round:
+            return decision
+        agents, confidence = self._prediction.best()
+        if confidence < self._threshold:
+            return RoutingDecision(decision.agents, f"{decision.reason} (learned router "
+                                   f"{confidence:.2f} < threshold {self._threshold:.2f})",
+                                   features, Decider.RULES, confidence)
+        if not set(agents) <= set(candidates):
+            return RoutingDecision(decision.agents, f"{decision.reason} (learned route "
+                                   f"{route_name(agents)} is not among the candidates)",
+                                   features, Decider.RULES, confidence)
+        return RoutingDecision(agents, f"learned router: {route_name(agents)} "
+                               f"(p={confidence:.2f}, {self._prediction.model})", features,
+                               Decider.LEARNED, confidence)

@@ -50,14 +50,20 @@ from services.orchestrator.events import (
     TallyUpdated,
 )
 from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
+from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import (
     AgentName,
+    Decider,
+    LearnedRouter,
     PuzzleRouter,
     Role,
     Router,
+    RoutingState,
     RuleRouter,
     TextRouter,
+    routing_features,
 )
+from services.orchestrator.routing_log import RoutingLog, routing_record
 from services.orchestrator.self_consistency import Sampling, SamplingOptions
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.sudoku import SudokuAnswer, parse_sudoku, synthesize_sudoku
@@ -123,14 +129,23 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             are `ModelBackedAgent`s, and the exact solver) and the checker (a VERIFIER), which
             must be among them when any are.
         puzzle_router: picks the next puzzle agents; `PuzzleRouter` when None.
+        route_predictor: the neural service's meta-controller; when set, a Connect Four request
+            asks it for the first round's agents and follows it above `router_threshold`
+            (`LearnedRouter`); None: the rules alone.
+        routing_log: where every request's routing decisions and outcome are appended; None
+            logs nothing.
     """
 
     def __init__(self, settings: OrchestratorSettings, game_agents: Sequence[Agent],
                  text_agents: Sequence[Agent],
                  retrieval: retrieval_service_pb2_grpc.RetrievalServiceStub,
                  router: Router | None = None, puzzle_agents: Sequence[Agent] = (),
-                 puzzle_router: Router | None = None) -> None:
+                 puzzle_router: Router | None = None,
+                 route_predictor: RoutePredictor | None = None,
+                 routing_log: RoutingLog | None = None) -> None:
         self._settings = settings
+        self._route_predictor = route_predictor
+        self._routing_log = routing_log
         self._game_agents = {agent.name: agent for agent in game_agents}
         self._text_agents = list(text_agents)
         self._retrieval = retrieval
@@ -170,6 +185,9 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                        else self._settings.default_simulations)
         max_iterations = (request.max_iterations if request.HasField("max_iterations")
                           else self._settings.max_iterations)
+        started = time.perf_counter()
+        if isinstance(problem, ConnectFourProblem) and self._route_predictor is not None:
+            router = await self._learned_router(problem, max_iterations, deadline, router)
         loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
                                             problem.query_length_norm, events=events)
         budget = Budget(max_iterations=max_iterations, deadline=deadline,
@@ -178,7 +196,27 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                         seed=request.seed)
         result = await loop.run(problem, budget)
         observe_result(kind, result)
+        self._log_routes(kind, problem_text(problem), request.thread_id, result, started)
         return solve_response(result, request.thread_id)
+
+    async def _learned_router(self, problem: ConnectFourProblem, max_iterations: int,
+                              deadline: float, rules: Router) -> Router:
+        """A `LearnedRouter` over `rules`, with the meta-controller's prediction for the first
+        round's features (known before any agent runs)."""
+        assert self._route_predictor is not None
+        first = routing_features(RoutingState(
+            confidences={}, mcts_value=None, consensus_score=0.0, last_agents=(), iteration=1,
+            max_iterations=max_iterations, query_length_norm=problem.query_length_norm,
+            has_context=False))
+        prediction = await self._route_predictor.predict([first], deadline - time.monotonic())
+        return LearnedRouter(prediction, self._settings.router_threshold, rules)
+
+    def _log_routes(self, kind: str, query: str, thread_id: str, result: LoopResult,
+                    started: float) -> None:
+        """Appends the request's routing record to the routing log, when there is one."""
+        if self._routing_log is not None:
+            self._routing_log.write(routing_record(
+                kind, query, thread_id, result, (time.perf_counter() - started) * 1e3))
 
     async def StreamSolveProblem(self, request: pb.StreamSolveProblemRequest,
                                  context: grpc.aio.ServicerContext
@@ -237,8 +275,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             fallback=synthesize_passages)
         budget = Budget(max_iterations=self._settings.text_max_iterations,
                         deadline=self._deadline(context))
+        started = time.perf_counter()
         result = await loop.run(problem, budget)
         observe_result("text_query", result)
+        self._log_routes("text", problem.query, request.thread_id, result, started)
         return query_response(result, request.thread_id, sampling)
 
     async def IngestDocuments(self, request: pb.IngestDocumentsRequest,
@@ -457,6 +497,18 @@ def sampling_options(request: pb.AnswerQueryRequest,
                            max_cost_usd=max_cost, draft_tokens=settings.max_answer_tokens)
 
 
+def problem_text(problem: Any) -> str:
+    """The problem as the routing log writes it: the move string of a Connect Four position, the
+    grid of a Sudoku or a maze."""
+    if isinstance(problem, ConnectFourProblem):
+        return problem.position.moves
+    for attribute in ("puzzle", "grid"):
+        value = getattr(problem, attribute, None)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
 def parse_position(moves: str) -> Position:
     """The position of a Pons move string.
 
@@ -601,6 +653,11 @@ def solve_response(result: LoopResult[ConnectFourAnswer | SudokuAnswer | MazeAns
         timings=_timings(result),
         thread_id=thread_id,
         failures=_failures(result),
+        route_decider=(pb.ROUTE_DECIDER_LEARNED
+                       if any(d.decided_by is Decider.LEARNED for d in result.routes)
+                       else pb.ROUTE_DECIDER_RULES),
+        route_confidence=next((d.confidence for d in result.routes if d.confidence is not None),
+                              0.0),
     )
     if isinstance(answer, ConnectFourAnswer):
         response.connect_four.CopyFrom(pb.ConnectFourAnswer(

@@ -89,6 +89,26 @@ class OrchestratorSettings(ServiceSettings):
     """Seconds a listing of the neural service's models is reused before it is listed again
     (a newly loaded HRM/TRM model is used after at most this long)."""
 
+    routing_log_path: str = ""
+    """JSON-lines file that every request's routing decisions and outcome are appended to
+    (`services.orchestrator.routing_log`), the training data of `mcts-mesh train router`; empty
+    (the default) logs nothing: the log holds the queries, and a mesh under load would write a
+    line per request."""
+    routing_log_max_bytes: int = 64 * 1024 * 1024
+    """Size in bytes at which the routing log is rotated (`routing_log_backups` older files are
+    kept), >= 1,024."""
+    routing_log_backups: int = 3
+    """Rotated routing log files kept, >= 1."""
+    router_model: str = ""
+    """The neural service's meta-controller model (`mcts-mesh train router` writes
+    `models/router-connect4`) asked to choose the first round's agents of a Connect Four request;
+    empty (the default) leaves routing to the rules."""
+    router_threshold: float = 0.6
+    """Smallest probability of the meta-controller's choice that is followed, in [0, 1]; below
+    it the rules decide (the response says which did)."""
+    router_deadline_ms: float = 200.0
+    """Milliseconds one PredictRoute call may take; past it (or on any error) the rules decide."""
+
     connect_timeout_s: float = 1.0
     """Seconds a connection attempt to another service may take; a service that is down costs a
     request at most this long (then its agent fails UNAVAILABLE and the others answer)."""
@@ -165,6 +185,10 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("rate limits and max_in_flight must be >= 0 (0: no limit)")
         if self.api_keys_reload_s <= 0:
             raise ValueError("api_keys_reload_s must be positive")
+        if not 0.0 <= self.router_threshold <= 1.0 or self.router_deadline_ms <= 0:
+            raise ValueError("need router_threshold in [0, 1] and router_deadline_ms > 0")
+        if self.routing_log_max_bytes < 1024 or self.routing_log_backups < 1:
+            raise ValueError("need routing_log_max_bytes >= 1024 and routing_log_backups >= 1")
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
                      self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
                      self.solver_time_budget_s, self.reasoning_deadline_s,

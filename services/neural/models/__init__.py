@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from services.neural.models import connect4_pv, hrm, trm
+from services.neural.models import connect4_pv, hrm, router_gru, trm
 
 
 @dataclass(frozen=True)
@@ -28,4 +28,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     ),
     hrm.ARCHITECTURE: Architecture(hrm.ARCHITECTURE, hrm.HRMConfig, hrm.HRM),
     trm.ARCHITECTURE: Architecture(trm.ARCHITECTURE, trm.TRMConfig, trm.TRM),
+    router_gru.ARCHITECTURE: Architecture(
+        router_gru.ARCHITECTURE, router_gru.RouterGRUConfig, router_gru.RouterGRU
+    ),
 }

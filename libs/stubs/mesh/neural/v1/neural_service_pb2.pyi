@@ -135,3 +135,33 @@ class ReloadModelResponse(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     model: Model
     def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...
+
+class RoutingStep(_message.Message):
+    __slots__ = ("features",)
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    features: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, features: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class PredictRouteRequest(_message.Message):
+    __slots__ = ("model", "steps")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    steps: _containers.RepeatedCompositeFieldContainer[RoutingStep]
+    def __init__(self, model: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[RoutingStep, _Mapping]]] = ...) -> None: ...
+
+class RouteProbability(_message.Message):
+    __slots__ = ("route", "probability")
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    route: str
+    probability: float
+    def __init__(self, route: _Optional[str] = ..., probability: _Optional[float] = ...) -> None: ...
+
+class PredictRouteResponse(_message.Message):
+    __slots__ = ("routes", "model")
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    routes: _containers.RepeatedCompositeFieldContainer[RouteProbability]
+    model: Model
+    def __init__(self, routes: _Optional[_Iterable[_Union[RouteProbability, _Mapping]]] = ..., model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...

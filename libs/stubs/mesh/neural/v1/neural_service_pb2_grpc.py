@@ -61,6 +61,11 @@ class NeuralServiceStub:
                 request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelRequest.SerializeToString,
                 response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelResponse.FromString,
                 _registered_method=True)
+        self.PredictRoute = channel.unary_unary(
+                '/mesh.neural.v1.NeuralService/PredictRoute',
+                request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteRequest.SerializeToString,
+                response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteResponse.FromString,
+                _registered_method=True)
 
 
 class NeuralServiceServicer:
@@ -127,6 +132,21 @@ class NeuralServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PredictRoute(self, request, context):
+        """Asks a meta-controller (a model of architecture "router_gru", trained by
+        `mcts-mesh train router` from the orchestrator's routing log) which agent
+        set should run next, from the sequence of routing-feature vectors of a
+        request so far. Returns a probability per agent set the model knows.
+        Errors: INVALID_ARGUMENT (naming the field) for a missing model name, no
+        steps or more than 64, a step whose value count differs from the model's
+        feature count, or a value outside [0, 1] or not finite; NOT_FOUND for an
+        unknown model; FAILED_PRECONDITION when the model is not a
+        meta-controller; UNAVAILABLE while no checkpoint is loaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NeuralServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +174,11 @@ def add_NeuralServiceServicer_to_server(servicer, server):
                     servicer.ReloadModel,
                     request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelRequest.FromString,
                     response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelResponse.SerializeToString,
+            ),
+            'PredictRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.PredictRoute,
+                    request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteRequest.FromString,
+                    response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -293,6 +318,33 @@ class NeuralService:
             '/mesh.neural.v1.NeuralService/ReloadModel',
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelRequest.SerializeToString,
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.ReloadModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PredictRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.neural.v1.NeuralService/PredictRoute',
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteRequest.SerializeToString,
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,6 +27,12 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_WIN: _ClassVar[Outcome]
     OUTCOME_DRAW: _ClassVar[Outcome]
     OUTCOME_LOSS: _ClassVar[Outcome]
+
+class RouteDecider(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROUTE_DECIDER_UNSPECIFIED: _ClassVar[RouteDecider]
+    ROUTE_DECIDER_RULES: _ClassVar[RouteDecider]
+    ROUTE_DECIDER_LEARNED: _ClassVar[RouteDecider]
 AGENT_UNSPECIFIED: Agent
 AGENT_MCTS: Agent
 AGENT_NEURAL: Agent
@@ -40,6 +46,9 @@ OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_WIN: Outcome
 OUTCOME_DRAW: Outcome
 OUTCOME_LOSS: Outcome
+ROUTE_DECIDER_UNSPECIFIED: RouteDecider
+ROUTE_DECIDER_RULES: RouteDecider
+ROUTE_DECIDER_LEARNED: RouteDecider
 
 class SolveProblemRequest(_message.Message):
     __slots__ = ("connect_four", "sudoku", "maze", "agents", "simulations", "max_iterations", "seed", "thread_id")
@@ -146,7 +155,7 @@ class StepTiming(_message.Message):
     def __init__(self, step: _Optional[str] = ..., iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
 
 class SolveProblemResponse(_message.Message):
-    __slots__ = ("connect_four", "sudoku", "maze", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id", "answered_by", "failures")
+    __slots__ = ("connect_four", "sudoku", "maze", "confidence", "votes", "agents", "search_statistics", "iterations", "consensus_reached", "timings", "thread_id", "answered_by", "failures", "route_decider", "route_confidence")
     CONNECT_FOUR_FIELD_NUMBER: _ClassVar[int]
     SUDOKU_FIELD_NUMBER: _ClassVar[int]
     MAZE_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +169,8 @@ class SolveProblemResponse(_message.Message):
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_DECIDER_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     connect_four: ConnectFourAnswer
     sudoku: SudokuAnswer
     maze: MazeAnswer
@@ -173,7 +184,9 @@ class SolveProblemResponse(_message.Message):
     thread_id: str
     answered_by: Agent
     failures: _containers.RepeatedCompositeFieldContainer[AgentFailure]
-    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., answered_by: _Optional[_Union[Agent, str]] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ...) -> None: ...
+    route_decider: RouteDecider
+    route_confidence: float
+    def __init__(self, connect_four: _Optional[_Union[ConnectFourAnswer, _Mapping]] = ..., sudoku: _Optional[_Union[SudokuAnswer, _Mapping]] = ..., maze: _Optional[_Union[MazeAnswer, _Mapping]] = ..., confidence: _Optional[float] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., search_statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., iterations: _Optional[int] = ..., consensus_reached: _Optional[bool] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., answered_by: _Optional[_Union[Agent, str]] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., route_decider: _Optional[_Union[RouteDecider, str]] = ..., route_confidence: _Optional[float] = ...) -> None: ...
 
 class StreamSolveProblemRequest(_message.Message):
     __slots__ = ("connect_four", "sudoku", "maze", "agents", "simulations", "max_iterations", "seed", "thread_id")

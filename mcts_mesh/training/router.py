@@ -1,0 +1,264 @@
+"""`mcts-mesh train router`: the Connect Four meta-controller, trained from the orchestrator's
+routing log.
+
+Data. The orchestrator appends one JSON line per request to its routing log
+(`services.orchestrator.routing_log`); a labels file (JSON lines `{"thread_id", "kept"}`) says,
+for the requests of a labelled workload, whether the returned column kept the position's
+game-theoretic outcome. Requests are joined to labels on their thread id and grouped by position:
+for every position the log holds the agent sets that were run in its first round (the route) with
+whether each kept the outcome and its latency.
+
+Objective. For each position and each agent set tried on it,
+
+    utility(set) = kept share(set) - latency_weight * mean latency(set) in seconds,
+
+so with the default weight 0.3 per second, a set is worth 100 ms more only when it keeps the
+outcome at least 3% more often (on the labelled workload, the exact checker's 130-180 ms at 10-13
+plies buy 1-3% of kept outcomes over the search or the network alone). The router sees only the
+routing features, not which positions a set fails on, so it is trained to maximise the expected
+utility of its choice, `sum_s softmax(logits)_s * utility(s)` averaged over positions (every set is
+tried on every position, so this is exact, not a sampled policy gradient), with a small entropy
+bonus that keeps near-ties uncertain: a per-position argmax target would teach it the set that
+happened to win on each position (the network alone, where its move was right) and lose the outcome
+wherever the network is wrong. Untried sets of a position get the utility of its worst tried set.
+
+Model. `RouterGRU` over the feature sequence of the first routing state (one step: the iteration
+and the plies played are what is known then), full-batch AdamW.
+Saved as a checkpoint directory (model.safetensors + config.json) that the neural service serves
+under the directory's name.
+
+Generation. `generate` runs the labelled workload: a private mesh (mcts, neural, an orchestrator
+with its routing log on), positions of the "train" split of Pons' six files, each sent once per
+agent set with `agents` naming the set, every answer judged (`router_workload.Judge`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import torch
+from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+from torch.nn import functional as F
+
+from mcts_mesh.training.router_workload import Judge, Mesh, mixed_positions, solve
+from services.neural.checkpoint import save_checkpoint
+from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
+from services.orchestrator.routing import CONNECT_FOUR_ROUTES, NUM_FEATURES, route_name
+
+ROUTES = tuple(route_name(route) for route in CONNECT_FOUR_ROUTES)
+
+
+@dataclass
+class Example:
+    """One position: its first routing state's features and, per agent set tried, the outcomes.
+
+    Attributes:
+        query: the move string.
+        features: the first routing state's features, float [10].
+        outcomes: route name -> list of (kept, latency_ms).
+    """
+
+    query: str
+    features: list[float]
+    outcomes: dict[str, list[tuple[bool, float]]]
+
+    def utility(self, route: str, latency_weight: float) -> float:
+        """Kept share minus `latency_weight` times the mean latency in seconds."""
+        rows = self.outcomes[route]
+        kept = sum(k for k, _ in rows) / len(rows)
+        seconds = sum(ms for _, ms in rows) / len(rows) / 1e3
+        return kept - latency_weight * seconds
+
+    def target(self, latency_weight: float) -> int:
+        """Index in `ROUTES` of the tried set of highest utility (ties: the earliest)."""
+        tried = [i for i, name in enumerate(ROUTES) if name in self.outcomes]
+        return max(tried, key=lambda i: (self.utility(ROUTES[i], latency_weight), -i))
+
+    def utilities(self, latency_weight: float) -> list[float]:
+        """The utility of every set of `ROUTES`; an untried set gets the worst tried one's."""
+        tried = {name: self.utility(name, latency_weight) for name in ROUTES
+                 if name in self.outcomes}
+        worst = min(tried.values())
+        return [tried.get(name, worst) for name in ROUTES]
+
+
+def read_jsonl(paths: Iterable[Path]) -> Iterable[dict[str, Any]]:
+    """The JSON objects of JSON-lines files (and their rotated `.1`, `.2`, ... siblings).
+
+    Raises:
+        ValueError: a line that is not a JSON object (names the file and line).
+    """
+    for path in paths:
+        siblings = sorted(path.parent.glob(path.name + ".*"),
+                          key=lambda p: -int(p.suffix[1:]) if p.suffix[1:].isdigit() else 0)
+        for file in [*[p for p in siblings if p.suffix[1:].isdigit()], path]:
+            if not file.is_file():
+                continue
+            for number, line in enumerate(file.read_text().splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{file}:{number}: not JSON ({error})") from error
+                if not isinstance(row, dict):
+                    raise ValueError(f"{file}:{number}: not a JSON object")
+                yield row
+
+
+def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]:
+    """The positions of the Connect Four records of `logs` that have a label in `labels`.
+
+    A record counts when its kind is "connect_four", its thread id has a label, and its first
+    route is one of `ROUTES` with ten features.
+    Raises:
+        ValueError: a malformed line.
+    """
+    kept_by_thread = {str(row["thread_id"]): bool(row["kept"]) for row in read_jsonl(labels)
+                      if "thread_id" in row and "kept" in row}
+    examples: dict[str, Example] = {}
+    for row in read_jsonl(logs):
+        if row.get("kind") != "connect_four" or row.get("thread_id") not in kept_by_thread:
+            continue
+        routes = row.get("routes") or []
+        if not routes:
+            continue
+        first = routes[0]
+        name = "+".join(first.get("agents", []))
+        features = first.get("features", [])
+        if name not in ROUTES or len(features) != NUM_FEATURES:
+            continue
+        example = examples.setdefault(row["query"], Example(row["query"], features, {}))
+        example.outcomes.setdefault(name, []).append(
+            (kept_by_thread[row["thread_id"]], float(row["latency_ms"])))
+    return list(examples.values())
+
+
+ENTROPY_BONUS = 0.001
+"""Weight of the policy's entropy in the loss. The optimum is then softmax(expected utility /
+0.001): a set 0.3% of kept outcomes (or 10 ms) better than the next gets a probability of about
+0.95; sets that are as good as each other share it, and the threshold then hands the choice to the
+rules."""
+
+
+def train(examples: Sequence[Example], latency_weight: float = 0.3, hidden: int = 16,
+          epochs: int = 300, lr: float = 0.02, seed: int = 0) -> tuple[RouterGRU, dict]:
+    """Fits a `RouterGRU` to maximise the expected utility of its choice (module docstring).
+
+    Returns:
+        The model (eval mode, CPU) and a report: examples, per-position best-set counts per
+        route, the final loss, the expected utility of the trained policy and of always running
+        every agent (the rules' first round), and how often its top choice is each route.
+    Raises:
+        ValueError: fewer than 2 examples.
+    """
+    if len(examples) < 2:
+        raise ValueError(f"{len(examples)} labelled positions; at least 2 are needed (run the "
+                         "labelled workload: --generate N)")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a few thousand weights: more threads only contend
+    try:
+        return _fit(examples, latency_weight, hidden, epochs, lr, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs: int,
+         lr: float, seed: int) -> tuple[RouterGRU, dict]:
+    torch.manual_seed(seed)
+    inputs = torch.tensor([[e.features] for e in examples], dtype=torch.float32)
+    utilities = torch.tensor([e.utilities(latency_weight) for e in examples],
+                             dtype=torch.float32)
+    targets = np.array([e.target(latency_weight) for e in examples])
+    model = RouterGRU(RouterGRUConfig(num_features=NUM_FEATURES, hidden=hidden, routes=ROUTES))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    model.train()
+    loss = torch.tensor(math.nan)
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        log_p = F.log_softmax(model(inputs), dim=-1)
+        p = log_p.exp()
+        expected = (p * utilities).sum(-1)
+        entropy = -(p * log_p).sum(-1)
+        loss = -(expected + ENTROPY_BONUS * entropy).mean()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.inference_mode():
+        chosen = model(inputs).argmax(-1)
+        policy_utility = float(utilities.gather(1, chosen[:, None]).mean())
+    counts = np.bincount(targets, minlength=len(ROUTES))
+    choices = np.bincount(chosen.numpy(), minlength=len(ROUTES))
+    return model, {"examples": len(examples), "final_loss": round(float(loss.detach()), 4),
+                   "utility_of_choice": round(policy_utility, 4),
+                   "utility_of_every_agent": round(float(utilities[:, 0].mean()), 4),
+                   "choices": {n: int(c) for n, c in zip(ROUTES, choices, strict=True)},
+                   "targets": {n: int(c) for n, c in zip(ROUTES, counts, strict=True)}}
+
+
+def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
+             judge_cache: Path | None) -> dict:
+    """Runs the labelled workload (see the module docstring) and appends to `log_path` (through
+    the orchestrator's routing log) and `labels_path`.
+
+    Returns:
+        counts: positions, requests, failed requests, wall seconds.
+    """
+    positions = mixed_positions("train", per_file, seed)
+    judge = Judge(judge_cache)
+    env = {"ORCHESTRATOR_ROUTING_LOG_PATH": str(log_path.resolve())}
+    started = time.perf_counter()
+    failed = 0
+    labels_path.parent.mkdir(parents=True, exist_ok=True)
+    with Mesh({"rules": env}) as mesh, grpc.insecure_channel(mesh.targets["rules"]) as channel, \
+            labels_path.open("a") as labels:
+        stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+        solve(stub, "4444443")  # warm-up: connections, compiled kernels
+        for index, position in enumerate(positions):
+            for route in CONNECT_FOUR_ROUTES:
+                thread_id = f"router-{seed}-{index}-{route_name(route).replace('+', '_')}"
+                answer = solve(stub, position.moves, [str(a) for a in route], thread_id)
+                if answer.error:
+                    failed += 1
+                    continue
+                kept = judge.kept(position, answer.column)
+                labels.write(json.dumps({"thread_id": thread_id, "kept": kept,
+                                         "moves": position.moves, "score": position.score,
+                                         "column": answer.column}) + "\n")
+                labels.flush()
+    return {"positions": len(positions), "requests": len(positions) * len(CONNECT_FOUR_ROUTES),
+            "failed": failed, "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def train_router(output: Path, logs: Sequence[Path], labels: Sequence[Path],
+                 latency_weight: float = 0.3, hidden: int = 16, epochs: int = 300,
+                 seed: int = 0) -> dict:
+    """Trains from `logs` + `labels` and writes the checkpoint directory `output`.
+
+    Returns:
+        The training report (written into config.json's metadata too), with the version.
+    """
+    started = time.perf_counter()
+    examples = load_examples(logs, labels)
+    model, report = train(examples, latency_weight, hidden, epochs, seed=seed)
+    report.update({
+        "latency_weight_per_s": latency_weight, "epochs": epochs, "seed": seed,
+        "routes": list(ROUTES), "logs": [str(p) for p in logs],
+        "labels": [str(p) for p in labels],
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
+        "wall_s": round(time.perf_counter() - started, 2),
+        "split": "Pons public halves, train split (SHA-256(moves)[0] even)",
+    })
+    report["version"] = save_checkpoint(output, model, ARCHITECTURE, report)
+    return report

@@ -1,0 +1,78 @@
+"""The client of the neural service's meta-controller (`NeuralService.PredictRoute`).
+
+A prediction that cannot be had (the neural service down or slow, no such model, a model that is
+not a meta-controller, an answer naming agents this mesh does not have) is logged and returned as
+None: the rules then decide, and the request never fails because of the router.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+import numpy as np
+from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
+
+from services.orchestrator.routing import RoutePrediction, parse_route
+
+log = logging.getLogger(__name__)
+
+WARN_EVERY_S = 30.0
+"""A failing meta-controller is warned about at most this often (then at debug level)."""
+
+
+class RoutePredictor:
+    """Asks the neural service which agent set to run.
+
+    Args:
+        stub: a NeuralService stub.
+        model: the meta-controller's model name ("router-connect4").
+        deadline_s: deadline of one call in seconds.
+    """
+
+    def __init__(self, stub: neural_service_pb2_grpc.NeuralServiceStub, model: str,
+                 deadline_s: float) -> None:
+        self._stub = stub
+        self._model = model
+        self._deadline_s = deadline_s
+        self._warned_at = -WARN_EVERY_S
+
+    async def predict(self, steps: list[np.ndarray],
+                      remaining_s: float | None = None) -> RoutePrediction | None:
+        """The meta-controller's distribution over agent sets for the routing states `steps`
+        (float32 [10] each, oldest first), or None when it cannot be had (logged).
+
+        Args:
+            steps: the routing-feature vectors so far.
+            remaining_s: seconds left of the request; shortens the call's deadline.
+        """
+        timeout = self._deadline_s if remaining_s is None else min(self._deadline_s, remaining_s)
+        if timeout <= 0:
+            return None
+        request = neural_service_pb2.PredictRouteRequest(
+            model=self._model,
+            steps=[neural_service_pb2.RoutingStep(features=step.tolist()) for step in steps])
+        try:
+            response = await self._stub.PredictRoute(request, timeout=timeout)
+            routes = tuple(parse_route(entry.route) for entry in response.routes)
+        except grpc.aio.AioRpcError as error:
+            self._warn("PredictRoute on %s failed: %s: %s", self._model, error.code().name,
+                       error.details())
+            return None
+        except ValueError as error:
+            self._warn("meta-controller %s names an agent set this mesh does not know: %s",
+                       self._model, error)
+            return None
+        if len(routes) < 2:
+            self._warn("meta-controller %s answered %d agent sets", self._model, len(routes))
+            return None
+        return RoutePrediction(routes, tuple(entry.probability for entry in response.routes),
+                               f"{response.model.name}@{response.model.version}")
+
+    def _warn(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        level = logging.WARNING if now - self._warned_at >= WARN_EVERY_S else logging.DEBUG
+        if level == logging.WARNING:
+            self._warned_at = now
+        log.log(level, message + "; the rules decide", *args)

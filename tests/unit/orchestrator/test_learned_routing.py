@@ -1,0 +1,230 @@
+"""The learned router: followed above its threshold in the first round, rules otherwise, and the
+response says which decided; the routing log is written and bounded; a failing meta-controller
+leaves the rules in charge."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import grpc
+import numpy as np
+import pytest
+from mesh.common.v1 import common_pb2
+from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+from services.orchestrator import routing_log as routing_log_module
+from services.orchestrator.consensus import Proposal, Round
+from services.orchestrator.route_predictor import RoutePredictor
+from services.orchestrator.routing import (
+    CONNECT_FOUR_ROUTES,
+    AgentName,
+    Decider,
+    LearnedRouter,
+    Role,
+    RoutePrediction,
+    RoutingState,
+    RuleRouter,
+    parse_route,
+    route_name,
+    routing_features,
+)
+from services.orchestrator.routing_log import RoutingLog
+from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.settings import OrchestratorSettings
+
+ALL = (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL)
+
+
+def first_round(plies: int = 10) -> np.ndarray:
+    return routing_features(RoutingState({}, None, 0.0, (), 1, 3, plies / 42, False))
+
+
+def prediction(best: int, p: float) -> RoutePrediction:
+    rest = (1.0 - p) / (len(CONNECT_FOUR_ROUTES) - 1)
+    return RoutePrediction(CONNECT_FOUR_ROUTES,
+                           tuple(p if i == best else rest for i in range(len(CONNECT_FOUR_ROUTES))),
+                           "router-connect4@abc")
+
+
+def test_route_names_round_trip():
+    for route in CONNECT_FOUR_ROUTES:
+        assert parse_route(route_name(route)) == route
+    assert route_name(CONNECT_FOUR_ROUTES[1]) == "checker+neural"
+    with pytest.raises(ValueError):
+        parse_route("checker+oracle")
+
+
+def test_learned_route_is_followed_above_the_threshold():
+    router = LearnedRouter(prediction(3, 0.9), 0.6, RuleRouter())
+    decision = router.route(first_round(), ALL)
+    assert decision.agents == (AgentName.NEURAL,)
+    assert decision.decided_by is Decider.LEARNED
+    assert decision.confidence == pytest.approx(0.9)
+
+
+def test_below_the_threshold_the_rules_decide_and_say_so():
+    router = LearnedRouter(prediction(3, 0.55), 0.6, RuleRouter())
+    decision = router.route(first_round(), ALL)
+    assert decision.agents == ALL  # the rules: every agent in the first round
+    assert decision.decided_by is Decider.RULES
+    assert decision.confidence == pytest.approx(0.55)
+    assert "threshold" in decision.reason
+
+
+def test_no_prediction_and_later_rounds_are_the_rules():
+    assert LearnedRouter(None, 0.6, RuleRouter()).route(first_round(), ALL).decided_by \
+        is Decider.RULES
+    later = routing_features(RoutingState({AgentName.MCTS: 0.4, AgentName.NEURAL: 0.6}, 0.1, 0.5,
+                                          (AgentName.MCTS, AgentName.NEURAL), 2, 3, 0.2, False))
+    decision = LearnedRouter(prediction(3, 0.99), 0.6, RuleRouter()).route(later,
+                                                                           [AgentName.MCTS])
+    assert decision.decided_by is Decider.RULES
+    assert decision.agents == (AgentName.MCTS,)
+
+
+def test_a_learned_route_outside_the_requested_agents_falls_back():
+    router = LearnedRouter(prediction(1, 0.95), 0.6, RuleRouter())  # checker+neural
+    decision = router.route(first_round(), [AgentName.MCTS])
+    assert decision.agents == (AgentName.MCTS,)
+    assert decision.decided_by is Decider.RULES
+
+
+class Fixed:
+    def __init__(self, name: AgentName, answer: str) -> None:
+        self.name = name
+        self.role = Role.PROPOSER
+        self.repeatable = False
+        self.answer = answer
+        self.calls = 0
+
+    async def propose(self, round_: Round) -> Proposal:
+        self.calls += 1
+        return Proposal(self.answer, 0.7, "fixed", value=0.0)
+
+
+class FakePredictor:
+    def __init__(self, result: RoutePrediction | None) -> None:
+        self.result = result
+        self.steps = None
+
+    async def predict(self, steps, remaining_s=None):
+        self.steps = steps
+        return self.result
+
+
+class Context:
+    def time_remaining(self) -> float:
+        return 30.0
+
+
+def servicer(threshold: float, predictor, log: RoutingLog | None = None):
+    agents = {name: Fixed(name, "4") for name in ALL}
+    settings = OrchestratorSettings(router_threshold=threshold)
+    front = OrchestratorServicer(settings, list(agents.values()), [], None,
+                                 route_predictor=predictor, routing_log=log)
+    return front, agents
+
+
+REQUEST = pb.SolveProblemRequest(connect_four=common_pb2.ConnectFourPosition(moves="4453"),
+                                 thread_id="t-1")
+
+
+async def test_the_servicer_follows_the_meta_controller_above_the_threshold():
+    predictor = FakePredictor(prediction(3, 0.9))  # the network alone
+    front, agents = servicer(0.6, predictor)
+    response = await front.SolveProblem(REQUEST, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_LEARNED
+    assert response.route_confidence == pytest.approx(0.9)
+    assert [agent.calls for agent in agents.values()] == [0, 0, 1]
+    assert response.agents == [pb.AGENT_NEURAL]
+    # The first round's features: iteration 1 of 3, 4 plies of 42, nothing voted yet.
+    assert predictor.steps[0][7] == pytest.approx(1 / 3)
+    assert predictor.steps[0][8] == pytest.approx(4 / 42)
+
+
+async def test_the_servicer_falls_back_to_the_rules_below_the_threshold():
+    front, agents = servicer(0.95, FakePredictor(prediction(3, 0.9)))
+    response = await front.SolveProblem(REQUEST, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_RULES
+    assert response.route_confidence == pytest.approx(0.9)
+    assert [agent.calls for agent in agents.values()] == [1, 1, 1]
+
+
+async def test_without_a_router_model_the_rules_decide():
+    front, agents = servicer(0.6, None)
+    response = await front.SolveProblem(REQUEST, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_RULES
+    assert response.route_confidence == 0.0
+
+
+async def test_every_request_is_logged_with_its_routes_and_outcome(tmp_path):
+    log = RoutingLog(tmp_path / "routing.jsonl", max_bytes=1 << 20, backups=1)
+    front, _ = servicer(0.6, FakePredictor(prediction(1, 0.8)), log)
+    await front.SolveProblem(REQUEST, Context())
+    log.close()
+    [line] = (tmp_path / "routing.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["kind"] == "connect_four" and record["query"] == "4453"
+    assert record["thread_id"] == "t-1"
+    assert record["routes"][0]["agents"] == ["checker", "neural"]
+    assert record["routes"][0]["decided_by"] == "learned"
+    assert len(record["routes"][0]["features"]) == 10
+    assert {vote["agent"] for vote in record["votes"]} == {"checker", "neural"}
+    assert record["answer"] == "4" and record["latency_ms"] > 0
+
+
+def test_the_routing_log_is_bounded_and_rotated(tmp_path):
+    path = tmp_path / "routing.jsonl"
+    log = RoutingLog(path, max_bytes=2048, backups=2)
+    for index in range(200):
+        log.write({"index": index, "padding": "x" * 100})
+    log.close()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["routing.jsonl", "routing.jsonl.1", "routing.jsonl.2"]
+    assert all(f.stat().st_size <= 2048 for f in files)
+    last = json.loads(path.read_text().splitlines()[-1])
+    assert last["index"] == 199  # the newest line is in the current file
+
+
+def test_a_full_queue_drops_lines_instead_of_blocking(tmp_path, monkeypatch):
+    monkeypatch.setattr(routing_log_module, "QUEUE_SIZE", 3)
+    log = RoutingLog(tmp_path / "routing.jsonl", max_bytes=1 << 20, backups=1)
+    log._listener.stop()  # nothing drains the queue now
+    started = time.perf_counter()
+    for index in range(5):
+        log.write({"index": index})
+    assert time.perf_counter() - started < 1.0
+    assert log.dropped == 2
+    log._listener.start()
+    log.close()
+    assert len((tmp_path / "routing.jsonl").read_text().splitlines()) == 3
+
+
+def test_the_routing_log_refuses_a_bound_too_small(tmp_path):
+    with pytest.raises(ValueError, match="max_bytes"):
+        RoutingLog(tmp_path / "r.jsonl", max_bytes=10, backups=1)
+
+
+class FailingStub:
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    async def PredictRoute(self, request, timeout):
+        raise grpc.aio.AioRpcError(self.code, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   "the checkpoint is corrupt")
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND,
+                                  grpc.StatusCode.FAILED_PRECONDITION])
+async def test_a_failing_meta_controller_gives_no_prediction(code):
+    predictor = RoutePredictor(FailingStub(code), "router-connect4", 0.2)
+    assert await predictor.predict([first_round()]) is None
+
+
+async def test_the_servicer_stays_on_the_rules_when_the_meta_controller_fails():
+    predictor = RoutePredictor(FailingStub(grpc.StatusCode.UNAVAILABLE), "router-connect4", 0.2)
+    front, agents = servicer(0.6, predictor)
+    response = await front.SolveProblem(REQUEST, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_RULES
+    assert [agent.calls for agent in agents.values()] == [1, 1, 1]
