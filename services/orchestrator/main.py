@@ -6,6 +6,7 @@ servicer, and the REST front in the same process.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
