@@ -10,7 +10,8 @@ iteration (exactly k drafts, the majority answer); the search is AnswerQuery wit
 need none). A question counts as right when the extracted final answer equals GSM8K's "#### n".
 
 Providers come from the gateway's own settings (LLM_OPENAI_API_KEY, LLM_ANTHROPIC_API_KEY,
-LLM_LOCAL_BASE_URL, LLM_PRICES for the cost); the offline provider is left out. With no provider
+LLM_LOCAL_BASE_URL, LLM_PRICES for the cost); the offline provider is left out, so a provider's
+failure counts as a failed question rather than an extractive answer. With no provider
 configured the bench says so and exits 0.
 
     .venv/bin/python bench/gsm8k.py [--questions 200] [--samples 5] [--simulations 20]
@@ -107,7 +108,7 @@ async def no_passages(problem, timeout_s: float) -> tuple:
 
 
 async def run(args, providers: list[str]) -> list[dict]:
-    llm_settings = LlmGatewaySettings(port=0, fallback_order=providers)
+    llm_settings = LlmGatewaySettings(port=0, fallback_order=providers, offline_enabled=False)
     servicers, ready = await build_llm(llm_settings)
     gateway = await start_server("llm_gateway", llm_settings, servicers, ready)
     mcts_settings = MctsSettings(port=0, neural_target="127.0.0.1:1")

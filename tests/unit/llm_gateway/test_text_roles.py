@@ -57,10 +57,11 @@ async def mesh(wire):
     function making the servicer and its retrieval."""
     running = []
 
-    async def start(fallback_order=("local",), **orchestrator) -> tuple[OrchestratorServicer,
-                                                                         Retrieval]:
+    async def start(fallback_order=("local",), offline_enabled=True,
+                    **orchestrator) -> tuple[OrchestratorServicer, Retrieval]:
         settings = LlmGatewaySettings(port=0, local_base_url=f"{wire.url}/v1", max_retries=0,
-                                      prices=PRICES, fallback_order=list(fallback_order))
+                                      prices=PRICES, fallback_order=list(fallback_order),
+                                      offline_enabled=offline_enabled)
         servicers, ready = await build_servicers(settings)
         server = await start_server("llm_gateway", settings, servicers, ready)
         mcts_settings = MctsSettings(port=0, neural_target="127.0.0.1:1")
@@ -124,6 +125,28 @@ async def test_decompose_answers_sub_questions_in_order_then_composes(mesh, wire
     assert response.confidence == pytest.approx(0.5)  # the question's passages' grounding
     assert list(response.agents) == [pb.AGENT_RETRIEVAL, pb.AGENT_LLM]
     assert [s.source for s in response.sources] == ["a.txt"] and not response.passages_only
+
+
+async def test_the_token_budget_stops_decompose_before_composing(mesh, wire):
+    servicer, _ = await mesh()
+    wire.script[:] = [Reply(text="Q: How many apples are in the bags?\nQ: And then?"),
+                      Reply(text="12 apples.")]
+    response = await ask(servicer, role=pb.TEXT_ROLE_DECOMPOSE, max_tokens=100)
+    # The list (49 tokens) and the first sub-answer (98): the second would need 49 more.
+    assert wire.count("/v1/chat/completions") == 2 and response.total_tokens == 98
+    assert response.answer == "12 apples." and len(response.sub_questions) == 1
+    assert response.stop_reason == ("token budget: 98 of 100 used, another call would need "
+                                    "about 49; stopped before composing the answer")
+
+
+async def test_a_failing_gateway_answers_the_passages_alone_with_the_failure(mesh, wire):
+    servicer, _ = await mesh(offline_enabled=False)
+    wire.script[:] = [Reply(text="A draft."), Reply(status=500)]
+    response = await ask(servicer, role=pb.TEXT_ROLE_REFINE)
+    assert response.passages_only and response.answer == "" and response.confidence == 0.0
+    assert [(f.agent, f.code) for f in response.failures] == [(pb.AGENT_LLM, "UNAVAILABLE")]
+    assert response.total_tokens == CALL_TOKENS  # the draft before the failure is counted
+    assert [s.document_id for s in response.sources] == ["d1"]
 
 
 async def test_refine_stops_when_the_critique_finds_nothing(mesh, wire):
