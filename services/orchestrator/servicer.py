@@ -71,7 +71,7 @@ from services.orchestrator.text_query import (
 )
 from services.orchestrator.text_reasoning import RoleServices, answer_with_role
 from services.orchestrator.text_roles import Ledger, RoleOptions
-from services.orchestrator.tracing import observe_result
+from services.orchestrator.tracing import observe_result, observe_role
 
 log = logging.getLogger(__name__)
 
@@ -278,12 +278,14 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             result, ledger, provider = await answer_with_role(
                 problem, passages, options, self._roles, deadline, ledger)
         except (Unavailable, DeadlineExceeded) as error:
+            observe_role(str(options.role), ledger)
             if error.failed_service not in ("llm", "mcts"):
                 raise
             timings.append(pb.StepTiming(step=str(options.role), iteration=1,
                                          elapsed_ms=(time.perf_counter() - retrieved) * 1e3))
             return failed_role_response(options.role, error, ledger, passages, thread_id,
                                         timings)
+        observe_role(str(options.role), ledger)
         elapsed_ms = (time.perf_counter() - retrieved) * 1e3
         timings.append(pb.StepTiming(step=str(options.role), iteration=1, elapsed_ms=elapsed_ms))
         return role_response(result, ledger, provider, passages, thread_id, timings, elapsed_ms)

@@ -13,6 +13,7 @@ from llm_wire import Reply
 from mesh.llm.v1 import llm_service_pb2_grpc
 from mesh.mcts.v1 import mcts_service_pb2_grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+from prometheus_client import REGISTRY
 
 from libs.errors import FailedPrecondition, InvalidArgument
 from libs.server import start_server
@@ -92,6 +93,11 @@ async def ask(servicer, **fields) -> pb.AnswerQueryResponse:
                                       FakeContext())
 
 
+def calls_counted(role: str, purpose: str) -> float:
+    return REGISTRY.get_sample_value("mesh_orchestrator_text_role_calls_total",
+                                     {"role": role, "purpose": purpose}) or 0.0
+
+
 def user_messages(wire) -> list[str]:
     return [body["messages"][-1]["content"] for _, body in wire.requests]
 
@@ -105,8 +111,10 @@ async def test_decompose_answers_sub_questions_in_order_then_composes(mesh, wire
         Reply(text="12 + 5 = 17 apples."),
         Reply(text="She has 17 apples.\nAnswer: 17"),
     ]
+    before = calls_counted("decompose", "sub-answer")
     response = await ask(servicer, role=pb.TEXT_ROLE_DECOMPOSE)
     assert response.role == pb.TEXT_ROLE_DECOMPOSE
+    assert calls_counted("decompose", "sub-answer") - before == 2
     assert [(s.question, s.answer, list(s.document_ids)) for s in response.sub_questions] == [
         ("How many apples are in the bags?", "3 bags of 4 apples are 12 apples.", ["d2"]),
         ("How many apples does she have after finding 5?", "12 + 5 = 17 apples.", ["d3"]),
