@@ -25,6 +25,7 @@ from services.orchestrator import prompts
 from services.orchestrator.arithmetic import NotArithmetic, check_step, evaluate
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.step_search import StepNode, StepTree
 from services.orchestrator.text_query import Passage
 from services.orchestrator.text_reasoning import RoleServices
 
@@ -315,3 +316,33 @@ def test_the_parsers_read_the_templates_replies():
     assert prompts.parse_scores("1: 7\n2) 12\n4: 3", 3) == [0.7, 1.0, None]
     assert prompts.finds_nothing("NO ISSUES.") and prompts.finds_nothing("no issues")
     assert not prompts.finds_nothing("Two issues: no issues with units, but the sum is wrong")
+
+
+class ScriptedModel:
+    """A `LanguageModel` stand-in answering from a list, recording the purposes asked."""
+
+    def __init__(self, *replies: str) -> None:
+        self.replies = list(replies)
+        self.purposes: list[str] = []
+
+    async def ask(self, purpose: str, prompt: str, passages=(), temperature: float = 0.0) -> str:
+        self.purposes.append(purpose)
+        return self.replies.pop(0)
+
+
+async def test_the_tree_answers_leaves_as_documented():
+    tree = StepTree(branching=3, max_steps=2)
+    model = ScriptedModel("Step: 2 * 3 = 6\nStep: 2 * 3 = 7\nStep: The answer is 6.", "1: 5\n3: 10")
+    root = await tree.answer(model, "q", (), ())
+    # Scores 0.5, unscored (0), 1.0; the false equation is 0 whatever its score; priors add 0.01.
+    assert list(root.priors) == pytest.approx([0.51, 0.01, 1.01]) and root.value == 0.0
+    assert not root.terminal and model.purposes == ["propose", "evaluate"]
+    final = await tree.answer(model, "q", (), (2,))  # states the answer: terminal, 2v - 1
+    assert final.terminal and final.value == pytest.approx(1.0)
+    dead_end = ScriptedModel("")
+    assert (await tree.answer(dead_end, "q", (), (0,))).value == -1.0  # nothing proposed
+    tree.nodes[(0, 0)] = StepNode((0, 0), "6 + 1 = 7", 0.9)
+    deep = await tree.answer(model, "q", (), (0, 0))  # max_steps without an answer
+    assert deep.terminal and deep.value == -1.0
+    trajectory, complete = tree.best()
+    assert [n.text for n in trajectory] == ["The answer is 6."] and complete
