@@ -252,7 +252,9 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                         deadline=self._deadline(context))
         result = await loop.run(problem, budget)
         observe_result("text_query", result)
-        return query_response(result, request.thread_id, sampling)
+        response = query_response(result, request.thread_id, sampling)
+        response.role = pb.TEXT_ROLE_DRAFT
+        return response
 
     async def _answer_with_role(self, problem: TextProblem, options: RoleOptions,
                                 thread_id: str, deadline: float) -> pb.AnswerQueryResponse:
