@@ -324,9 +324,12 @@ def cmd_query(args) -> int:
         fusion=common_pb2.FusionMethod.Value(f"FUSION_METHOD_{args.fusion.upper()}"))
     if args.top_k is not None:
         request.top_k = args.top_k
-    for field in ("sample_count", "temperature", "max_tokens", "max_cost_usd"):
+    for field in ("sample_count", "temperature", "max_tokens", "max_cost_usd",
+                  "mcts_iterations", "step_branching", "max_steps", "max_refinements"):
         if getattr(args, field) is not None:
             setattr(request, field, getattr(args, field))
+    if args.role:
+        request.role = pb.TextRole.Value(f"TEXT_ROLE_{args.role.upper()}")
     try:
         response = stub.AnswerQuery(request, timeout=args.deadline)
     except grpc.RpcError as error:
@@ -351,9 +354,29 @@ def cmd_query(args) -> int:
         cost = f"${response.cost_usd:.6f}" if response.cost_known else "cost unknown (no price)"
         print(f"  {len(response.drafts)} drafts, {response.total_tokens} tokens, {cost}; "
               f"stopped: {response.stop_reason}")
+    _print_role(response)
     for i, source in enumerate(response.sources, 1):
         print(f"  [{i}] {source.document_id} {source.title[:70]!r} score {source.score:.3f}")
     return 0
+
+
+def _print_role(response) -> None:
+    """What a role did (sub-questions, refinements, the search's trajectory) and its spend."""
+    for sub in response.sub_questions:
+        print(f"  sub-question: {sub.question}\n    -> {sub.answer}")
+    for number, refinement in enumerate(response.refinements, 1):
+        print(f"  round {number} critique: {refinement.critique[:200]}")
+    if response.HasField("step_search"):
+        search = response.step_search
+        for step in search.trajectory:
+            print(f"  step (value {step.value:.2f}{', checked' if step.checked else ''}): "
+                  f"{step.text}")
+        print(f"  search: {search.leaves_evaluated} leaves evaluated, {search.steps_proposed} "
+              f"steps proposed, depth {search.max_depth}, tree "
+              f"{search.statistics.tree_size} nodes, complete: {search.complete}")
+    if response.role and not response.drafts:
+        cost = f"${response.cost_usd:.6f}" if response.cost_known else "cost unknown (no price)"
+        print(f"  {response.total_tokens} tokens, {cost}; stopped: {response.stop_reason}")
 
 
 def _write_port_file(path: str, content: dict) -> None:
@@ -762,6 +785,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="token budget of the request (prompt + completion)")
     query.add_argument("--max-cost-usd", type=float, default=None,
                        help="cost budget in US dollars (needs LLM_PRICES for the model)")
+    query.add_argument("--role", choices=["draft", "decompose", "refine"], default=None,
+                       help="how the language model answers (default: drafts with "
+                            "self-consistency)")
+    query.add_argument("--mcts-iterations", type=int, default=None,
+                       help="search over reasoning steps with this many simulations")
+    query.add_argument("--step-branching", type=int, default=None,
+                       help="search: next steps proposed per leaf (default: the setting, 3)")
+    query.add_argument("--max-steps", type=int, default=None,
+                       help="search: steps per trajectory at most (default: the setting, 6)")
+    query.add_argument("--max-refinements", type=int, default=None,
+                       help="refine: critique-and-revise rounds at most (default: the setting, 3)")
     query.add_argument("--mode", choices=["hybrid", "dense", "sparse"], default="hybrid",
                        help="retrieval ranking (default %(default)s)")
     query.add_argument("--fusion", choices=["dbsf", "rrf"], default="dbsf",

@@ -7,6 +7,7 @@ servicer, and the REST front in the same process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ from services.orchestrator.agents.mcts import MctsAgent
 from services.orchestrator.agents.neural import NeuralAgent
 from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningModels
-from services.orchestrator.agents.retrieval import RetrievalAgent
+from services.orchestrator.agents.retrieval import RetrievalAgent, search_passages
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
@@ -36,6 +37,7 @@ from services.orchestrator.routing import AgentName
 from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.text_reasoning import RoleServices
 
 NAME = "orchestrator"
 SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"].full_name
@@ -132,9 +134,15 @@ async def build_servicers(
     route_predictor = (RoutePredictor(neural, settings.router_model,
                                       settings.router_deadline_ms / 1e3)
                        if settings.router_model else None)
+    roles = RoleServices(
+        llm=llm_service_pb2_grpc.LlmServiceStub(wiring.channels["llm"]),
+        retrieve=functools.partial(search_passages, retrieval),
+        mcts=mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
+        llm_deadline_s=settings.llm_deadline_s,
+        retrieval_deadline_s=settings.retrieval_deadline_s)
     servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval,
                                     puzzle_agents=puzzle_agents, route_predictor=route_predictor,
-                                    routing_log=wiring.routing_log)
+                                    routing_log=wiring.routing_log, roles=roles)
 
     async def ready() -> None:
         nodes = await warm_up_solvers(WARM_UP_MOVES, 10_000)

@@ -23,3 +23,13 @@ RATE_LIMIT_REJECTIONS = Counter(
     "per-second, -minute or -hour limit) or \"admission\" (ORCHESTRATOR_MAX_IN_FLIGHT calls "
     "already running).",
     ["reason"])
+TEXT_ROLE_CALLS = Counter(
+    "mesh_orchestrator_text_role_calls_total",
+    "Language-model calls of the text roles and the search over reasoning steps, by role "
+    "(decompose, refine, search) and purpose (decompose, sub-answer, compose, draft, critique, "
+    "revise, propose, evaluate).",
+    ["role", "purpose"])
+TEXT_ROLE_TOKENS = Counter(
+    "mesh_orchestrator_text_role_tokens_total",
+    "Prompt plus completion tokens of those calls as the providers reported them, by role.",
+    ["role"])

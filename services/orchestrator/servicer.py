@@ -29,7 +29,7 @@ from libs.errors import (
     FailedPrecondition,
     InvalidArgument,
     MeshError,
-    Unimplemented,
+    Unavailable,
     propagate,
 )
 from libs.telemetry import set_work_attributes
@@ -50,6 +50,7 @@ from services.orchestrator.events import (
     TallyUpdated,
 )
 from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
+from services.orchestrator.roles_grpc import failed_role_response, role_options, role_response
 from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import (
     AgentName,
@@ -74,7 +75,9 @@ from services.orchestrator.text_query import (
     synthesize_passages,
     synthesize_text,
 )
-from services.orchestrator.tracing import observe_result
+from services.orchestrator.text_reasoning import RoleServices, answer_with_role
+from services.orchestrator.text_roles import Ledger, RoleOptions
+from services.orchestrator.tracing import observe_result, observe_role
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +137,8 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             (`LearnedRouter`); None: the rules alone.
         routing_log: where every request's routing decisions and outcome are appended; None
             logs nothing.
+        roles: what the text roles (decompose, refine, the search over steps) call; requests
+            that ask for one are FAILED_PRECONDITION when None.
     """
 
     def __init__(self, settings: OrchestratorSettings, game_agents: Sequence[Agent],
@@ -142,10 +147,12 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                  router: Router | None = None, puzzle_agents: Sequence[Agent] = (),
                  puzzle_router: Router | None = None,
                  route_predictor: RoutePredictor | None = None,
-                 routing_log: RoutingLog | None = None) -> None:
+                 routing_log: RoutingLog | None = None,
+                 roles: RoleServices | None = None) -> None:
         self._settings = settings
         self._route_predictor = route_predictor
         self._routing_log = routing_log
+        self._roles = roles
         self._game_agents = {agent.name: agent for agent in game_agents}
         self._text_agents = list(text_agents)
         self._retrieval = retrieval
@@ -256,9 +263,11 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         `passages_only`, with the failure in `failures`.
 
         Raises:
-            InvalidArgument: "query", "collection", "top_k", "mcts_iterations" or "thread_id" is
-                bad.
-            Unimplemented: a valid `mcts_iterations` (search over reasoning steps is not built).
+            InvalidArgument: "query", "collection", "top_k", "mcts_iterations", "thread_id",
+                the sampling fields, "role", "step_branching", "max_steps" or "max_refinements"
+                is bad.
+            FailedPrecondition: a role or the search (mcts_iterations) is asked for and only the
+                offline provider answers (a language model is needed), or no role is configured.
             NotFound: the collection does not exist.
             Unavailable: retrieval is down, or the gateway is and no passage matched.
             DeadlineExceeded: the deadline passed first.
@@ -266,6 +275,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         set_work_attributes({"mesh.problem.kind": "text_query"})
         problem = self._validate_query(request)
         options = sampling_options(request, self._settings)
+        chosen_role = role_options(request, self._settings, options)
+        if chosen_role is not None:
+            return await self._answer_with_role(problem, chosen_role, request.thread_id,
+                                                self._deadline(context))
         sampling = Sampling(options) if options.sample_count > 1 else None
         agents = [agent.for_request(sampling)
                   if sampling is not None and hasattr(agent, "for_request") else agent
@@ -279,7 +292,45 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         result = await loop.run(problem, budget)
         observe_result("text_query", result)
         self._log_routes("text", problem.query, request.thread_id, result, started)
-        return query_response(result, request.thread_id, sampling)
+        response = query_response(result, request.thread_id, sampling)
+        response.role = pb.TEXT_ROLE_DRAFT
+        return response
+
+    async def _answer_with_role(self, problem: TextProblem, options: RoleOptions,
+                                thread_id: str, deadline: float) -> pb.AnswerQueryResponse:
+        """Retrieves the problem's passages, then runs the role (`answer_with_role`). A failed
+        gateway or mcts service answers the passages alone (`passages_only`), as drafts do.
+
+        Raises:
+            FailedPrecondition: no role is configured here, or only the offline provider answers.
+            NotFound, Unavailable, DeadlineExceeded: retrieval failed, or time ran out.
+        """
+        if self._roles is None:
+            raise FailedPrecondition(f"the {options.role} role is not configured here")
+        started = time.perf_counter()
+        timeout = min(self._roles.retrieval_deadline_s, deadline - time.monotonic())
+        if timeout <= 0:
+            raise DeadlineExceeded("retrieval: no time left for a search")
+        passages = await self._roles.retrieve(problem, timeout)
+        retrieved = time.perf_counter()
+        timings = [pb.StepTiming(step="retrieve", iteration=1,
+                                 elapsed_ms=(retrieved - started) * 1e3)]
+        ledger = Ledger(options.max_tokens, options.max_cost_usd)
+        try:
+            result, ledger, provider = await answer_with_role(
+                problem, passages, options, self._roles, deadline, ledger)
+        except (Unavailable, DeadlineExceeded) as error:
+            observe_role(str(options.role), ledger)
+            if error.failed_service not in ("llm", "mcts"):
+                raise
+            timings.append(pb.StepTiming(step=str(options.role), iteration=1,
+                                         elapsed_ms=(time.perf_counter() - retrieved) * 1e3))
+            return failed_role_response(options.role, error, ledger, passages, thread_id,
+                                        timings)
+        observe_role(str(options.role), ledger)
+        elapsed_ms = (time.perf_counter() - retrieved) * 1e3
+        timings.append(pb.StepTiming(step=str(options.role), iteration=1, elapsed_ms=elapsed_ms))
+        return role_response(result, ledger, provider, passages, thread_id, timings, elapsed_ms)
 
     async def IngestDocuments(self, request: pb.IngestDocumentsRequest,
                               context: grpc.aio.ServicerContext) -> pb.IngestDocumentsResponse:
@@ -454,8 +505,6 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             if not 1 <= request.mcts_iterations <= MAX_MCTS_ITERATIONS:
                 raise InvalidArgument("mcts_iterations", f"is {request.mcts_iterations}; must be "
                                                          f"in 1..{MAX_MCTS_ITERATIONS:,}")
-            raise Unimplemented("search over reasoning steps is not built yet; leave "
-                                "mcts_iterations unset")
         if request.search_mode not in common_pb2.SearchMode.values():
             raise InvalidArgument("search_mode", f"is {request.search_mode}; not a SearchMode")
         if request.fusion not in common_pb2.FusionMethod.values():

@@ -57,6 +57,17 @@ class OrchestratorSettings(ServiceSettings):
     """Sampling temperature of the drafts when a request leaves `temperature` unset, 0..2."""
     text_agreement: float = 0.6
     """Vote share of the winning answer that ends sampling, in (0, 1]."""
+    text_refine_max_rounds: int = 3
+    """Critique-and-revise rounds of the refine role at most (1..10) when a request leaves
+    `max_refinements` unset."""
+    text_decompose_max_parts: int = 4
+    """Sub-questions the decompose role answers at most (1..10)."""
+    text_step_branching: int = 3
+    """Search over steps: next steps proposed per leaf (1..8) when a request leaves
+    `step_branching` unset."""
+    text_max_steps: int = 6
+    """Search over steps: steps per trajectory at most (1..20) when a request leaves `max_steps`
+    unset."""
     checker_max_nodes: int = 2_000_000
     """Node budget of the exact checker's solver per request (negamax nodes), at most."""
     checker_time_budget_ms: float = 500.0
@@ -169,6 +180,10 @@ class OrchestratorSettings(ServiceSettings):
                 or not 0 < self.text_agreement <= 1:
             raise ValueError("need text_sample_count in 1..20, text_temperature in 0..2 and "
                              "text_agreement in (0, 1]")
+        if not (1 <= self.text_refine_max_rounds <= 10 and 1 <= self.text_decompose_max_parts
+                <= 10 and 1 <= self.text_step_branching <= 8 and 1 <= self.text_max_steps <= 20):
+            raise ValueError("need text_refine_max_rounds and text_decompose_max_parts in 1..10, "
+                             "text_step_branching in 1..8 and text_max_steps in 1..20")
         if self.checker_max_nodes < 0 or self.checker_min_moves < 0:
             raise ValueError("checker_max_nodes and checker_min_moves must be >= 0")
         if self.checker_base_nodes < 1 or self.checker_time_budget_ms <= 0:

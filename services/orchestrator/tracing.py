@@ -98,3 +98,13 @@ def observe_result(kind: str, result) -> None:
         "mesh.consensus.confidence": float(result.tally.confidence),
     })
 
+
+
+def observe_role(role: str, ledger) -> None:
+    """Records a text role's language-model calls (`text_roles.Ledger`) in the role metrics and
+    on the SERVER span."""
+    for call in ledger.calls:
+        metrics.TEXT_ROLE_CALLS.labels(role, call.purpose).inc()
+    metrics.TEXT_ROLE_TOKENS.labels(role).inc(ledger.total_tokens)
+    set_work_attributes({"mesh.text.role": role, "mesh.text.calls": len(ledger.calls),
+                         "mesh.text.tokens": ledger.total_tokens})

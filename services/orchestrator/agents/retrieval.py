@@ -42,18 +42,7 @@ class RetrievalAgent:
         timeout = min(self._deadline_s, round_.remaining_s())
         if timeout <= 0:
             raise DeadlineExceeded("retrieval: no time left for a search")
-        request = retrieval_service_pb2.SearchDocumentsRequest(
-            collection=problem.collection, query=problem.query, top_k=problem.top_k,
-            mode=problem.search_mode, fusion=problem.fusion)
-        try:
-            response = await self._stub.SearchDocuments(request, timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            raise propagate(error, "retrieval") from error
-        passages = tuple(
-            Passage(document_id=r.document_id, title=r.title, text=r.text, score=float(r.score),
-                    source=r.source)
-            for r in response.results
-        )
+        passages = await search_passages(self._stub, problem, timeout)
         if not passages:
             return Proposal(None, 0.0, f"no passage of {problem.collection!r} matched",
                             detail=())
@@ -61,3 +50,25 @@ class RetrievalAgent:
         return Proposal(best.document_id, grounding_confidence(passages),
                         f"{len(passages)} passage(s) from {problem.collection!r}, "
                         f"best {best.score:.2f}", detail=passages)
+
+
+async def search_passages(stub: retrieval_service_pb2_grpc.RetrievalServiceStub,
+                          problem: TextProblem, timeout_s: float) -> tuple[Passage, ...]:
+    """The `problem.top_k` best passages of `problem.collection` for `problem.query`, best first
+    (empty when nothing matched); used by the agent and by the decompose role's sub-questions.
+
+    Raises:
+        DeadlineExceeded, NotFound, Unavailable: as `RetrievalAgent.propose`.
+    """
+    request = retrieval_service_pb2.SearchDocumentsRequest(
+        collection=problem.collection, query=problem.query, top_k=problem.top_k,
+        mode=problem.search_mode, fusion=problem.fusion)
+    try:
+        response = await stub.SearchDocuments(request, timeout=timeout_s)
+    except grpc.aio.AioRpcError as error:
+        raise propagate(error, "retrieval") from error
+    return tuple(
+        Passage(document_id=r.document_id, title=r.title, text=r.text, score=float(r.score),
+                source=r.source)
+        for r in response.results
+    )

@@ -99,9 +99,10 @@ class FakeLlm(llm_service_pb2_grpc.LlmServiceServicer):
     """Answers with the first passage, citing it, like an extractive provider."""
 
     async def Generate(self, request, context):
-        first = request.context[0]
+        first = request.context[0] if request.context else None
+        text = f"{first.text} [{first.source}]" if first else "No context was given."
         return llm_service_pb2.GenerateResponse(
-            text=f"{first.text} [{first.source}]", provider="offline", model="extractive",
+            text=text, provider="offline", model="extractive",
             offline=True, usage=llm_service_pb2.Usage(prompt_tokens=10, completion_tokens=5))
 
 
@@ -258,11 +259,21 @@ async def test_bad_fields_give_invalid_argument_naming_the_field(mesh, call, req
     await assert_still_serving(mesh.stub)
 
 
-async def test_valid_mcts_iterations_gives_unimplemented(mesh):
+@pytest.mark.parametrize("role", [pb.TEXT_ROLE_DECOMPOSE, pb.TEXT_ROLE_REFINE])
+async def test_a_role_with_only_the_offline_provider_gives_failed_precondition(mesh, role):
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await mesh.stub.AnswerQuery(pb.AnswerQueryRequest(query="q", mcts_iterations=5),
-                                    timeout=30)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        await mesh.stub.AnswerQuery(pb.AnswerQueryRequest(query="q", role=role), timeout=30)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "needs a language model" in caught.value.details()
+
+
+async def test_a_search_the_mcts_service_fails_answers_the_passages_alone(mesh):
+    # The fake mcts service has no SearchExternal: the search fails before any leaf.
+    response = await mesh.stub.AnswerQuery(pb.AnswerQueryRequest(query="q", mcts_iterations=5),
+                                           timeout=30)
+    assert response.passages_only and response.answer == ""
+    assert response.role == pb.TEXT_ROLE_SEARCH and len(response.sources) > 0
+    assert [(f.agent, f.code) for f in response.failures] == [(pb.AGENT_MCTS, "UNAVAILABLE")]
 
 
 async def test_stopped_downstream_gives_unavailable(mesh):

@@ -29,4 +29,5 @@ def wire(_wire_server: ProviderWire) -> ProviderWire:
     _wire_server.script.clear()
     _wire_server.requests.clear()
     _wire_server.default = Reply()
+    _wire_server.respond = None
     return _wire_server

@@ -2,9 +2,9 @@
 
 `POST /v1/chat/completions` answers in OpenAI's Chat Completions JSON and `POST /v1/messages` in
 Anthropic's Messages JSON; error statuses carry each provider's error body. Replies are scripted per
-test (`script`), every request is recorded (`requests`), and a reply can be delayed to provoke a
-client timeout. It runs on 127.0.0.1, port 0, in a background thread (`conftest.py` starts it),
-and never reaches the network.
+test (`script`, in order, or `respond`, by content), every request is recorded (`requests`), and a
+reply can be delayed to provoke a client timeout. It runs on 127.0.0.1, port 0, in a background
+thread (`conftest.py` starts it), and never reaches the network.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
@@ -39,13 +40,18 @@ class ProviderWire:
         self.script: list[Reply] = []
         self.default = Reply()
         self.requests: list[tuple[str, dict]] = []
+        self.respond: Callable[[dict], Reply] | None = None
+        """When set (and the script is empty), the reply to a request body, chosen from its
+        content rather than its order."""
         self._lock = threading.Lock()
         self.url = ""
 
     def next_reply(self, path: str, body: dict) -> Reply:
         with self._lock:
             self.requests.append((path, body))
-            return self.script.pop(0) if self.script else self.default
+            if self.script:
+                return self.script.pop(0)
+            return self.respond(body) if self.respond is not None else self.default
 
     def count(self, path: str) -> int:
         with self._lock:

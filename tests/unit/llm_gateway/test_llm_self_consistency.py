@@ -119,6 +119,7 @@ async def test_the_majority_answer_wins_with_its_vote_share_as_confidence(gatewa
     assert [d.model for d in response.drafts] == ["llama3.2"] * 3
     assert [body["temperature"] for _, body in wire.requests] == [0.8] * 3
     assert shared.sampling is None  # the shared agent is untouched; each request has its own
+    assert response.role == pb.TEXT_ROLE_DRAFT
 
 
 async def test_disagreement_samples_another_batch_until_the_share_clears_the_threshold(

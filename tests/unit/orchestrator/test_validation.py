@@ -8,7 +8,7 @@ from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.retrieval.v1 import retrieval_service_pb2
 
-from libs.errors import InvalidArgument, Unimplemented
+from libs.errors import FailedPrecondition, InvalidArgument
 from services.orchestrator.consensus import Proposal, Round
 from services.orchestrator.routing import AgentName, Role
 from services.orchestrator.servicer import OrchestratorServicer
@@ -127,10 +127,10 @@ async def test_bad_query_fields_name_the_field(parts, request_, field):
     assert all(agent.calls == 0 for agent in agents)
 
 
-async def test_valid_mcts_iterations_is_unimplemented(parts):
+async def test_valid_mcts_iterations_without_roles_configured_is_failed_precondition(parts):
     servicer, _, _ = parts
     for value in (1, 10_000):
-        with pytest.raises(Unimplemented, match="not built yet"):
+        with pytest.raises(FailedPrecondition, match="search role is not configured here"):
             await servicer.AnswerQuery(pb.AnswerQueryRequest(query="q", mcts_iterations=value),
                                        FakeContext())
 

@@ -33,6 +33,14 @@ class RouteDecider(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROUTE_DECIDER_UNSPECIFIED: _ClassVar[RouteDecider]
     ROUTE_DECIDER_RULES: _ClassVar[RouteDecider]
     ROUTE_DECIDER_LEARNED: _ClassVar[RouteDecider]
+
+class TextRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TEXT_ROLE_UNSPECIFIED: _ClassVar[TextRole]
+    TEXT_ROLE_DRAFT: _ClassVar[TextRole]
+    TEXT_ROLE_DECOMPOSE: _ClassVar[TextRole]
+    TEXT_ROLE_REFINE: _ClassVar[TextRole]
+    TEXT_ROLE_SEARCH: _ClassVar[TextRole]
 AGENT_UNSPECIFIED: Agent
 AGENT_MCTS: Agent
 AGENT_NEURAL: Agent
@@ -49,6 +57,11 @@ OUTCOME_LOSS: Outcome
 ROUTE_DECIDER_UNSPECIFIED: RouteDecider
 ROUTE_DECIDER_RULES: RouteDecider
 ROUTE_DECIDER_LEARNED: RouteDecider
+TEXT_ROLE_UNSPECIFIED: TextRole
+TEXT_ROLE_DRAFT: TextRole
+TEXT_ROLE_DECOMPOSE: TextRole
+TEXT_ROLE_REFINE: TextRole
+TEXT_ROLE_SEARCH: TextRole
 
 class SolveProblemRequest(_message.Message):
     __slots__ = ("connect_four", "sudoku", "maze", "agents", "simulations", "max_iterations", "seed", "thread_id")
@@ -275,7 +288,7 @@ class StreamSolveProblemResponse(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ..., iteration_started: _Optional[_Union[IterationStarted, _Mapping]] = ..., agent_started: _Optional[_Union[AgentStarted, _Mapping]] = ..., agent_finished: _Optional[_Union[AgentFinished, _Mapping]] = ..., tally: _Optional[_Union[RoundTally, _Mapping]] = ..., response: _Optional[_Union[SolveProblemResponse, _Mapping]] = ...) -> None: ...
 
 class AnswerQueryRequest(_message.Message):
-    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion")
+    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion", "role", "step_branching", "max_steps", "max_refinements")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +300,10 @@ class AnswerQueryRequest(_message.Message):
     MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
     SEARCH_MODE_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    STEP_BRANCHING_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REFINEMENTS_FIELD_NUMBER: _ClassVar[int]
     query: str
     collection: str
     top_k: int
@@ -298,7 +315,59 @@ class AnswerQueryRequest(_message.Message):
     max_cost_usd: float
     search_mode: _common_pb2.SearchMode
     fusion: _common_pb2.FusionMethod
-    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ...) -> None: ...
+    role: TextRole
+    step_branching: int
+    max_steps: int
+    max_refinements: int
+    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ..., role: _Optional[_Union[TextRole, str]] = ..., step_branching: _Optional[int] = ..., max_steps: _Optional[int] = ..., max_refinements: _Optional[int] = ...) -> None: ...
+
+class SubQuestion(_message.Message):
+    __slots__ = ("question", "answer", "document_ids")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    answer: str
+    document_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., document_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Refinement(_message.Message):
+    __slots__ = ("draft", "critique", "revised")
+    DRAFT_FIELD_NUMBER: _ClassVar[int]
+    CRITIQUE_FIELD_NUMBER: _ClassVar[int]
+    REVISED_FIELD_NUMBER: _ClassVar[int]
+    draft: str
+    critique: str
+    revised: bool
+    def __init__(self, draft: _Optional[str] = ..., critique: _Optional[str] = ..., revised: _Optional[bool] = ...) -> None: ...
+
+class ReasoningStep(_message.Message):
+    __slots__ = ("text", "value", "checked", "final")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    value: float
+    checked: bool
+    final: bool
+    def __init__(self, text: _Optional[str] = ..., value: _Optional[float] = ..., checked: _Optional[bool] = ..., final: _Optional[bool] = ...) -> None: ...
+
+class StepSearchResult(_message.Message):
+    __slots__ = ("trajectory", "complete", "statistics", "leaves_evaluated", "steps_proposed", "max_depth")
+    TRAJECTORY_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    STATISTICS_FIELD_NUMBER: _ClassVar[int]
+    LEAVES_EVALUATED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PROPOSED_FIELD_NUMBER: _ClassVar[int]
+    MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    trajectory: _containers.RepeatedCompositeFieldContainer[ReasoningStep]
+    complete: bool
+    statistics: _common_pb2.SearchStatistics
+    leaves_evaluated: int
+    steps_proposed: int
+    max_depth: int
+    def __init__(self, trajectory: _Optional[_Iterable[_Union[ReasoningStep, _Mapping]]] = ..., complete: _Optional[bool] = ..., statistics: _Optional[_Union[_common_pb2.SearchStatistics, _Mapping]] = ..., leaves_evaluated: _Optional[int] = ..., steps_proposed: _Optional[int] = ..., max_depth: _Optional[int] = ...) -> None: ...
 
 class Source(_message.Message):
     __slots__ = ("document_id", "title", "text", "score", "source")
@@ -315,7 +384,7 @@ class Source(_message.Message):
     def __init__(self, document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class AnswerQueryResponse(_message.Message):
-    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known")
+    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known", "role", "sub_questions", "refinements", "step_search")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +402,10 @@ class AnswerQueryResponse(_message.Message):
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COST_USD_FIELD_NUMBER: _ClassVar[int]
     COST_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    SUB_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    REFINEMENTS_FIELD_NUMBER: _ClassVar[int]
+    STEP_SEARCH_FIELD_NUMBER: _ClassVar[int]
     answer: str
     confidence: float
     sources: _containers.RepeatedCompositeFieldContainer[Source]
@@ -350,7 +423,11 @@ class AnswerQueryResponse(_message.Message):
     total_tokens: int
     cost_usd: float
     cost_known: bool
-    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ...) -> None: ...
+    role: TextRole
+    sub_questions: _containers.RepeatedCompositeFieldContainer[SubQuestion]
+    refinements: _containers.RepeatedCompositeFieldContainer[Refinement]
+    step_search: StepSearchResult
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ..., role: _Optional[_Union[TextRole, str]] = ..., sub_questions: _Optional[_Iterable[_Union[SubQuestion, _Mapping]]] = ..., refinements: _Optional[_Iterable[_Union[Refinement, _Mapping]]] = ..., step_search: _Optional[_Union[StepSearchResult, _Mapping]] = ...) -> None: ...
 
 class TextDraft(_message.Message):
     __slots__ = ("text", "answer", "votes", "iteration", "provider", "model", "total_tokens", "cost_usd")

@@ -113,13 +113,17 @@ class OrchestratorServiceServicer:
     def AnswerQuery(self, request, context):
         """Answers a text query from retrieved passages through the LLM gateway,
         with the sources it used; with a language model, by self-consistency
-        over sampled drafts within the request's token and cost budgets.
-        Errors: INVALID_ARGUMENT naming the field for an empty or
+        over sampled drafts, by a role (decompose, refine) or by a search over
+        reasoning steps (mcts_iterations), within the request's token and cost
+        budgets. Errors: INVALID_ARGUMENT naming the field for an empty or
         10,001-character query, top_k outside 1..20, mcts_iterations outside
         1..10,000, sample_count outside 1..20, temperature outside 0..2,
-        max_tokens or max_cost_usd out of range, or a bad thread id; UNIMPLEMENTED when mcts_iterations is set
-        (search over reasoning steps is not built yet); UNAVAILABLE when
-        retrieval is down; DEADLINE_EXCEEDED. When the LLM gateway fails or does
+        max_tokens or max_cost_usd out of range, an unknown role,
+        step_branching, max_steps or max_refinements out of range, or a bad
+        thread id; FAILED_PRECONDITION when a role or the search is asked for
+        and only the offline provider answers (a language model is needed);
+        UNAVAILABLE when retrieval is down; DEADLINE_EXCEEDED. When the LLM
+        gateway fails or does
         not answer in time, the response carries the retrieved passages alone,
         with `passages_only` set and the failure in `failures`.
         """
