@@ -9,14 +9,17 @@ contiguous block in increasing action order; only actions with a prior > 0 get a
 node, `raw_value` (float64 [N], the evaluator's value for the player to move at the node) and
 `status` (NEW / PENDING / EVALUATED). The arrays are the rows of two preallocated blocks, int64
 `ints` [7, N] and float64 `floats` [3, N] (see VISITS ... RAW_VALUE), 80 bytes per node: a kernel
-takes the two blocks as two arguments, since numba's dispatch costs about half a microsecond per
-array argument, as much as a whole descent of a small tree. N is at most `max_nodes` and
+takes the two blocks in one record (`batched_kernels.Blocks`), since numba's dispatch costs about
+half a microsecond per array argument, as much as a whole descent of a small tree. N is at most
+`max_nodes` and
 `(simulations + 1) * num_actions + 1`. A node is expanded when its evaluation is submitted; a
 full tree stops expanding (`tree_full`), and a leaf it could not expand keeps its value, backed
 up again without an evaluation whenever a descent reaches it.
 
-The kernels are `njit(cache=True, nogil=True)`: `collect_leaves` (selection with virtual loss),
-`apply_evaluations` (validation, expansion and backup).
+The kernels, in `services.mcts.batched_kernels`, are `njit(cache=True, nogil=True)`:
+`collect_leaves` (selection with virtual loss), `apply_evaluations` (validation, expansion and
+backup); they take the records `Blocks` and `BatchedOptions` there. Gumbel's rules are in
+`services.mcts.gumbel`, PUCT in `services.mcts.selection` (one implementation with the engine's).
 
 Two drivers run the same kernels in the same order, so the same evaluations give the same tree:
 - ask/tell (`next_batch` / `submit`, `run_batched`): the evaluator is any Python callable (a

@@ -89,7 +89,15 @@ default.
 
 A deadline or a stop event is checked every CHUNK_SIMULATIONS simulations.
 
-The game's numba functions are passed to the kernel as arguments; numba types each one by its
+Where things are: this module holds the options, the results and the Python drivers (`grow`,
+`grow_tree_parallel`, `grow_parallel`, `search`); the sequential kernel `run_simulations` is in
+`services.mcts.rollout_kernel` (one function per phase: `select_leaf`, `expand_leaf`, `evaluate`,
+`backup_down` / `backup_amaf`), the tree-parallel one in `services.mcts.shared_kernel`, the rules
+in `services.mcts.selection` and `services.mcts.root`. The kernels take records
+(`services.mcts.records`: `Nodes`, `Table`, `Options`, `Scratch`, `GameFunctions`), as mctx's
+search takes a `Tree` of arrays, instead of one argument per array.
+
+The game's numba functions travel in a `GameFunctions` record; numba types each one by its
 identity and compiles one specialisation of the kernel per game, with the calls inlined, so a game
 module costs no run-time dispatch. The kernel runs without reference counting (numba's `_nrt=False`
 option: all its arrays come from the caller): the atomic reference counts of the arrays handed to
