@@ -120,7 +120,7 @@ def rows_of(blocks):
                 floats[RAW_VALUE], blocks.counters)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def select_puct(rows, node, c_puct, scores):
     """The child of `node` with the largest PUCT score `Q + c_puct * P * sqrt(N) / (1 + n)`
     (`selection.puct`; ties: the lower action; an unvisited child has Q = 0).
@@ -142,7 +142,7 @@ def select_puct(rows, node, c_puct, scores):
     return start + first_max(scores, count)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def revert_virtual_loss(rows, node, virtual_loss):
     """Takes the virtual loss of a descent ending at `node` back from its whole path."""
     while node >= 0:
@@ -151,7 +151,7 @@ def revert_virtual_loss(rows, node, virtual_loss):
         node = rows.parent[node]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def backup(rows, node, value, virtual_loss, players):
     """Backs up `value` (for the player to move at `node`) along the path of a descent whose
     virtual loss is in place: each node keeps its visit and gets `virtual_loss + value` for the

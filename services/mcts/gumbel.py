@@ -45,7 +45,7 @@ def considered_visits_sequence(num_considered: int, simulations: int) -> np.ndar
     return np.asarray(sequence[:simulations], dtype=np.int64)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def completed_qvalues(node, rows, c_visit, c_scale, out):
     """sigma(completed q) of the children of `node` into `out[:num_children]` (float64), as mctx's
     `qtransform_completed_by_mix_value`: a visited child's mean value, an unvisited one's the
@@ -103,7 +103,7 @@ def root_bases(gumbel, prior):
     return out
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def select_gumbel_root(rows, c_visit, c_scale, root_base, considered_table, scratch):
     """Gumbel MuZero's root choice: among the considered actions (finite `root_base`, from
     `root_bases`) whose visits equal `considered_table[sum of root visits]`, the largest
@@ -135,7 +135,7 @@ def select_gumbel_root(rows, c_visit, c_scale, root_base, considered_table, scra
     return best if best >= 0 else fallback
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def select_gumbel_interior(node, rows, c_visit, c_scale, scratch):
     """Gumbel MuZero's deterministic choice below the root: the largest
     `pi'(a) - N(a) / (1 + sum_b N(b))`, pi' = softmax(logits + sigma(completed q))."""
