@@ -4,8 +4,8 @@ changes no tree (run it before and after; every line must stay the same).
 Each line: a configuration, the SHA-256 (first 16 hex digits) of its tree's arrays over the used
 nodes (visits, value sums, priors, children, actions) and the move it plays. The configurations
 cover the rollout engine (UCT, PUCT, progressive widening, RAVE, Dirichlet noise, temperature,
-tree parallelisation with one thread, with and without a transposition table) and the batched search (PUCT with
-noise and temperature, virtual loss, Gumbel), on Connect Four after "4453".
+tree parallelisation with one thread, with and without a transposition table) and the batched
+search (PUCT with noise and temperature, virtual loss, Gumbel), on Connect Four after "4453".
 
     .venv/bin/python bench/tree_hashes.py [--simulations 20000]
 """
