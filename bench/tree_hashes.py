@@ -4,8 +4,8 @@ changes no tree (run it before and after; every line must stay the same).
 Each line: a configuration, the SHA-256 (first 16 hex digits) of its tree's arrays over the used
 nodes (visits, value sums, priors, children, actions) and the move it plays. The configurations
 cover the rollout engine (UCT, PUCT, progressive widening, RAVE, Dirichlet noise, temperature,
-tree parallelisation with one thread and a transposition table) and the batched search (PUCT with
-noise and temperature, virtual loss, Gumbel), on Connect Four after "4453".
+tree parallelisation with one thread, with and without a transposition table) and the batched
+search (PUCT with noise and temperature, virtual loss, Gumbel), on Connect Four after "4453".
 
     .venv/bin/python bench/tree_hashes.py [--simulations 20000]
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from libs.connect4.board import Position
 from services.mcts.batched import BatchedConfig, BatchedSearch, run_batched
-from services.mcts.engine import SearchConfig, grow, search
+from services.mcts.engine import SearchConfig, grow_parallel, search
 from services.mcts.evaluators import GameEvaluator
 from services.mcts.games.connect4 import GAME, from_position
 
@@ -34,6 +34,12 @@ ENGINE = {
                                                temperature=0.5, seed=8),
     "uct tree x1+transpositions": SearchConfig(rule="uct", parallelism="tree",
                                                transpositions=True, seed=7),
+    "puct+widening+rave": SearchConfig(rule="puct", exploration=1.25, widening_k=2.0,
+                                       rave_k=500.0, seed=9),
+    "uct tree x1": SearchConfig(rule="uct", parallelism="tree", seed=7),
+    "puct tree x1+widening+rave+transpositions": SearchConfig(
+        rule="puct", widening_k=2.0, rave_k=500.0, parallelism="tree", transpositions=True,
+        seed=9),
 }
 BATCHED = {
     "batched puct": BatchedConfig(rule="puct", seed=7),
@@ -61,7 +67,7 @@ def main() -> None:
     print(f"| configuration ({args.simulations:,} simulations) | tree sha256 | move |")
     print("|---|---|---|")
     for name, config in ENGINE.items():
-        grown = grow(GAME, state, args.simulations, config)
+        grown = grow_parallel(GAME, state, args.simulations, config)[0]
         move = search(GAME, state, args.simulations, config).action
         print(f"| {name} | {tree_hash(grown.tree)} | {move} |")
     for name, config in BATCHED.items():

@@ -9,14 +9,17 @@ contiguous block in increasing action order; only actions with a prior > 0 get a
 node, `raw_value` (float64 [N], the evaluator's value for the player to move at the node) and
 `status` (NEW / PENDING / EVALUATED). The arrays are the rows of two preallocated blocks, int64
 `ints` [7, N] and float64 `floats` [3, N] (see VISITS ... RAW_VALUE), 80 bytes per node: a kernel
-takes the two blocks as two arguments, since numba's dispatch costs about half a microsecond per
-array argument, as much as a whole descent of a small tree. N is at most `max_nodes` and
+takes the two blocks in one record (`batched_kernels.Blocks`), since numba's dispatch costs about
+half a microsecond per array argument, as much as a whole descent of a small tree. N is at most
+`max_nodes` and
 `(simulations + 1) * num_actions + 1`. A node is expanded when its evaluation is submitted; a
 full tree stops expanding (`tree_full`), and a leaf it could not expand keeps its value, backed
 up again without an evaluation whenever a descent reaches it.
 
-The kernels are `njit(cache=True, nogil=True)`: `collect_leaves` (selection with virtual loss),
-`apply_evaluations` (validation, expansion and backup).
+The kernels, in `services.mcts.batched_kernels`, are `njit(cache=True, nogil=True)`:
+`collect_leaves` (selection with virtual loss), `apply_evaluations` (validation, expansion and
+backup); they take the records `Blocks` and `BatchedOptions` there. Gumbel's rules are in
+`services.mcts.gumbel`, PUCT in `services.mcts.selection` (one implementation with the engine's).
 
 Two drivers run the same kernels in the same order, so the same evaluations give the same tree:
 - ask/tell (`next_batch` / `submit`, `run_batched`): the evaluator is any Python callable (a
@@ -75,25 +78,48 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from services.mcts.batched_kernels import (
+    ACTION,
+    BAD_PRIOR,
+    BAD_VALUE,
+    COLLISIONS,
+    EVALUATED,
+    FIRST_CHILD,
+    GUMBEL_RULE,
+    NEW,
+    NUM_CHILDREN,
+    PARENT,
+    PENDING,
+    PRIOR,
+    PUCT_RULE,
+    RAW_VALUE,
+    RULES,
+    SIZE,
+    STATUS,
+    STORED_BACKUPS,
+    TERMINAL,
+    VALUE_SUM,
+    VISITS,
+    ZERO_PRIORS,
+    Rows,
+    apply_evaluations,
+    collect_leaves,
+    run_batches,
+)
 from services.mcts.game import MAX_ACTIONS
+from services.mcts.gumbel import (
+    LOW_LOGIT,
+    TINY,
+    completed_qvalues,
+    considered_visits_sequence,
+    root_bases,
+)
 from services.mcts.root import add_dirichlet_noise, sample_by_temperature
-from services.mcts.selection import first_max
 from services.mcts.settings import C_PUCT
-from services.mcts.tree import ENDED, Tree
+from services.mcts.tree import Tree
 
-NEW = 0
-"""`status`: a leaf never evaluated."""
-PENDING = 1
-"""`status`: a leaf in the batch being evaluated."""
-EVALUATED = 2
-"""`status`: a node whose evaluation was submitted (expanded, terminal, or left a leaf because
-the tree was full)."""
-
-PUCT_RULE = 1
-GUMBEL_RULE = 2
-RULES = {"puct": PUCT_RULE, "gumbel": GUMBEL_RULE}
+__all__ = ["EVALUATED", "NEW", "PENDING", "PUCT_RULE", "STORED_BACKUPS"]
 
 COMPILED_CHUNK_BATCHES = 256
 """Batches per call of the compiled loop (`BatchedSearch.run_compiled`) when a deadline or a stop
@@ -101,14 +127,6 @@ event must be checked between calls."""
 
 DEFAULT_MAX_NODES = 1_000_000
 """Default node capacity; a search allocates at most `(simulations + 1) * num_actions + 1`."""
-
-_LOW_LOGIT = -1e9
-_TINY = float(np.finfo(np.float32).tiny)
-_RESCALE_EPSILON = 1e-8
-
-# Submit errors reported by the kernel: (code, row) -> message.
-_OK, _BAD_VALUE, _BAD_PRIOR, _ZERO_PRIORS = 0, 1, 2, 3
-
 
 class EvaluationError(ValueError):
     """A malformed evaluation passed to `BatchedSearch.submit`.
@@ -248,398 +266,6 @@ class BatchedResult:
     backup_s: float
 
 
-def considered_visits_sequence(num_considered: int, simulations: int) -> np.ndarray:
-    """Sequential halving's visit schedule at the root (Danihelka et al. 2022, as mctx's
-    `get_sequence_of_considered_visits`): int64 [simulations], entry k the visit count a
-    considered action must have to be chosen by simulation k. Each phase gives every remaining
-    action `max(1, floor(simulations / (ceil(log2 m) * remaining)))` more visits, then halves the
-    remaining actions (at least 2)."""
-    if num_considered <= 1:
-        return np.arange(simulations, dtype=np.int64)
-    log2_m = math.ceil(math.log2(num_considered))
-    sequence: list[int] = []
-    visits = [0] * num_considered
-    remaining = num_considered
-    while len(sequence) < simulations:
-        extra = max(1, int(simulations / (log2_m * remaining)))
-        for _ in range(extra):
-            sequence.extend(visits[:remaining])
-            for i in range(remaining):
-                visits[i] += 1
-        remaining = max(2, remaining // 2)
-    return np.asarray(sequence[:simulations], dtype=np.int64)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def completed_qvalues(node, visits, value_sum, prior, first_child, num_children, raw_value,
-                      c_visit, c_scale, out):
-    """sigma(completed q) of the children of `node` into `out[:num_children]` (float64), as mctx's
-    `qtransform_completed_by_mix_value`: a visited child's mean value, an unvisited one's the
-    mixed value `(v + sum_b N(b) * sum_{b visited} pi(b) q(b) / sum_{b visited} pi(b)) /
-    (1 + sum_b N(b))`, rescaled to [0, 1] over the children, times `(c_visit + max_b N(b)) *
-    c_scale`. Returns max_b N(b)."""
-    start = first_child[node]
-    count = num_children[node]
-    sum_n = 0
-    max_n = 0
-    sum_p = 0.0
-    for i in range(count):
-        n = visits[start + i]
-        sum_n += n
-        if n > max_n:
-            max_n = n
-        if n > 0:
-            sum_p += max(prior[start + i], _TINY)
-    weighted = 0.0
-    if sum_p > 0.0:
-        for i in range(count):
-            n = visits[start + i]
-            if n > 0:
-                weighted += max(prior[start + i], _TINY) * (value_sum[start + i] / n) / sum_p
-    mixed = (raw_value[node] + sum_n * weighted) / (sum_n + 1.0)
-    low = np.inf
-    high = -np.inf
-    for i in range(count):
-        n = visits[start + i]
-        q = value_sum[start + i] / n if n > 0 else mixed
-        out[i] = q
-        low = min(low, q)
-        high = max(high, q)
-    scale = (c_visit + max_n) * c_scale / max(high - low, _RESCALE_EPSILON)
-    for i in range(count):
-        out[i] = (out[i] - low) * scale
-    return max_n
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def select_puct(node, visits, value_sum, prior, first_child, num_children, c_puct, scores):
-    """The child of `node` with the largest PUCT score `Q + c_puct * P * sqrt(N) / (1 + n)`
-    (ties: the lower action; an unvisited child has Q = 0).
-
-    Two passes: the scores of all children into `scores` (float64 [>= children]), a loop with no
-    branch that LLVM vectorises (int64 visits convert to doubles in SIMD lanes on AVX-512; numpy's
-    error model, since Python's zero checks on the divisions would be branches), then the first
-    maximum. `c_puct * sqrt(N)` is computed once per node; the score equals
-    `selection.puct` up to the rounding of that product.
-    """
-    start = first_child[node]
-    count = num_children[node]
-    coefficient = c_puct * math.sqrt(visits[node])
-    for i in range(count):
-        n = np.float64(visits[start + i])
-        scores[i] = value_sum[start + i] / max(n, 1.0) + coefficient * prior[start + i] / (1.0 + n)
-    return start + first_max(scores, count)
-
-
-@njit(cache=True, nogil=True)
-def root_bases(gumbel, prior):
-    """float64 [A]: `g + logits - max(logits)` of the root's children (`gumbel` float64 [A],
-    -inf for an action not considered; `prior` their priors), the part of the Gumbel root score
-    that stays fixed during a search (`select_gumbel_root`)."""
-    count = gumbel.shape[0]
-    max_logit = -np.inf
-    for i in range(count):
-        max_logit = max(max_logit, math.log(max(prior[i], _TINY)))
-    out = np.empty(count)
-    for i in range(count):
-        out[i] = gumbel[i] + math.log(max(prior[i], _TINY)) - max_logit
-    return out
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def select_gumbel_root(visits, value_sum, prior, first_child, num_children, raw_value, c_visit,
-                       c_scale, root_base, considered_table, scratch):
-    """Gumbel MuZero's root choice: among the considered actions (finite `root_base`, from
-    `root_bases`) whose visits equal `considered_table[sum of root visits]`, the largest
-    `g + logits - max(logits) + sigma(q)` (see the module doc)."""
-    start = first_child[0]
-    count = num_children[0]
-    completed_qvalues(0, visits, value_sum, prior, first_child, num_children, raw_value, c_visit,
-                      c_scale, scratch)
-    sum_n = 0
-    for i in range(count):
-        sum_n += visits[start + i]
-    index = min(sum_n, considered_table.shape[0] - 1)
-    wanted = considered_table[index]
-    best = -1
-    best_score = -np.inf
-    fallback = start
-    fallback_score = -np.inf
-    for i in range(count):
-        base = root_base[i]
-        if base == -np.inf:
-            continue
-        score = max(_LOW_LOGIT, base + scratch[i])
-        if score > fallback_score:
-            fallback_score = score
-            fallback = start + i
-        if visits[start + i] == wanted and score > best_score:
-            best_score = score
-            best = start + i
-    return best if best >= 0 else fallback
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def select_gumbel_interior(node, visits, value_sum, prior, first_child, num_children, raw_value,
-                           c_visit, c_scale, scratch):
-    """Gumbel MuZero's deterministic choice below the root: the largest
-    `pi'(a) - N(a) / (1 + sum_b N(b))`, pi' = softmax(logits + sigma(completed q))."""
-    start = first_child[node]
-    count = num_children[node]
-    completed_qvalues(node, visits, value_sum, prior, first_child, num_children, raw_value,
-                      c_visit, c_scale, scratch)
-    sum_n = 0
-    top = -np.inf
-    for i in range(count):
-        sum_n += visits[start + i]
-        top = max(top, scratch[i])
-    # softmax(log p + sigma) as p * exp(sigma - max sigma), normalised: the same policy without
-    # a logarithm per child (a libm call each, which numba cannot vectorise).
-    total = 0.0
-    for i in range(count):
-        scratch[i] = max(prior[start + i], _TINY) * math.exp(scratch[i] - top)
-        total += scratch[i]
-    best = start
-    best_score = -np.inf
-    for i in range(count):
-        score = scratch[i] / total - visits[start + i] / (1.0 + sum_n)
-        if score > best_score:
-            best_score = score
-            best = start + i
-    return best
-
-
-@njit(cache=True, nogil=True)
-def revert_virtual_loss(node, visits, value_sum, parent, virtual_loss):
-    """Takes the virtual loss of a descent ending at `node` back from its whole path."""
-    while node >= 0:
-        visits[node] -= 1
-        value_sum[node] += virtual_loss
-        node = parent[node]
-
-
-@njit(cache=True, nogil=True)
-def backup(node, value, visits, value_sum, parent, virtual_loss, players):
-    """Backs up `value` (for the player to move at `node`) along the path of a descent whose
-    virtual loss is in place: each node keeps its visit and gets `virtual_loss + value` for the
-    player who moved into it (sign flipped per ply when players == 2). Returns the nodes updated."""
-    v = -value if players == 2 else value
-    steps = 0
-    while node >= 0:
-        value_sum[node] += v + virtual_loss
-        node = parent[node]
-        steps += 1
-        if players == 2:
-            v = -v
-    return steps
-
-
-# Rows of the two blocks the batched search keeps its tree in (one kernel argument each: numba's
-# dispatch costs about half a microsecond per array argument, more than a descent of a small tree).
-VISITS, FIRST_CHILD, NUM_CHILDREN, PARENT, ACTION, TERMINAL, STATUS = range(7)
-"""Rows of the int64 block `ints` [7, N]."""
-VALUE_SUM, PRIOR, RAW_VALUE = range(3)
-"""Rows of the float64 block `floats` [3, N]."""
-SIZE, MAX_DEPTH, FULL, COLLISIONS, STORED_BACKUPS = range(5)
-"""Entries of the int64 `counters` [5] (the first three are `Tree.counters`)."""
-
-
-@njit(cache=True, nogil=True, inline="always")
-def collect_leaves(ints, floats, counters, rule, c_puct, virtual_loss, players, c_visit, c_scale,
-                   root_base, considered_table, max_descents, out, scratch):
-    """Runs up to `max_descents` descents from the (expanded) root; see the module doc.
-
-    Writes each new leaf to `out[:, k]` (int64 [4, >= max_descents]: node, parent, action,
-    depth) and marks it PENDING; counts collisions and stored values backed up in `counters`.
-    Returns (leaves written, descents completed: leaves + stored-value backups).
-    """
-    visits = ints[VISITS]
-    first_child = ints[FIRST_CHILD]
-    num_children = ints[NUM_CHILDREN]
-    parent = ints[PARENT]
-    status = ints[STATUS]
-    value_sum = floats[VALUE_SUM]
-    prior = floats[PRIOR]
-    raw_value = floats[RAW_VALUE]
-    leaves = 0
-    done = 0
-    for _ in range(max_descents):
-        node = 0
-        depth = 0
-        visits[0] += 1
-        value_sum[0] -= virtual_loss
-        while first_child[node] >= 0:
-            if rule == GUMBEL_RULE:
-                if node == 0:
-                    node = select_gumbel_root(visits, value_sum, prior, first_child,
-                                              num_children, raw_value, c_visit, c_scale,
-                                              root_base, considered_table, scratch)
-                else:
-                    node = select_gumbel_interior(node, visits, value_sum, prior, first_child,
-                                                  num_children, raw_value, c_visit, c_scale,
-                                                  scratch)
-            else:
-                node = select_puct(node, visits, value_sum, prior, first_child, num_children,
-                                   c_puct, scratch)
-            depth += 1
-            visits[node] += 1
-            value_sum[node] -= virtual_loss
-        if depth > counters[MAX_DEPTH]:
-            counters[MAX_DEPTH] = depth
-        if status[node] == PENDING:
-            revert_virtual_loss(node, visits, value_sum, parent, virtual_loss)
-            counters[COLLISIONS] += 1
-            break
-        done += 1
-        if status[node] == EVALUATED:
-            backup(node, raw_value[node], visits, value_sum, parent, virtual_loss, players)
-            counters[STORED_BACKUPS] += 1
-            continue
-        status[node] = PENDING
-        out[0, leaves] = node
-        out[1, leaves] = parent[node]
-        out[2, leaves] = ints[ACTION, node]
-        out[3, leaves] = depth
-        leaves += 1
-    return leaves, done
-
-
-@njit(cache=True, nogil=True)
-def check_evaluations(priors, values, terminal):
-    """(error code, row) of the first malformed row, (0, -1) when all are valid: a value not
-    finite or outside [-1, 1]; a prior negative or not finite; all-zero priors on a non-terminal
-    leaf."""
-    for b in range(values.shape[0]):
-        v = values[b]
-        if not (v >= -1.0 and v <= 1.0):
-            return _BAD_VALUE, b
-        total = 0.0
-        for a in range(priors.shape[1]):
-            p = priors[b, a]
-            if not (p >= 0.0 and p < np.inf):
-                return _BAD_PRIOR, b
-            total += p
-        if not terminal[b] and not total > 0.0:
-            return _ZERO_PRIORS, b
-    return _OK, -1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def apply_evaluations(ints, floats, counters, nodes, priors, values, terminals, virtual_loss,
-                      players):
-    """Checks the evaluations (`check_evaluations`; nothing changes when one is malformed), then
-    expands each leaf of `nodes` (int64 [B]) with its `priors` row (float64 [B, A]; a child per
-    action with a prior > 0, renormalised; none for a terminal leaf or when the tree is full,
-    which sets `counters[FULL]`) and backs its value up.
-
-    Returns:
-        (error code, row) as `check_evaluations`.
-    """
-    code, row = check_evaluations(priors, values, terminals)
-    if code != _OK:
-        return code, row
-    visits = ints[VISITS]
-    first_child = ints[FIRST_CHILD]
-    num_children = ints[NUM_CHILDREN]
-    parent = ints[PARENT]
-    status = ints[STATUS]
-    value_sum = floats[VALUE_SUM]
-    prior = floats[PRIOR]
-    capacity = visits.shape[0]
-    for b in range(nodes.shape[0]):
-        node = nodes[b]
-        status[node] = EVALUATED
-        floats[RAW_VALUE, node] = values[b]
-        if terminals[b]:
-            ints[TERMINAL, node] = ENDED
-        else:
-            count = 0
-            total = 0.0
-            for a in range(priors.shape[1]):
-                if priors[b, a] > 0.0:
-                    count += 1
-                    total += priors[b, a]
-            size = counters[SIZE]
-            if size + count > capacity:
-                counters[FULL] = 1
-            else:
-                child = size
-                for a in range(priors.shape[1]):
-                    p = priors[b, a]
-                    if p > 0.0:
-                        visits[child] = 0
-                        value_sum[child] = 0.0
-                        prior[child] = p / total
-                        floats[RAW_VALUE, child] = 0.0
-                        first_child[child] = -1
-                        num_children[child] = 0
-                        parent[child] = node
-                        ints[ACTION, child] = a
-                        ints[TERMINAL, child] = 0
-                        status[child] = NEW
-                        child += 1
-                counters[SIZE] = size + count
-                first_child[node] = size
-                num_children[node] = count
-        backup(node, values[b], visits, value_sum, parent, virtual_loss, players)
-    return _OK, -1
-
-
-# No reference counting (`_nrt=False`, as the engine's kernels): every array comes from the caller,
-# and the inlined kernels and evaluator would otherwise count references of every row and slice.
-# Not cached: numba's cache never matches a kernel typed by a function argument in a new process.
-@njit(nogil=True, _nrt=False)
-def run_batches(ints, floats, counters, rule, c_puct, virtual_loss, players, c_visit, c_scale,
-                root_base, considered_table, remaining, batch_size, max_batches, out, scratch,
-                priors, values, terminal, evaluate, model):
-    """The ask/tell loop compiled: up to `max_batches` batches of `collect_leaves` ->
-    `evaluate` -> `apply_evaluations` on an expanded root, with no Python between them.
-
-    `evaluate(model, nodes, parents, actions, priors, values, terminal)` is an njit function
-    (passed as an argument: numba compiles one specialisation of this kernel per evaluator, with
-    the call inlined when it is `inline="always"`); `model` is anything numba can pass (a tuple
-    of arrays: weights, per-node states, scratch). It gets the batch's leaves as int64 [B] node
-    ids, parent ids and actions from the parent, and must fill `priors` (float64 [B, A], >= 0,
-    0 = no child), `values` (float64 [B], in [-1, 1], for the player to move at the leaf) and
-    `terminal` (bool [B]) row b for leaf b, exactly as `BatchedSearch.submit` takes them; it
-    must not allocate (the kernel runs without reference counting).
-
-    Args:
-        remaining: descents left in the search budget; a batch holds at most
-            `min(batch_size, remaining)` descents, as in `BatchedSearch.next_batch`.
-        out: int64 [4, >= batch_size], the leaves of a batch (see `collect_leaves`).
-        scratch: float64 [MAX_ACTIONS].
-        priors, values, terminal: float64 [>= batch_size, A], float64 [>= batch_size] and
-            bool [>= batch_size], the evaluator's output buffers.
-    Returns:
-        (descents completed, leaves evaluated, batches, error code, row): the error code is
-        `check_evaluations`' for the first malformed evaluation (0 when none), which stops the
-        loop with that batch's leaves still PENDING and their virtual loss in place.
-    """
-    done = 0
-    evaluated = 0
-    batches = 0
-    while remaining > 0 and batches < max_batches:
-        leaves, completed = collect_leaves(ints, floats, counters, rule, c_puct, virtual_loss,
-                                           players, c_visit, c_scale, root_base,
-                                           considered_table, min(batch_size, remaining), out,
-                                           scratch)
-        remaining -= completed
-        done += completed
-        if leaves == 0:
-            continue
-        nodes = out[0, :leaves]
-        evaluate(model, nodes, out[1, :leaves], out[2, :leaves], priors[:leaves],
-                 values[:leaves], terminal[:leaves])
-        code, row = apply_evaluations(ints, floats, counters, nodes, priors[:leaves],
-                                      values[:leaves], terminal[:leaves], virtual_loss, players)
-        if code != _OK:
-            return done - leaves, evaluated, batches, code, row
-        evaluated += leaves
-        batches += 1
-    return done, evaluated, batches, _OK, -1
-
-
 def validate_config(num_actions: int, simulations: int, config: BatchedConfig,
                     players: int) -> None:
     """Raises ValueError naming the option that is out of range."""
@@ -735,13 +361,13 @@ class BatchedSearch:
         """int64 [N], NEW, PENDING or EVALUATED."""
         self._rule = RULES[config.rule]
         self._vl = float(config.virtual_loss)
-        self._c_puct = float(config.c_puct)
-        self._c_visit = float(config.c_visit)
-        self._c_scale = float(config.c_scale)
         self._scratch = np.zeros(MAX_ACTIONS, dtype=np.float64)
+        # The kernels' records as plain tuples (`batched_kernels.Blocks`, `BatchedOptions`):
+        # numba's dispatcher types those in C, a NamedTuple in Python (6 us a call).
+        self._blocks = (self._ints, self._floats, self._counters)
+        self._options = self._options_with(np.zeros(1, dtype=np.float64),
+                                           np.zeros(1, dtype=np.int64))
         self._root_gumbel = np.zeros(1, dtype=np.float64)
-        self._root_base = np.zeros(1, dtype=np.float64)
-        self._considered = np.zeros(1, dtype=np.int64)
         self._remaining = simulations
         self._done = 0
         self._evaluations = 0
@@ -794,10 +420,8 @@ class BatchedSearch:
             leaves = 0
             while leaves == 0 and self._remaining > 0:
                 leaves, done = collect_leaves(
-                    self._ints, self._floats, self._counters, self._rule, self._c_puct, self._vl,
-                    self.players, self._c_visit, self._c_scale, self._root_base,
-                    self._considered, min(self.config.batch_size, self._remaining), out,
-                    self._scratch)
+                    self._blocks, self._options, min(self.config.batch_size, self._remaining),
+                    out, self._scratch)
                 self._remaining -= done
                 self._done += done - leaves
         ended = time.perf_counter()
@@ -848,8 +472,8 @@ class BatchedSearch:
             raise EvaluationError("values", -1, f"shape {values.shape}, expected ({size},)")
         if terminal.shape != (size,):
             raise EvaluationError("terminal", -1, f"shape {terminal.shape}, expected ({size},)")
-        code, row = apply_evaluations(self._ints, self._floats, self._counters, batch.nodes,
-                                      priors, values, terminal, self._vl, self.players)
+        code, row = apply_evaluations(self._blocks, self._options, batch.nodes, priors, values,
+                                      terminal)
         _raise_for(code, row, values)
         self._pending = None
         self._evaluations += size
@@ -902,9 +526,8 @@ class BatchedSearch:
         while (self._remaining > 0 and (deadline is None or time.monotonic() < deadline)
                and (stop is None or not stop.is_set())):
             done, evaluated, batches, code, row = run_batches(
-                self._ints, self._floats, self._counters, self._rule, self._c_puct, self._vl,
-                self.players, self._c_visit, self._c_scale, self._root_base, self._considered,
-                self._remaining, size, chunk, out, self._scratch, priors, values, terminal,
+                self._blocks, self._options, self._remaining, size, chunk,
+                (out, self._scratch, priors, values, terminal),
                 evaluate, model)
             self._remaining -= done
             self._done += done
@@ -913,6 +536,19 @@ class BatchedSearch:
             self._ended = time.perf_counter()
             _raise_for(code, row, values)
         return self.result()
+
+    def _options_with(self, root_base: np.ndarray, considered_table: np.ndarray) -> tuple:
+        """The kernels' `BatchedOptions`, as a plain tuple, with the Gumbel root's arrays."""
+        config = self.config
+        return (self._rule, float(config.c_puct), self._vl, self.players, float(config.c_visit),
+                float(config.c_scale), root_base, considered_table)
+
+    def _rows(self) -> Rows:
+        """The tree as the kernels' `Rows`."""
+        ints, floats = self._ints, self._floats
+        return Rows(ints[VISITS], floats[VALUE_SUM], floats[PRIOR], ints[FIRST_CHILD],
+                    ints[NUM_CHILDREN], ints[PARENT], ints[ACTION], ints[TERMINAL],
+                    ints[STATUS], floats[RAW_VALUE], self._counters)
 
     def _prepare_root(self) -> None:
         """After the root's evaluation: Dirichlet noise (PUCT) or the Gumbel draw and the
@@ -928,13 +564,14 @@ class BatchedSearch:
             gumbel = rng.gumbel(size=count)
             considered = min(self.config.gumbel_num_considered, count)
             # Gumbel-top-m: only the m largest g + logits are considered.
-            scores = gumbel + np.log(np.maximum(tree.prior[block].astype(np.float64), _TINY))
+            scores = gumbel + np.log(np.maximum(tree.prior[block].astype(np.float64), TINY))
             keep = np.argsort(-scores, kind="stable")[:considered]
             masked = np.full(count, -np.inf)
             masked[keep] = gumbel[keep]
             self._root_gumbel = masked
-            self._root_base = root_bases(masked, tree.prior[block].astype(np.float64))
-            self._considered = considered_visits_sequence(considered, self.simulations)
+            self._options = self._options_with(
+                root_bases(masked, tree.prior[block].astype(np.float64)),
+                considered_visits_sequence(considered, self.simulations))
         elif self.config.dirichlet_alpha is not None:
             add_dirichlet_noise(tree.prior[block], self.config.dirichlet_alpha,
                                 self.config.dirichlet_epsilon, rng)
@@ -992,16 +629,14 @@ class BatchedSearch:
         children = tree.children(0)
         count = len(children)
         sigma = np.zeros(MAX_ACTIONS, dtype=np.float64)
-        completed_qvalues(0, tree.visits, tree.value_sum, tree.prior, tree.first_child,
-                          tree.num_children, self.raw_value, self.config.c_visit,
-                          self.config.c_scale, sigma)
+        completed_qvalues(0, self._rows(), self.config.c_visit, self.config.c_scale, sigma)
         sigma = sigma[:count]
         block = slice(children.start, children.stop)
-        logits = np.log(np.maximum(tree.prior[block].astype(np.float64), _TINY))
+        logits = np.log(np.maximum(tree.prior[block].astype(np.float64), TINY))
         child_visits = tree.visits[block]
         considered = np.isfinite(self._root_gumbel)
         most = child_visits[considered].max()
-        score = np.maximum(_LOW_LOGIT, self._root_gumbel + logits - logits.max() + sigma)
+        score = np.maximum(LOW_LOGIT, self._root_gumbel + logits - logits.max() + sigma)
         score = np.where(considered & (child_visits == most), score, -np.inf)
         action = int(acts[int(np.argmax(score))])
         improved = logits + sigma
@@ -1013,11 +648,11 @@ class BatchedSearch:
 
 def _raise_for(code: int, row: int, values: np.ndarray) -> None:
     """Raises the EvaluationError of a kernel's error code (nothing for _OK)."""
-    if code == _BAD_VALUE:
+    if code == BAD_VALUE:
         raise EvaluationError("values", row, f"is {values[row]}; must be in [-1, 1]")
-    if code == _BAD_PRIOR:
+    if code == BAD_PRIOR:
         raise EvaluationError("priors", row, "has a negative or non-finite prior")
-    if code == _ZERO_PRIORS:
+    if code == ZERO_PRIORS:
         raise EvaluationError("priors", row, "is all zero on a non-terminal leaf")
 
 

@@ -89,7 +89,15 @@ default.
 
 A deadline or a stop event is checked every CHUNK_SIMULATIONS simulations.
 
-The game's numba functions are passed to the kernel as arguments; numba types each one by its
+Where things are: this module holds the options, the results and the Python drivers (`grow`,
+`grow_tree_parallel`, `grow_parallel`, `search`); the sequential kernel `run_simulations` is in
+`services.mcts.rollout_kernel` (one function per phase: `select_leaf`, `expand_leaf`, `evaluate`,
+`backup_down` / `backup_amaf`), the tree-parallel one in `services.mcts.shared_kernel`, the rules
+in `services.mcts.selection` and `services.mcts.root`. The kernels take records
+(`services.mcts.records`: `Nodes`, `Table`, `Options`, `Scratch`, `GameFunctions`), as mctx's
+search takes a `Tree` of arrays, instead of one argument per array.
+
+The game's numba functions travel in a `GameFunctions` record; numba types each one by its
 identity and compiles one specialisation of the kernel per game, with the calls inlined, so a game
 module costs no run-time dispatch. The kernel runs without reference counting (numba's `_nrt=False`
 option: all its arrays come from the caller): the atomic reference counts of the arrays handed to
@@ -107,56 +115,50 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
-from numba import njit
 
-from services.mcts.atomics import (
-    compare_exchange,
-    fetch_add,
-    load_acquire,
-    load_relaxed,
-    store_release,
-)
 from services.mcts.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
-from services.mcts.cycle_clock import read_cycles
 from services.mcts.game import MAX_ACTIONS, Game
-from services.mcts.prefetch import prefetch
-from services.mcts.root import add_dirichlet_noise, sample_by_temperature
-from services.mcts.selection import (
-    PUCT,
-    UCT,
-    puct,
-    rave_beta,
-    ucb1_from_log,
-    widened_children,
+from services.mcts.records import (
+    functions_of,
+    nodes_of,
+    options_of,
+    scratch_for,
+    table_of,
 )
+from services.mcts.rollout_kernel import (
+    BACKUP,
+    EXPAND,
+    ROLLOUT,
+    SELECT,
+    TIMED,
+    UNEXPANDED,
+    WAIT,
+    run_simulations,
+)
+from services.mcts.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.settings import UCT_EXPLORATION
-from services.mcts.simd import LANES, ucb1_lanes
-from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
-from services.mcts.transpositions import TranspositionTable, find_or_insert
+from services.mcts.shared_kernel import (
+    CLAIMED,
+    REFUSED,
+    TARGET,
+    no_key,
+    run_shared_simulations,
+)
+from services.mcts.transpositions import TranspositionTable
 from services.mcts.tree import MAX_VISITS, MIN_CAPACITY, Tree, TreePool
-from services.mcts.xorshift import random_below, rng_state
+from services.mcts.xorshift import rng_state
+
+__all__ = ["BACKUP", "EXPAND", "ROLLOUT", "SELECT", "TIMED", "UNEXPANDED", "WAIT"]
 
 DEFAULT_MAX_NODES = 1_000_000
 """Default node capacity of one tree."""
 CHUNK_SIMULATIONS = 4096
 """Simulations per kernel call when a deadline or a stop event has to be checked in between."""
 
-SELECT, EXPAND, ROLLOUT, BACKUP = 0, 1, 2, 3
-"""Indices of the phase work counters and of the phase times (see the module doc)."""
-WAIT = 4
-"""Index of the time spent waiting for another thread: on a shared tree, for an expansion in
-progress (tree parallelisation; the transposition table's lock is counted in selection)."""
-TIMED = 5
-"""Index, in the kernels' cycle counters, of the number of simulations timed."""
 TIMING_SAMPLE_EVERY = 16
 """One simulation in this many (a power of two) is timed phase by phase (see the module doc)."""
 PARALLELISMS = ("root", "tree")
 """Values of `SearchConfig.parallelism`."""
-UNEXPANDED = -1
-"""`first_child` of a node without children."""
-REFUSED = -2
-"""`first_child` of a node a shared tree could not expand (full, or no legal action); it reads
-as UNEXPANDED again once the search is over."""
 
 
 @dataclass(frozen=True)
@@ -289,643 +291,6 @@ class GameSearchResult:
     parallelism: str = "root"
 
 
-@njit(cache=True, nogil=True)
-def _log_table(size):
-    """float64 [size]: `math.log(n)` for n = 1 .. size - 1 as the kernels compute it (the same
-    libm call, so the same bits), 0 at index 0."""
-    out = np.zeros(size, dtype=np.float64)
-    for n in range(1, size):
-        out[n] = math.log(n)
-    return out
-
-
-LOG_TABLE_SIZE = 1 << 16
-"""Visit counts below this read their logarithm from a table (512 KB) instead of calling libm:
-the counts of every node a simulation passes but the root and its busiest children in a search of
-a few hundred thousand simulations. A node's count grows by one per visit, so its look-ups walk
-the table in order and touch few cache lines."""
-_LOG_VISITS = _log_table(LOG_TABLE_SIZE)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def log_visits(n):
-    """`math.log(n)` (bit for bit) of a visit count n >= 1, from the table when small."""
-    return _LOG_VISITS[n] if n < LOG_TABLE_SIZE else math.log(n)
-
-
-@njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def ucb1_lanes_scalar(visits, value_sum, start, count, log_parent_n, exploration):
-    """`services.mcts.simd.ucb1_lanes` in scalar code, the same results, for the last rows of
-    the arrays, where an 8-wide load would read past their end."""
-    for i in range(count):
-        if visits[start + i] == 0:
-            return i, 0, -np.inf
-    best = 0
-    best_score = -np.inf
-    for i in range(count):
-        n = visits[start + i]
-        score = value_sum[start + i] / n + exploration * math.sqrt(log_parent_n / n)
-        if score > best_score:
-            best_score = score
-            best = i
-    return LANES, best, best_score
-
-
-@njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def select_uct(node, visits, value_sum, first_child, num_children, action, exploration):
-    """`select_child` for plain UCT (no RAVE, no widening), the same choice computed faster:
-    the first unvisited child, else the first child of highest UCB1 score
-    `value_sum / n + c * sqrt(ln N / n)`, in the same operations (so to the same bits) but eight
-    children at a time in SIMD instructions, without a branch (`services.mcts.simd`). It
-    prefetches the children's rows of `first_child`, `num_children` and `action`, which the
-    descent reads next, while their statistics load."""
-    start = first_child[node]
-    count = num_children[node]
-    prefetch(first_child, start)
-    prefetch(num_children, start)
-    prefetch(action, start)
-    log_parent_n = log_visits(max(visits[node], 1))
-    if count <= LANES and start + LANES <= visits.shape[0]:
-        unvisited, index, _ = ucb1_lanes(visits, value_sum, start, count, log_parent_n,
-                                         exploration)
-        return start + (unvisited if unvisited < LANES else index)
-    best = 0
-    best_score = -np.inf
-    for base in range(0, count, LANES):
-        width = min(count - base, LANES)
-        if start + base + LANES <= visits.shape[0]:
-            unvisited, index, score = ucb1_lanes(visits, value_sum, start + base, width,
-                                                 log_parent_n, exploration)
-        else:
-            unvisited, index, score = ucb1_lanes_scalar(visits, value_sum, start + base,
-                                                        width, log_parent_n, exploration)
-        if unvisited < LANES:
-            return start + base + unvisited
-        if score > best_score:
-            best_score = score
-            best = base + index
-    return start + best
-
-
-@njit(cache=True, nogil=True, inline="always")
-def select_child(node, visits, value_sum, prior, first_child, num_children, amaf_visits,
-                 amaf_value_sum, rule, exploration, widening_k, widening_alpha, rave_k):
-    """Index of the child of `node` (expanded) chosen by the rule; see the module doc."""
-    start = first_child[node]
-    parent_n = visits[node]
-    count = widened_children(num_children[node], parent_n, widening_k, widening_alpha)
-    if rule == UCT and rave_k <= 0.0:
-        # Plain UCT, the common case: the first unvisited child, else the best UCB1 score.
-        log_parent_n = math.log(max(parent_n, 1))
-        best = start
-        best_score = -np.inf
-        for child in range(start, start + count):
-            n = visits[child]
-            if n == 0:
-                return child
-            score = ucb1_from_log(value_sum[child] / n, n, log_parent_n, exploration)
-            if score > best_score:
-                best_score = score
-                best = child
-        return best
-    beta = rave_beta(parent_n, rave_k) if rave_k > 0.0 else 0.0
-    log_parent_n = math.log(max(parent_n, 1)) if rule == UCT else 0.0
-    best = start
-    best_score = -np.inf
-    for child in range(start, start + count):
-        n = visits[child]
-        q = value_sum[child] / n if n > 0 else 0.0
-        if rave_k > 0.0 and amaf_visits[child] > 0:
-            amaf_q = amaf_value_sum[child] / amaf_visits[child]
-            q = amaf_q if n == 0 else (1.0 - beta) * q + beta * amaf_q
-        elif rule == UCT and n == 0:
-            return child
-        if rule == PUCT:
-            score = puct(q, n, prior[child], parent_n, exploration)
-        else:
-            score = ucb1_from_log(q, max(n, 1), log_parent_n, exploration)
-        if score > best_score:
-            best_score = score
-            best = child
-    return best
-
-
-@njit(cache=True, nogil=True, inline="always")
-def sort_by_prior(actions, action_priors, count):
-    """Sorts the first `count` actions and their priors in place by decreasing prior; an
-    insertion sort, stable: equal priors keep the game's action order."""
-    for i in range(1, count):
-        a = actions[i]
-        p = action_priors[i]
-        j = i - 1
-        while j >= 0 and action_priors[j] < p:
-            actions[j + 1] = actions[j]
-            action_priors[j + 1] = action_priors[j]
-            j -= 1
-        actions[j + 1] = a
-        action_priors[j + 1] = p
-
-
-@njit(cache=True, nogil=True, inline="always")
-def write_children(node, size, count, actions, action_priors, visits, value_sum, prior,
-                   first_child, num_children, parent, action, terminal, amaf_visits,
-                   amaf_value_sum, rave):
-    """Writes rows `size .. size + count - 1` as the unexpanded children of `node` for `actions`
-    with `action_priors`; the AMAF statistics are reset only when `rave` is set (otherwise never
-    read: their untouched zero pages cost no memory)."""
-    for i in range(count):
-        child = size + i
-        visits[child] = 0
-        value_sum[child] = 0.0
-        if rave:
-            amaf_visits[child] = 0
-            amaf_value_sum[child] = 0.0
-        prior[child] = action_priors[i]
-        first_child[child] = UNEXPANDED
-        num_children[child] = 0
-        parent[child] = node
-        action[child] = actions[i]
-        terminal[child] = 0
-
-
-@njit(cache=True, nogil=True, inline="always")
-def expand(node, count, actions, action_priors, visits, value_sum, prior, first_child,
-           num_children, parent, action, terminal, counters, amaf_visits, amaf_value_sum, rave):
-    """Creates the children of `node` for its `count` legal `actions` (int64 [>= count]) with
-    their `action_priors` (float64 [>= count]), by decreasing prior; sorts both in place
-    (`sort_by_prior`, `write_children`).
-
-    Returns:
-        the number of children created; 0 when the arrays are full (`counters[2]` is set then).
-    """
-    size = counters[0]
-    if size + count > visits.shape[0]:
-        counters[2] = 1
-        return 0
-    sort_by_prior(actions, action_priors, count)
-    write_children(node, size, count, actions, action_priors, visits, value_sum, prior,
-                   first_child, num_children, parent, action, terminal, amaf_visits,
-                   amaf_value_sum, rave)
-    counters[0] = size + count
-    first_child[node] = size
-    num_children[node] = count
-    return count
-
-
-@njit(nogil=True, inline="always")
-def uniform_rollout(state, rng, moves, ply, actions, legal_actions, play, outcome):
-    """The rollout of a game without its own (see `services.mcts.game`): uniformly random legal
-    actions until the game ends, recorded in `moves[ply:]`; `actions` is a scratch buffer
-    (int64 [MAX_ACTIONS]). Returns (the result for the last mover, the ply after the last move)."""
-    ended = False
-    while not ended:
-        count = legal_actions(state, actions)
-        move = actions[random_below(rng, count)]
-        moves[ply] = move
-        ended = play(state, move)
-        ply += 1
-    return outcome(state, rng), ply
-
-
-# No reference counting (`_nrt=False`): every array comes from the caller, and the atomic reference
-# counts of the arrays passed to the inlined functions would take a third of the time. Not cached:
-# numba's cache never matches a kernel typed by function arguments in a new process (see the
-# module doc), it would only pile up files.
-# Numpy's error model: the only divisions are by counts checked to be nonzero, and the Python
-# model's zero checks would add a branch to each of them.
-@njit(nogil=True, _nrt=False, error_model="numpy")
-def run_simulations(visits, value_sum, prior, first_child, num_children, parent, action, terminal,
-                    counters, amaf_visits, amaf_value_sum, phases, phase_cycles, sample_mask,
-                    root_state, simulations, rule, exploration, widening_k, widening_alpha,
-                    rave_k, players, rng, state, actions, action_priors, path, moves, seen,
-                    legal_actions, play, outcome, priors, rollout):
-    """Runs `simulations` simulations in place on a tree whose root holds `root_state` (a state
-    whose game goes on); `terminal[node]` is 1 once the move into the node is known to end the
-    game. See the module doc for the rules and `Grown` for the arrays. Scratch arrays: `state`
-    (like `root_state`), `actions` (int64 [MAX_ACTIONS]), `action_priors` (float64
-    [MAX_ACTIONS]), `path` and `moves` (int64 [max_plies + 1]), `seen` (int64 [2, MAX_ACTIONS]).
-    Simulation `sim` with `sim & sample_mask == 0` adds the cycle-counter ticks of its phases to
-    `phase_cycles` (int64 [6], indexed by SELECT .. BACKUP, and TIMED for the count); a negative
-    `sample_mask` times nothing. The game's functions (`rollout` None for uniformly random
-    rollouts) are arguments: numba compiles one specialisation per game, with direct calls
-    inlined."""
-    record = rave_k > 0.0
-    plain_uct = rule == UCT and rave_k <= 0.0 and widening_k <= 0.0
-    timing = sample_mask >= 0
-    selection_steps = 0
-    expanded_nodes = 0
-    rollout_plies = 0
-    backup_steps = 0
-    started = selected = expanded = evaluated = 0
-    for side in range(seen.shape[0]):
-        for a in range(seen.shape[1]):
-            seen[side, a] = 0
-    for sim in range(simulations):
-        sampled = timing and (sim & sample_mask) == 0
-        if sampled:
-            started = read_cycles()
-        for i in range(state.shape[0]):
-            state[i] = root_state[i]
-        node = 0
-        depth = 0
-        ended = False
-        path[0] = 0
-        while num_children[node] > 0:
-            if plain_uct:
-                node = select_uct(node, visits, value_sum, first_child, num_children, action,
-                                  exploration)
-            else:
-                node = select_child(node, visits, value_sum, prior, first_child, num_children,
-                                    amaf_visits, amaf_value_sum, rule, exploration, widening_k,
-                                    widening_alpha, rave_k)
-            moves[depth] = action[node]
-            ended = play(state, action[node])
-            terminal[node] = ended
-            depth += 1
-            path[depth] = node
-            selection_steps += 1
-        if sampled:
-            selected = read_cycles()
-        if not ended and (node == 0 or visits[node] > 0):
-            count = legal_actions(state, actions)
-            created = 0
-            if count > 0:
-                priors(state, actions, count, action_priors)
-                created = expand(node, count, actions, action_priors, visits, value_sum,
-                                 prior, first_child, num_children, parent, action, terminal,
-                                 counters, amaf_visits, amaf_value_sum, record)
-            if created > 0:
-                expanded_nodes += created
-                node = select_child(node, visits, value_sum, prior, first_child,
-                                    num_children, amaf_visits, amaf_value_sum, rule,
-                                    exploration, widening_k, widening_alpha, rave_k)
-                moves[depth] = action[node]
-                ended = play(state, action[node])
-                terminal[node] = ended
-                depth += 1
-                path[depth] = node
-        if depth > counters[1]:
-            counters[1] = depth
-        if sampled:
-            expanded = read_cycles()
-        # Evaluation: one rollout; `value` is for the player who made the last move.
-        plies = depth
-        if ended:
-            value = outcome(state, rng)
-        else:
-            if rollout is None:
-                value, plies = uniform_rollout(state, rng, moves, depth, actions, legal_actions,
-                                               play, outcome)
-            else:
-                value, plies = rollout(state, rng, moves, depth, record)
-        rollout_plies += plies - depth
-        if sampled:
-            evaluated = read_cycles()
-        # Now for the player who moved into `node`.
-        if players == 2 and (plies - depth) % 2 == 1:
-            value = -value
-        # Backup, with the AMAF update of every child of a path node whose action its player
-        # played at that ply or later.
-        stamp = sim + 1
-        if record:
-            for ply in range(depth, plies):
-                seen[ply % players, moves[ply]] = stamp
-        else:
-            # From the root down: the next simulation reads the top levels first, and the
-            # stores to them, made first, have left the store buffer by then (a vector load
-            # over a store still in flight waits for it).
-            if players == 2 and depth % 2 == 1:
-                value = -value
-            for d in range(depth + 1):
-                node = path[d]
-                visits[node] += 1
-                value_sum[node] += value
-                if players == 2:
-                    value = -value
-            backup_steps += depth + 1
-        for d in range(depth if record else -1, -1, -1):
-            node = path[d]
-            visits[node] += 1
-            value_sum[node] += value
-            backup_steps += 1
-            if players == 2:
-                value = -value
-            if record and num_children[node] > 0:
-                side = d % players
-                if d < depth:
-                    seen[side, moves[d]] = stamp
-                # `value` is now for the player to move at `node`, the mover into its
-                # children.
-                start = first_child[node]
-                for child in range(start, start + num_children[node]):
-                    if seen[side, action[child]] == stamp:
-                        amaf_visits[child] += 1
-                        amaf_value_sum[child] += value
-        if sampled:
-            phase_cycles[0] += selected - started
-            phase_cycles[1] += expanded - selected
-            phase_cycles[2] += evaluated - expanded
-            phase_cycles[3] += read_cycles() - evaluated
-            phase_cycles[5] += 1
-    phases[0] += selection_steps
-    phases[1] += expanded_nodes
-    phases[2] += rollout_plies
-    phases[3] += backup_steps
-
-
-@njit(cache=True, nogil=True, inline="always")
-def select_child_shared(node, start, count, visits, value_sum, prior, amaf_visits,
-                        amaf_value_sum, arrivals, entry, entry_visits, entry_value_sum,
-                        shared_values, rule, exploration, widening_k, widening_alpha, rave_k):
-    """`select_child` on a tree shared by threads, for a thread that has arrived at `node`
-    (children `start .. start + count - 1`): a child's n is its arrivals (visits plus
-    simulations in flight through it) and each in-flight simulation counts as a loss (-1 for the
-    mover into the child): virtual loss; the parent's N is its arrivals but the thread's own.
-    With `shared_values`, a child's Q is its position's mean from the transposition table
-    (`entry` >= 0) while N and n stay the tree's (see the module doc). With nothing in flight and
-    no table it chooses exactly as `select_child`. Reads that race with other threads' updates
-    see each value either before or after an update (aligned 4- and 8-byte words)."""
-    parent_n = arrivals[node] - 1
-    count = widened_children(count, parent_n, widening_k, widening_alpha)
-    beta = rave_beta(parent_n, rave_k) if rave_k > 0.0 else 0.0
-    log_parent_n = math.log(max(parent_n, 1)) if rule == UCT else 0.0
-    best = start
-    best_score = -np.inf
-    for child in range(start, start + count):
-        n = arrivals[child]
-        q = 0.0
-        if n > 0:
-            lost = max(n - visits[child], 0)
-            position = entry[child] if shared_values else -1
-            # (A position's count can lag its node's while another thread backs up.)
-            shared_n = entry_visits[position] + lost if position >= 0 else 0
-            if shared_n > 0:
-                q = (entry_value_sum[position] - lost) / shared_n
-            else:
-                q = (value_sum[child] - lost) / n
-        if rave_k > 0.0 and amaf_visits[child] > 0:
-            amaf_q = amaf_value_sum[child] / amaf_visits[child]
-            q = amaf_q if n == 0 else (1.0 - beta) * q + beta * amaf_q
-        elif rule == UCT and n == 0:
-            return child
-        if rule == PUCT:
-            score = puct(q, n, prior[child], parent_n, exploration)
-        else:
-            score = ucb1_from_log(q, max(n, 1), log_parent_n, exploration)
-        if score > best_score:
-            best_score = score
-            best = child
-    return best
-
-
-@njit(nogil=True, _nrt=False)
-def expand_shared(node, state, actions, action_priors, visits, value_sum, prior, first_child,
-                  num_children, parent, action, terminal, counters, amaf_visits, amaf_value_sum,
-                  rave, legal_actions, priors):
-    """`expand` for a tree shared by threads, called by the one thread that expands `node`: the
-    children's rows are claimed with a compare-and-swap on `counters[0]`, written, and published
-    by a release store of `first_child[node]` (after `num_children[node]`), so that a thread
-    that reads `first_child[node] >= 0` with acquire ordering sees every child. A node that gets
-    no children (the tree is full: `counters[2]` is set; or no legal action) is marked REFUSED
-    in `first_child`. Returns the children created."""
-    count = legal_actions(state, actions)
-    if count == 0:
-        store_release(first_child, node, REFUSED)
-        return 0
-    priors(state, actions, count, action_priors)
-    sort_by_prior(actions, action_priors, count)
-    while True:
-        size = load_relaxed(counters, 0)
-        if size + count > visits.shape[0]:
-            counters[2] = 1
-            store_release(first_child, node, REFUSED)
-            return 0
-        if compare_exchange(counters, 0, size, size + count) == size:
-            break
-    write_children(node, size, count, actions, action_priors, visits, value_sum, prior,
-                   first_child, num_children, parent, action, terminal, amaf_visits,
-                   amaf_value_sum, rave)
-    num_children[node] = count
-    store_release(first_child, node, size)
-    return count
-
-
-@njit(nogil=True, inline="always")
-def _find_entry(node, state, entry, slot_key, slot_entry, table_counters, table_shift, capacity,
-                table_lock, key):
-    """Gives `node` its transposition-table entry (the table is guarded by the lock
-    `table_lock[0]`; each node is looked up once)."""
-    acquire(table_lock, 0)
-    if entry[node] < 0:
-        entry[node] = find_or_insert(key(state), slot_key, slot_entry, table_counters, capacity,
-                                     table_shift)
-    release(table_lock, 0)
-
-
-@njit(nogil=True, _nrt=False)
-def descend(visits, value_sum, prior, first_child, num_children, parent, action, terminal,
-            counters, amaf_visits, amaf_value_sum, arrivals, entry, slot_key, slot_entry,
-            entry_visits, entry_value_sum, table_counters, table_shift, transpositions,
-            table_lock, phases, phase_cycles, sampled, root_state, rule, exploration,
-            widening_k, widening_alpha, rave_k, state, actions, action_priors, path, moves,
-            legal_actions, play, priors, key):
-    """The tree part of one simulation on a tree shared by threads, without locks (Enzenberger &
-    Mueller 2009): the thread counts itself into `arrivals` of every node it reaches (its
-    virtual loss, reverted by `backup_shared`), selects by `select_child_shared` and stops at
-    the first node that is terminal, or whose expansion the tree refused, or that it is the
-    first to reach (that node is evaluated by the rollout, as in `run_simulations`). The second
-    thread to reach a leaf (the first at the root) expands it (`expand_shared`) and goes on to a
-    child; a later one that finds the expansion still in progress waits for it. So every node
-    is evaluated once itself and expanded once, whatever the threads do, and one thread grows
-    exactly the tree of `run_simulations`. With `transpositions`, each node gets its table entry
-    (`key`) on its first arrival. Leaves the leaf's state in `state`, the path's nodes in
-    `path[0 .. depth]` and its actions in `moves[0 .. depth - 1]`; adds the work counts to
-    `phases` and, when `sampled`, the cycles spent selecting, expanding and waiting for other
-    threads to `phase_cycles`.
-
-    Returns:
-        (depth, ended): the leaf's depth in plies below the root, and whether the move into it
-        ended the game.
-    """
-    started = read_cycles() if sampled else 0
-    expanding = 0
-    waiting = 0
-    capacity = entry_visits.shape[0]
-    for i in range(state.shape[0]):
-        state[i] = root_state[i]
-    node = 0
-    depth = 0
-    ended = False
-    path[0] = 0
-    earlier = fetch_add(arrivals, 0, 1)
-    if transpositions and entry[0] < 0:
-        _find_entry(0, state, entry, slot_key, slot_entry, table_counters, table_shift, capacity,
-                    table_lock, key)
-    own_expansion = False
-    while True:
-        # The first to arrive at a leaf evaluates it, even if a later arrival has expanded it
-        # meanwhile (the root is expanded by its first arrival).
-        if ended or (node != 0 and earlier == 0):
-            break
-        start = load_acquire(first_child, node)
-        if start < 0:
-            if start == REFUSED:
-                break
-            if earlier == (0 if node == 0 else 1):
-                clock = read_cycles() if sampled else 0
-                created = expand_shared(node, state, actions, action_priors, visits, value_sum,
-                                        prior, first_child, num_children, parent, action,
-                                        terminal, counters, amaf_visits, amaf_value_sum,
-                                        rave_k > 0.0, legal_actions, priors)
-                if sampled:
-                    expanding += read_cycles() - clock
-                phases[1] += created
-                own_expansion = created > 0
-            else:
-                clock = read_cycles() if sampled else 0
-                spins = 0
-                while load_acquire(first_child, node) == UNEXPANDED:
-                    spins += 1
-                    if spins == SPINS_BEFORE_YIELD:
-                        pause()
-                        spins = 0
-                if sampled:
-                    waiting += read_cycles() - clock
-            start = load_acquire(first_child, node)
-            if start < 0:
-                break
-        node = select_child_shared(node, start, num_children[node], visits, value_sum, prior,
-                                   amaf_visits, amaf_value_sum, arrivals, entry, entry_visits,
-                                   entry_value_sum, transpositions, rule, exploration,
-                                   widening_k, widening_alpha, rave_k)
-        moves[depth] = action[node]
-        ended = play(state, action[node])
-        terminal[node] = ended
-        depth += 1
-        path[depth] = node
-        # (The step into a child of the thread's own new expansion is no selection step, as in
-        # `run_simulations`; alone, the thread is that child's first arrival and evaluates it.)
-        if not own_expansion:
-            phases[0] += 1
-        own_expansion = False
-        earlier = fetch_add(arrivals, node, 1)
-        if transpositions and entry[node] < 0:
-            _find_entry(node, state, entry, slot_key, slot_entry, table_counters, table_shift,
-                        capacity, table_lock, key)
-    deepest = load_relaxed(counters, 1)
-    while depth > deepest:
-        found = compare_exchange(counters, 1, deepest, depth)
-        if found == deepest:
-            break
-        deepest = found
-    if sampled:
-        phase_cycles[0] += read_cycles() - started - expanding - waiting
-        phase_cycles[1] += expanding
-        phase_cycles[4] += waiting
-    return depth, ended
-
-
-@njit(nogil=True, _nrt=False)
-def backup_shared(visits, value_sum, first_child, num_children, action, amaf_visits,
-                  amaf_value_sum, entry, entry_visits, entry_value_sum, path, depth, moves, plies,
-                  value, seen, stamp, players, record, shared_values):
-    """The backup of one simulation on a tree shared by threads, with atomic additions: `value`
-    (for the player who moved into the leaf `path[depth]`) goes to every node of
-    `path[0 .. depth]` with the sign flipped at every ply for two players (a node's visit
-    reverts the virtual loss of its arrival), with `shared_values` each node's table entry gets
-    the same update, and with `record` the AMAF statistics are updated from
-    `moves[0 .. plies - 1]` as in `run_simulations` (`seen` and `stamp` as there). Returns the
-    backup steps (depth + 1)."""
-    if record:
-        for ply in range(depth, plies):
-            seen[ply % players, moves[ply]] = stamp
-    for d in range(depth, -1, -1):
-        node = path[d]
-        fetch_add(value_sum, node, value)
-        fetch_add(visits, node, 1)
-        if shared_values:
-            position = entry[node]
-            if position >= 0:
-                fetch_add(entry_value_sum, position, value)
-                fetch_add(entry_visits, position, 1)
-        if players == 2:
-            value = -value
-        # The leaf's children, if another thread has made some meanwhile, took no part.
-        if record and d < depth:
-            side = d % players
-            seen[side, moves[d]] = stamp
-            start = first_child[node]
-            for child in range(start, start + num_children[node]):
-                if seen[side, action[child]] == stamp:
-                    fetch_add(amaf_value_sum, child, value)
-                    fetch_add(amaf_visits, child, 1)
-    return depth + 1
-
-
-@njit(nogil=True, _nrt=False)
-def run_shared_simulations(visits, value_sum, prior, first_child, num_children, parent, action,
-                           terminal, counters, amaf_visits, amaf_value_sum, arrivals, entry,
-                           slot_key, slot_entry, entry_visits, entry_value_sum, table_counters,
-                           table_shift, transpositions, shared, phases, phase_cycles,
-                           sample_mask, root_state, rule, exploration, widening_k,
-                           widening_alpha, rave_k, players, rng, state, actions, action_priors,
-                           path, moves, seen, legal_actions, play, outcome, priors, rollout,
-                           key):
-    """One thread of tree parallelisation: claims simulations (a compare-and-swap on
-    `shared[1]`, simulations claimed by all threads) until `shared[2]` (the target) is reached,
-    each one `descend`, a rollout and `backup_shared` on the tree all threads share; the
-    transposition table is guarded by the lock `shared[0]`. Tree and table arrays as `descend`;
-    `phases`, `phase_cycles`, `rng` and the scratch arrays (as `run_simulations`) belong to the
-    thread."""
-    record = rave_k > 0.0
-    timing = sample_mask >= 0
-    for side in range(seen.shape[0]):
-        for a in range(seen.shape[1]):
-            seen[side, a] = 0
-    claimed = 0
-    while True:
-        taken = load_relaxed(shared, 1)
-        while taken < shared[2]:
-            seen_value = compare_exchange(shared, 1, taken, taken + 1)
-            if seen_value == taken:
-                break
-            taken = seen_value
-        if taken >= shared[2]:
-            break
-        sampled = timing and (claimed & sample_mask) == 0
-        claimed += 1
-        depth, ended = descend(visits, value_sum, prior, first_child, num_children, parent,
-                               action, terminal, counters, amaf_visits, amaf_value_sum,
-                               arrivals, entry, slot_key, slot_entry, entry_visits,
-                               entry_value_sum, table_counters, table_shift, transpositions,
-                               shared, phases, phase_cycles, sampled, root_state, rule,
-                               exploration, widening_k, widening_alpha, rave_k, state, actions,
-                               action_priors, path, moves, legal_actions, play, priors, key)
-        started = read_cycles() if sampled else 0
-        plies = depth
-        if ended:
-            value = outcome(state, rng)
-        elif rollout is None:
-            value, plies = uniform_rollout(state, rng, moves, depth, actions, legal_actions,
-                                           play, outcome)
-        else:
-            value, plies = rollout(state, rng, moves, depth, record)
-        phases[2] += plies - depth
-        if players == 2 and (plies - depth) % 2 == 1:
-            value = -value
-        if sampled:
-            clock = read_cycles()
-            phase_cycles[2] += clock - started
-            started = clock
-        phases[3] += backup_shared(visits, value_sum, first_child, num_children, action,
-                                   amaf_visits, amaf_value_sum, entry, entry_visits,
-                                   entry_value_sum, path, depth, moves, plies, value, seen,
-                                   claimed, players, record, transpositions)
-        if sampled:
-            phase_cycles[3] += read_cycles() - started
-            phase_cycles[5] += 1
-
-
 def _validate(game: Game, state: np.ndarray, simulations: int, config: SearchConfig) -> None:
     if game.num_actions > MAX_ACTIONS:
         raise ValueError(f"a game may have at most {MAX_ACTIONS} actions")
@@ -1002,17 +367,17 @@ def grow(game: Game, state: np.ndarray, simulations: int,
     amaf_value_sum = np.zeros(capacity, dtype=np.float64)
     phases = np.zeros(4, dtype=np.int64)
     phase_cycles = np.zeros(6, dtype=np.int64)
-    args = (tree.visits, tree.value_sum, tree.prior, tree.first_child, tree.num_children,
-            tree.parent, tree.action, tree.terminal, tree.counters, amaf_visits, amaf_value_sum,
-            phases, phase_cycles, _sample_mask(), state)
-    options = _options(game, config) + (rng_state(config.seed),)
-    scratch = _scratch(game, state)
+    nodes = nodes_of(tree, amaf_visits, amaf_value_sum)
+    options = options_of(game, config.rule, config.exploration, config.widening_k,
+                         config.widening_alpha, config.rave_k)
+    scratch = scratch_for(game, state, rng_state(config.seed), phases, phase_cycles)
+    functions = functions_of(game)
+    sample_mask = _sample_mask()
     kernel_s = np.zeros(1)
 
     def run(n: int) -> None:
         started = time.perf_counter()
-        run_simulations(*args, n, *options, *scratch, game.legal_actions, game.play,
-                        game.outcome, game.priors, game.rollout)
+        run_simulations(nodes, options, scratch, functions, state, n, sample_mask)
         kernel_s[0] += time.perf_counter() - started
 
     done = _grow_with_noise(tree, run, simulations, config, deadline, stop)
@@ -1032,35 +397,6 @@ def _sample_mask() -> int:
     """The kernels' `sample_mask`: time one simulation in TIMING_SAMPLE_EVERY, or none (-1)
     where the cycle counter is not available."""
     return TIMING_SAMPLE_EVERY - 1 if CLOCK_AVAILABLE else -1
-
-
-def _options(game: Game, config: SearchConfig) -> tuple:
-    """The kernels' rule arguments, `rule` .. `players`."""
-    return (PUCT if config.rule == "puct" else UCT, float(config.exploration),
-            float(config.widening_k or 0.0), float(config.widening_alpha),
-            float(config.rave_k or 0.0), game.players)
-
-
-def _scratch(game: Game, state: np.ndarray) -> tuple:
-    """Scratch arrays of one thread of a kernel: the state, legal actions and their priors, the
-    path and the actions of a simulation, and the AMAF marks `seen[side, a] == stamp` (`side`
-    played `a` at or below the ply being backed up). Each is padded by a cache line on both
-    sides, so that threads writing their own scratch never share a line (false sharing)."""
-    return (_padded(state.shape, state.dtype), _padded(MAX_ACTIONS, np.int64),
-            _padded(MAX_ACTIONS, np.float64), _padded(game.max_plies + 1, np.int64),
-            _padded(game.max_plies + 1, np.int64), _padded((2, MAX_ACTIONS), np.int64))
-
-
-CACHE_LINE = 64
-"""Bytes of a cache line (x86-64), the padding between the threads' private arrays."""
-
-
-def _padded(shape: int | tuple[int, ...], dtype) -> np.ndarray:
-    """A zeroed C-contiguous array of `shape` with CACHE_LINE bytes of unused room before and
-    after it."""
-    count = int(np.prod(shape))
-    pad = -(-CACHE_LINE // np.dtype(dtype).itemsize)
-    return np.zeros(count + 2 * pad, dtype=dtype)[pad:pad + count].reshape(shape)
 
 
 def _grow_with_noise(tree: Tree, run, simulations: int, config: SearchConfig,
@@ -1095,13 +431,6 @@ def _phase_seconds(phase_cycles: np.ndarray, kernel_s: np.ndarray) -> np.ndarray
     return (shares * kernel_s[timed, None]).sum(axis=0) / len(kernel_s)
 
 
-@njit(cache=True, nogil=True)
-def _no_key(state):
-    """The `key` passed to the shared kernel for a game without one (never called: a table
-    needs the game's key)."""
-    return 0
-
-
 def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
                        config: SearchConfig = SearchConfig(), threads: int = 1, *,
                        deadline: float | None = None,
@@ -1134,16 +463,8 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
     amaf_visits = np.zeros(capacity, dtype=np.int64)
     amaf_value_sum = np.zeros(capacity, dtype=np.float64)
     arrivals = np.zeros(capacity, dtype=np.int64)
-    if config.transpositions:
-        table = TranspositionTable.allocate(capacity)
-        entry = np.full(capacity, -1, dtype=np.int32)
-        table_args = (entry, table.slot_key, table.slot_entry, table.visits, table.value_sum,
-                      table.counters, table.shift)
-    else:
-        table = entry = None
-        table_args = (np.full(1, -1, dtype=np.int32), np.zeros(1, dtype=np.int64),
-                      np.full(1, -1, dtype=np.int32), np.zeros(1, dtype=np.int64),
-                      np.zeros(1), np.zeros(2, dtype=np.int64), 63)
+    table = TranspositionTable.allocate(capacity) if config.transpositions else None
+    entry = np.full(capacity, -1, dtype=np.int32) if config.transpositions else None
     # The transposition table's lock word, the simulations claimed and the current target.
     shared = np.zeros(3, dtype=np.int64)
     # Each thread's counters and random state on cache lines of their own (rows of 16 words).
@@ -1152,28 +473,27 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
     rngs = np.zeros((threads, 16), dtype=np.uint64)
     for i in range(threads):
         rngs[i, 0] = rng_state(config.seed + i)[0]
-    tree_args = (tree.visits, tree.value_sum, tree.prior, tree.first_child, tree.num_children,
-                 tree.parent, tree.action, tree.terminal, tree.counters, amaf_visits,
-                 amaf_value_sum, arrivals, *table_args, config.transpositions, shared)
-    options = _options(game, config)
-    scratches = [_scratch(game, state) for _ in range(threads)]
-    key = game.key if game.key is not None else _no_key
+    nodes = nodes_of(tree, amaf_visits, amaf_value_sum, arrivals)
+    table_record = table_of(table, entry)
+    options = options_of(game, config.rule, config.exploration, config.widening_k,
+                         config.widening_alpha, config.rave_k)
+    scratches = [scratch_for(game, state, rngs[i, :1], phases[i, :4], phase_cycles[i, :6])
+                 for i in range(threads)]
+    functions = functions_of(game, no_key)
     sample_mask = _sample_mask()
     kernel_s = np.zeros(threads)
 
     def run_thread(i: int) -> None:
         started = time.perf_counter()
-        run_shared_simulations(*tree_args, phases[i, :4], phase_cycles[i, :6], sample_mask,
-                               state, *options, rngs[i, :1], *scratches[i],
-                               game.legal_actions, game.play, game.outcome, game.priors,
-                               game.rollout, key)
+        run_shared_simulations(nodes, table_record, shared, options, scratches[i], functions,
+                               state, sample_mask)
         kernel_s[i] += time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=threads - 1 or 1,
                             thread_name_prefix="mcts-tree") as pool:
 
         def run(n: int) -> None:
-            shared[2] = shared[1] + n
+            shared[TARGET] = shared[CLAIMED] + n
             # The calling thread is thread 0; the pool runs the others.
             others = [pool.submit(run_thread, i) for i in range(1, threads)]
             run_thread(0)

@@ -161,19 +161,7 @@ def uct_search(
             `services.mcts.engine.SearchConfig`).
         SearchStopped: the time limit or the stop event ended the search before any simulation.
     """
-    root = Position.from_moves(moves)
-    if root.is_finished:
-        raise IllegalPosition("the game is over: no move to search")
-    if simulations < 1:
-        raise ValueError("simulations must be at least 1")
-    if threads < 1:
-        raise ValueError("threads must be at least 1")
-    if exploration < 0 or not math.isfinite(exploration):
-        raise ValueError("exploration must be a finite number >= 0")
-    if max_nodes is not None and max_nodes < 1:
-        raise ValueError("max_nodes must be at least 1")
-    if parallelism not in PARALLELISMS:
-        raise ValueError("parallelism must be 'root' or 'tree'")
+    root = _root(moves, simulations, threads, exploration, max_nodes, parallelism)
     threads = min(threads, simulations)
     per_tree = simulations if parallelism == "tree" else split_simulations(simulations,
                                                                            threads)[0]
@@ -190,10 +178,41 @@ def uct_search(
                          deadline=deadline, stop=stop, pool=SPARE_TREES)
     elapsed = time.perf_counter() - started
 
-    done = sum(grown.simulations for grown in runs)
-    if done == 0:
+    try:
+        return _summary(root, runs, elapsed, temperature, seed, threads, parallelism)
+    finally:
         for grown in runs:
             SPARE_TREES.release(grown.tree)
+
+
+def _root(moves: str, simulations: int, threads: int, exploration: float,
+          max_nodes: int | None, parallelism: str) -> Position:
+    """The root position of `uct_search`, once its arguments are checked (errors as there)."""
+    root = Position.from_moves(moves)
+    if root.is_finished:
+        raise IllegalPosition("the game is over: no move to search")
+    if simulations < 1:
+        raise ValueError("simulations must be at least 1")
+    if threads < 1:
+        raise ValueError("threads must be at least 1")
+    if exploration < 0 or not math.isfinite(exploration):
+        raise ValueError("exploration must be a finite number >= 0")
+    if max_nodes is not None and max_nodes < 1:
+        raise ValueError("max_nodes must be at least 1")
+    if parallelism not in PARALLELISMS:
+        raise ValueError("parallelism must be 'root' or 'tree'")
+    return root
+
+
+def _summary(root: Position, runs: list, elapsed: float, temperature: float, seed: int,
+             threads: int, parallelism: str) -> SearchResult:
+    """`uct_search`'s result from its grown trees (`runs`, `engine.Grown`), merged at the root.
+
+    Raises:
+        SearchStopped: no simulation finished.
+    """
+    done = sum(grown.simulations for grown in runs)
+    if done == 0:
         raise SearchStopped("the search was stopped before any simulation finished")
     visits = np.zeros(WIDTH, dtype=np.int64)
     value_sums = np.zeros(WIDTH, dtype=np.float64)
@@ -219,7 +238,7 @@ def uct_search(
     # Mean over the trees (one thread each, or one tree of all threads): the sum of the phases
     # stays within the wall time of the search.
     phase_seconds = sum(grown.phase_seconds for grown in runs) / len(runs)
-    result = SearchResult(
+    return SearchResult(
         best_action=best + 1,
         visits=visits,
         values=values,
@@ -242,6 +261,3 @@ def uct_search(
         wait_s=float(phase_seconds[WAIT]),
         timed_simulations=sum(grown.timed_simulations for grown in runs),
     )
-    for tree in trees:
-        SPARE_TREES.release(tree)
-    return result

@@ -42,11 +42,27 @@ def ucb1_from_log(q, n, log_parent_visits, exploration):
     return q + exploration * math.sqrt(log_parent_visits / n)
 
 
-@njit(cache=True, nogil=True)
-def puct(q, n, prior, parent_visits, exploration):
-    """AlphaZero's PUCT score `q + c_puct * P * sqrt(N) / (1 + n)` (Silver et al. 2018); an
-    unvisited child has `q = 0` and `n = 0`."""
-    return q + exploration * prior * math.sqrt(parent_visits) / (1.0 + n)
+@njit(cache=True, nogil=True, inline="always")
+def puct(q, n, weight, scale):
+    """AlphaZero's PUCT score `q + c_puct * P * sqrt(N) / (1 + n)` (Silver et al. 2018), the one
+    implementation of the rule for the rollout engine and the batched search: an unvisited child
+    has `q = 0` and `n = 0`, and `weight * scale` is the product `c_puct * P * sqrt(N)`, given
+    as two factors so that each search keeps the rounding of its trees:
+
+    - the rollout engine (`rollout_kernel.select_child`) passes `weight = c_puct * P`,
+      `scale = sqrt(N)` (`puct_engine`);
+    - the batched search (`batched_kernels.select_puct`), which scores a node's children in one
+      vectorised loop, hoists `weight = c_puct * sqrt(N)` out of it and passes `scale = P`.
+
+    The two groupings can differ in the last bit, which decides ties between children; each
+    search's trees hash as before the rule was shared (`bench/tree_hashes.py`)."""
+    return q + weight * scale / (1.0 + n)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def puct_engine(q, n, prior, parent_visits, exploration):
+    """`puct` with the rollout engine's grouping: `q + (c_puct * P) * sqrt(N) / (1 + n)`."""
+    return puct(q, n, exploration * prior, math.sqrt(parent_visits))
 
 
 @njit(cache=True, nogil=True)

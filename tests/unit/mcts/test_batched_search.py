@@ -17,10 +17,11 @@ from services.mcts.batched import (
     EVALUATED,
     BatchedConfig,
     BatchedSearch,
-    considered_visits_sequence,
     run_batched,
-    select_puct,
 )
+from services.mcts.batched_kernels import Rows
+from services.mcts.batched_kernels import select_puct as select_puct_rows
+from services.mcts.gumbel import considered_visits_sequence
 
 
 def random_evaluator(num_actions: int, seed: int, terminal_rate: float = 0.1):
@@ -50,6 +51,14 @@ def tree_arrays(search: BatchedSearch) -> tuple:
     n = tree.size
     return (tree.visits[:n].copy(), tree.value_sum[:n].copy(), tree.prior[:n].copy(),
             tree.first_child[:n].copy(), tree.parent[:n].copy(), tree.action[:n].copy())
+
+
+def select_puct(node, visits, value_sum, prior, first_child, num_children, c_puct, scores):
+    size = visits.shape[0]
+    unused = np.zeros(size, dtype=np.int64)
+    rows = Rows(visits, value_sum, prior, first_child, num_children, unused, unused, unused,
+                unused, np.zeros(size), np.zeros(5, dtype=np.int64))
+    return select_puct_rows(rows, node, c_puct, scores)
 
 
 def test_select_puct_takes_the_exact_alphazero_score():

@@ -16,10 +16,19 @@ from services.mcts.engine import (
     SearchConfig,
     grow,
     search,
-    select_child,
 )
 from services.mcts.games import tictactoe
-from services.mcts.selection import PUCT, UCT, puct, rave_beta, ucb1, widened_children
+from services.mcts.records import Nodes, Options
+from services.mcts.rollout_kernel import select_child
+from services.mcts.selection import (
+    PUCT,
+    UCT,
+    puct,
+    puct_engine,
+    rave_beta,
+    ucb1,
+    widened_children,
+)
 
 FEW = settings(max_examples=25, deadline=None)
 counts = st.integers(min_value=1, max_value=10**6)
@@ -39,7 +48,10 @@ def test_ucb1_is_exact(q: float, n: int, extra: int, c: float) -> None:
 @FEW
 @given(q=means, n=st.integers(0, 10**6), p=priors_, parent=st.integers(0, 10**6), c=cs)
 def test_puct_is_exact(q: float, n: int, p: float, parent: int, c: float) -> None:
-    assert puct(q, n, p, parent, c) == q + c * p * math.sqrt(parent) / (1 + n)
+    # The engine's grouping, (c * P) * sqrt(N), and the batched search's, (c * sqrt(N)) * P,
+    # both through the one rule.
+    assert puct_engine(q, n, p, parent, c) == q + c * p * math.sqrt(parent) / (1 + n)
+    assert puct(q, n, c * math.sqrt(parent), p) == q + c * math.sqrt(parent) * p / (1 + n)
 
 
 @FEW
@@ -69,7 +81,9 @@ def _star(visits: list[int], sums: list[float], priors: list[float]):
     num = np.zeros(size, dtype=np.int32)
     num[0] = len(visits)
     zeros_i, zeros_f = np.zeros(size, dtype=np.int64), np.zeros(size)
-    return v, s, p, first, num, zeros_i, zeros_f
+    return Nodes(v, s, p, first, num, zeros_i, np.zeros(size, dtype=np.int8),
+                 np.zeros(size, dtype=np.int8), np.zeros(3, dtype=np.int64), zeros_i, zeros_f,
+                 zeros_i)
 
 
 @FEW
@@ -79,16 +93,16 @@ def test_select_unvisited_first_then_highest_score(data: st.DataObject, width: i
     sums = [data.draw(st.floats(-1, 1)) * n for n in visits]
     priors = [1.0 / width] * width
     arrays = _star(visits, sums, priors)
-    chosen = select_child(0, *arrays, UCT, 1.0, 0.0, 0.5, 0.0)
+    chosen = select_child(arrays, 0, Options(UCT, 1.0, 0.0, 0.5, 0.0, 2))
     if 0 in visits:
         assert chosen == 1 + visits.index(0)
     else:
         parent = arrays[0][0]
         scores = [ucb1(s / n, n, parent, 1.0) for s, n in zip(sums, visits, strict=True)]
         assert chosen == 1 + int(np.argmax(scores))
-    chosen = select_child(0, *arrays, PUCT, 1.5, 0.0, 0.5, 0.0)
+    chosen = select_child(arrays, 0, Options(PUCT, 1.5, 0.0, 0.5, 0.0, 2))
     parent = arrays[0][0]
-    scores = [puct(s / n if n else 0.0, n, np.float32(p), parent, 1.5)
+    scores = [puct_engine(s / n if n else 0.0, n, np.float32(p), parent, 1.5)
               for s, n, p in zip(sums, visits, priors, strict=True)]
     assert chosen == 1 + int(np.argmax(scores))
 

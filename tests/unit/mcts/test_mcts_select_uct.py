@@ -1,4 +1,4 @@
-"""The plain-UCT fast path of the search kernel (`services.mcts.engine.select_uct`): the same
+"""The plain-UCT fast path of the search kernel (`rollout_kernel.select_uct`): the same
 child as `select_child` on any statistics (ties and unvisited children included), logarithms
 bit for bit those of `math.log`, and the same trees as before it."""
 
@@ -11,15 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from services.mcts.engine import (
-    LOG_TABLE_SIZE,
-    SearchConfig,
-    grow,
-    log_visits,
-    select_child,
-    select_uct,
-)
+from services.mcts.engine import SearchConfig, grow
 from services.mcts.games import connect4, tictactoe
+from services.mcts.records import Nodes, Options
+from services.mcts.rollout_kernel import LOG_TABLE_SIZE, log_visits, select_child, select_uct
 from services.mcts.selection import UCT
 from services.mcts.simd import LANES, ucb1_lanes
 
@@ -31,12 +26,13 @@ def _fast(node, visits, value_sum, first_child, num_children, action, exploratio
     return select_uct(node, visits, value_sum, first_child, num_children, action, exploration)
 
 
-@njit(cache=True)
 def _reference(node, visits, value_sum, prior, first_child, num_children, exploration):
-    zeros_i = np.zeros(visits.shape[0], dtype=np.int64)
-    zeros_f = np.zeros(visits.shape[0])
-    return select_child(node, visits, value_sum, prior, first_child, num_children, zeros_i,
-                        zeros_f, UCT, exploration, 0.0, 0.5, 0.0)
+    size = visits.shape[0]
+    zeros_i = np.zeros(size, dtype=np.int64)
+    nodes = Nodes(visits, value_sum, prior, first_child, num_children, zeros_i,
+                  np.zeros(size, dtype=np.int8), np.zeros(size, dtype=np.int8),
+                  np.zeros(3, dtype=np.int64), zeros_i, np.zeros(size), zeros_i)
+    return select_child(nodes, node, Options(UCT, exploration, 0.0, 0.5, 0.0, 2))
 
 
 @njit(cache=True)

@@ -23,17 +23,16 @@ from services.mcts.engine import (
     TIMING_SAMPLE_EVERY,
     WAIT,
     SearchConfig,
-    backup_shared,
-    descend,
     grow,
     grow_parallel,
     grow_tree_parallel,
     search,
-    select_child_shared,
 )
 from services.mcts.games import connect4, tictactoe
+from services.mcts.records import Nodes, Options, functions_of, scratch_for, table_of
 from services.mcts.search import uct_search
 from services.mcts.selection import UCT, ucb1
+from services.mcts.shared_kernel import backup_shared, descend, no_key, select_child_shared
 from services.mcts.spinlock import acquire, release
 from services.mcts.tree import Tree
 
@@ -158,18 +157,16 @@ def test_a_full_shared_tree_is_reported_not_corrupted(capacity: int, simulations
         assert tree.full and tree.size == 1
 
 
-def _descend_args(grown, arrivals: np.ndarray, config: SearchConfig, state: np.ndarray,
-                  scratch: tuple) -> tuple:
+def _nodes(grown, arrivals: np.ndarray) -> Nodes:
     tree = grown.tree
-    no_table = (np.full(1, -1, dtype=np.int32), np.zeros(1, dtype=np.int64),
-                np.full(1, -1, dtype=np.int32), np.zeros(1, dtype=np.int64), np.zeros(1),
-                np.zeros(2, dtype=np.int64), 63, False, np.zeros(1, dtype=np.int64))
-    return (tree.visits, tree.value_sum, tree.prior, tree.first_child, tree.num_children,
-            tree.parent, tree.action, tree.terminal, tree.counters, grown.amaf_visits,
-            grown.amaf_value_sum, arrivals, *no_table, grown.phases,
-            np.zeros(6, dtype=np.int64), False, state, UCT, config.exploration, 0.0, 0.5, 0.0,
-            *scratch[:5], tictactoe.legal_actions, tictactoe.play, tictactoe.priors,
-            tictactoe.key)
+    return Nodes(tree.visits, tree.value_sum, tree.prior, tree.first_child, tree.num_children,
+                 tree.parent, tree.action, tree.terminal, tree.counters, grown.amaf_visits,
+                 grown.amaf_value_sum, arrivals)
+
+
+def _scratch(state: np.ndarray):
+    return scratch_for(tictactoe.GAME, state, np.ones(1, dtype=np.uint64),
+                       np.zeros(4, dtype=np.int64), np.zeros(6, dtype=np.int64))
 
 
 def test_virtual_loss_is_applied_on_the_path_and_reverted_by_the_backup() -> None:
@@ -182,11 +179,15 @@ def test_virtual_loss_is_applied_on_the_path_and_reverted_by_the_backup() -> Non
     # Arrivals (visits plus simulations in flight) equal visits after a search.
     arrivals = tree.visits + grown.virtual_loss
     assert np.array_equal(arrivals, tree.visits)
-    scratches = [engine._scratch(tictactoe.GAME, state) for _ in range(2)]
+    scratches = [_scratch(state) for _ in range(2)]
+    nodes = _nodes(grown, arrivals)
+    options = Options(UCT, config.exploration, 0.0, 0.5, 0.0, 2)
     paths = []
     for scratch in scratches:
-        depth, _ = descend(*_descend_args(grown, arrivals, config, state, scratch))
-        paths.append((depth, scratch[3][: depth + 1].copy()))
+        depth, _ = descend(nodes, table_of(None, None), np.zeros(3, dtype=np.int64), options,
+                           scratch, functions_of(tictactoe.GAME, no_key), state, False)
+        grown.phases[:] += scratch.phases
+        paths.append((depth, scratch.path[: depth + 1].copy()))
     (depth_a, path_a), (depth_b, path_b) = paths
     # Both descents are in flight: one virtual loss on every node of each path, none elsewhere.
     expected = np.zeros(tree.capacity, dtype=np.int64)
@@ -204,11 +205,8 @@ def test_virtual_loss_is_applied_on_the_path_and_reverted_by_the_backup() -> Non
                    1 + (c == path_a[1]), 10, config.exploration) for c in children]
     assert path_b[1] == children.start + int(np.argmax(scores)) != path_a[1]
     for (depth, _), scratch, value in zip(paths, scratches, (1.0, -1.0), strict=True):
-        steps = backup_shared(tree.visits, tree.value_sum, tree.first_child, tree.num_children,
-                              tree.action, grown.amaf_visits, grown.amaf_value_sum,
-                              np.full(1, -1, dtype=np.int32), np.zeros(1, dtype=np.int64),
-                              np.zeros(1), scratch[3], depth, scratch[4], depth, value,
-                              scratch[5], 1, 2, False, False)
+        steps = backup_shared(nodes, table_of(None, None), scratch, depth, depth, value, 1, 2,
+                              False)
         assert steps == depth + 1
         grown.phases[BACKUP] += steps
     assert np.array_equal(arrivals, tree.visits)  # every virtual loss reverted
@@ -222,15 +220,19 @@ def test_select_child_shared_counts_virtual_losses_as_lost_visits() -> None:
     value_sum = np.array([0.0, 1.5, 1.2])
     prior = np.array([1.0, 0.5, 0.5], dtype=np.float32)
     zeros_i, zeros_f = np.zeros(3, dtype=np.int64), np.zeros(3)
-    entry = np.full(3, -1, dtype=np.int32)
-    args = (visits, value_sum, prior, zeros_i, zeros_f)
-    rest = (entry, zeros_i, zeros_f, False, UCT, 1.0, 0.0, 0.5, 0.0)
+    options = Options(UCT, 1.0, 0.0, 0.5, 0.0, 2)
+    no_table = table_of(None, None)
+
+    def choose(visits, value_sum, arrivals):
+        nodes = Nodes(visits, value_sum, prior, zeros_i, zeros_i, zeros_i, zeros_i, zeros_i,
+                      zeros_i, zeros_i, zeros_f, np.asarray(arrivals, dtype=np.int64))
+        return select_child_shared(nodes, no_table, 0, 1, 2, options)
+
     # The selecting thread has arrived at the root: arrivals[0] counts it (N = arrivals - 1).
-    assert select_child_shared(0, 1, 2, *args, np.array([7, 3, 3]), *rest) == 1
-    assert select_child_shared(0, 1, 2, *args, np.array([9, 5, 3]), *rest) == 2
+    assert choose(visits, value_sum, [7, 3, 3]) == 1
+    assert choose(visits, value_sum, [9, 5, 3]) == 2
     # An unvisited child with a simulation in flight is no longer "unvisited first".
-    fresh = (np.zeros(3, dtype=np.int64), np.zeros(3), prior, zeros_i, zeros_f)
-    assert select_child_shared(0, 1, 2, *fresh, np.array([3, 1, 0]), *rest) == 2
+    assert choose(np.zeros(3, dtype=np.int64), np.zeros(3), [3, 1, 0]) == 2
 
 
 def test_tree_parallel_finds_the_forced_win_and_is_seeded_with_one_thread() -> None:
