@@ -535,7 +535,11 @@ def cmd_up(args) -> int:
 
 
 def cmd_train(args) -> int:
-    if args.what == "connect4-pv":
+    if args.what == "connect4-az":
+        from mcts_mesh.az_commands import train_connect4_az
+
+        report = train_connect4_az(args)
+    elif args.what == "connect4-pv":
         from mcts_mesh.training.connect4_selfplay import train_connect4_pv
 
         report = train_connect4_pv(output_dir=Path(args.output or "models/connect4-pv"),
@@ -552,9 +556,18 @@ def cmd_train(args) -> int:
                                  batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
                                  eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
                                  time_limit_s=args.time_limit_s, lr=args.lr, task=args.task,
-                                 init_from=args.init_from)
+                                 init_from=args.init_from, device=_device(args.device))
     print(json.dumps(report, indent=2, default=str))
     return 0
+
+
+def _device(choice: str | None) -> str:
+    from mcts_mesh.training.device import resolve_device
+
+    try:
+        return resolve_device(choice or "auto")
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
 
 
 def cmd_puzzles_heldout(args) -> int:
@@ -747,7 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.set_defaults(func=cmd_query)
 
     train = sub.add_parser("train", help="train a model (writes a checkpoint the service loads)")
-    train.add_argument("what", choices=["connect4-pv", "trm", "hrm"])
+    train.add_argument("what", choices=["connect4-pv", "connect4-az", "trm", "hrm"])
     train.add_argument("--output", default=None,
                        help="checkpoint folder (default models/connect4-pv or models/<preset>)")
     train.add_argument("--games", type=int, default=1000)
@@ -769,7 +782,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-puzzles", type=int, default=1000, help="trm/hrm: held-out puzzles")
     train.add_argument("--time-limit-s", type=float, default=None, help="trm/hrm: training seconds")
     train.add_argument("--lr", type=float, default=1e-3, help="trm/hrm: learning rate")
+    train.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                       help="connect4-az/trm/hrm: auto (default) = CUDA when present")
+    from mcts_mesh import az_commands
+
+    az_commands.add_train_arguments(train)
     train.set_defaults(func=cmd_train)
+    az_commands.add_parsers(sub)
 
     puzzles = sub.add_parser("puzzles", help="write puzzle files (no orchestrator involved)")
     puzzles_sub = puzzles.add_subparsers(dest="puzzles_command", required=True)

@@ -240,6 +240,8 @@ def train_connect4_az(settings: AZSettings, report: Callable[[str], None] = prin
         while run.generation < settings.generations:
             _check_actors(actors)
             run.step()
+        # Tells the actors the run is over (an iteration past the last).
+        learner.write_best(run.run_dir, run.best_generation, settings.generations + 1)
     finally:
         stop_actors(actors)
         torch.set_num_threads(previous)
