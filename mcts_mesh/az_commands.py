@@ -77,7 +77,8 @@ def add_parsers(sub) -> None:
     actor = sub.add_parser("selfplay-actor", help="play self-play games with a run's best "
                                                   "network and write replay shards")
     actor.add_argument("--run-dir", default="runs/connect4-az")
-    actor.add_argument("--actor-id", type=int, default=0)
+    actor.add_argument("--actor-id", default="0",
+                       help="unique among the run's actors (a number, a pod name)")
     actor.add_argument("--torch-threads", type=int, default=1)
     actor.add_argument("--max-shards", type=int, default=None)
     actor.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,

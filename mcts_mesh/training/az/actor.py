@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,10 +30,14 @@ from services.neural.checkpoint import CheckpointError
 POLL_S = 0.5
 
 
-def run_actor(run_dir: Path | str, actor_id: int, torch_threads: int = 1,
+def run_actor(run_dir: Path | str, actor_id: str, torch_threads: int = 1,
               max_shards: int | None = None, device: str | None = None,
               report: Callable[[str], None] = print) -> int:
     """Plays and writes shards until stopped (see the module doc); returns the shards written.
+
+    Args:
+        actor_id: names the actor's shards and seeds its games: unique among the actors of a run
+            (a number, or a pod's name).
 
     Raises:
         FileNotFoundError: the run directory has no settings.json after 10 minutes.
@@ -64,11 +69,12 @@ def run_actor(run_dir: Path | str, actor_id: int, torch_threads: int = 1,
                 time.sleep(POLL_S)
                 continue
             loaded, evaluate = generation, learner.evaluator(model, device)
-        seed = int(np.random.SeedSequence([settings.seed, actor_id, iteration, written])
+        seed = int(np.random.SeedSequence([settings.seed, zlib.crc32(actor_id.encode()),
+                                           iteration, written])
                    .generate_state(1)[0])
         clock = time.process_time()
         records = self_play(settings, evaluate, settings.concurrent_games, seed)
-        path = buffer.write(records, iteration, f"actor{actor_id}", time.process_time() - clock,
+        path = buffer.write(records, iteration, f"actor-{actor_id}", time.process_time() - clock,
                             generation)
         written += 1
         report(f"actor {actor_id}: {path.name} ({len(records)} games, network {generation})")

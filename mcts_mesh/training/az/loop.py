@@ -208,7 +208,7 @@ class Run:
     def _collect(self, generation: int, seed: int) -> dict[str, float]:
         """Self-play of `generation`: played here, or awaited from the actors' shards."""
         s = self.settings
-        if s.actors == 0:
+        if s.actors == 0 and not s.external_actors:
             clock = time.process_time()
             records = self_play(s, learner.evaluator(self.best, self.device),
                                 s.games_per_generation, seed)

@@ -52,7 +52,11 @@ class AZSettings(BaseModel):
     temperature_moves: int = Field(10, ge=0)
     """Plies played at temperature 1 (then the most visited column)."""
     actors: int = Field(0, ge=0)
-    """Self-play actor processes (`mcts-mesh selfplay-actor`); 0 plays in the learner."""
+    """Self-play actor processes (`mcts-mesh selfplay-actor`) the learner starts on this
+    machine; 0 with `external_actors` off plays self-play in the learner."""
+    external_actors: bool = False
+    """Actors run elsewhere (e.g. a Kubernetes Deployment on a shared volume): the learner only
+    waits for their shards."""
 
     # replay buffer
     window_generations: int = Field(4, ge=1)
