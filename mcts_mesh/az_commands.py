@@ -66,8 +66,13 @@ def _parse(value: str) -> Any:
 
 def train_connect4_az(args: argparse.Namespace) -> dict[str, Any]:
     from mcts_mesh.training.az.loop import train_connect4_az as run
+    from mcts_mesh.training.az.replay import ReplayError
+    from services.neural.checkpoint import CheckpointError
 
-    report = run(az_settings(args))
+    try:
+        report = run(az_settings(args))
+    except (ReplayError, CheckpointError, FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"train connect4-az: {error}") from None
     report.pop("history")
     return report
 
@@ -94,15 +99,23 @@ def add_parsers(sub) -> None:
 
 def cmd_selfplay_actor(args: argparse.Namespace) -> int:
     from mcts_mesh.training.az.actor import run_actor
+    from mcts_mesh.training.az.replay import ReplayError
 
-    run_actor(args.run_dir, args.actor_id, args.torch_threads, args.max_shards, args.device)
+    try:
+        run_actor(args.run_dir, args.actor_id, args.torch_threads, args.max_shards, args.device)
+    except (ReplayError, FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"selfplay-actor: {error}") from None
     return 0
 
 
 def cmd_plot_history(args: argparse.Namespace) -> int:
     from mcts_mesh.training.az.plot import plot_history
+    from services.neural.checkpoint import CheckpointError
 
-    table = plot_history(Path(args.checkpoint), Path(args.output))
+    try:
+        table = plot_history(Path(args.checkpoint), Path(args.output))
+    except CheckpointError as error:
+        raise SystemExit(f"plot-history: {error}") from None
     print(table)
     print(f"wrote {args.output}")
     return 0

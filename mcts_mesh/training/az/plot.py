@@ -57,6 +57,7 @@ def plot_history(checkpoint: Path, output: Path) -> str:
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
+    from matplotlib.ticker import MaxNLocator
 
     history, settings = read_history(checkpoint)
     figure, (top, bottom) = pyplot.subplots(2, 1, figsize=(8, 7), sharex=True)
@@ -78,6 +79,7 @@ def plot_history(checkpoint: Path, output: Path) -> str:
                     label=f"{name}, network alone")
         bottom.plot(x, [e["pons"][name]["puct"] for e in rows], "o-",
                     label=f"{name}, PUCT {rows[0]['pons'][name]['simulations']} sims")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.set_xlabel("generation")
     bottom.set_ylabel("moves keeping the outcome")
     bottom.legend(loc="lower right", fontsize="small")
