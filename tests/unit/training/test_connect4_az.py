@@ -19,6 +19,16 @@ from mcts_mesh.training.device import resolve_device
 from services.neural.checkpoint import CheckpointError, save_checkpoint
 from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One intra-op thread, as the trainer runs (two threads on a busy 2-core machine wait on
+    each other: this module's training test took 96 s with two, against seconds with one)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 MOVES = ["", "4", "4453", "1234567123", "44444411", "3333332222221111"]
 
 
