@@ -104,6 +104,8 @@ class Run:
         self.best_generation = 0
         self.model = self.best = None
         self.resumed_from: int | None = None
+        self.actors: list[subprocess.Popen] = []
+        """The actor processes this learner started (their exit stops the run)."""
 
     def start(self) -> None:
         """Loads the newest good checkpoint, or makes and evaluates generation 0."""
@@ -216,6 +218,7 @@ class Run:
                               self.best_generation)
         else:
             while self.buffer.produced(generation)["games"] < s.games_per_generation:
+                _check_actors(self.actors)
                 time.sleep(0.5)
         return self.buffer.produced(generation)
 
@@ -233,17 +236,15 @@ def train_connect4_az(settings: AZSettings, report: Callable[[str], None] = prin
     previous = torch.get_num_threads()
     torch.set_num_threads(settings.torch_threads)
     run = Run(settings, report)
-    actors: list[subprocess.Popen] = []
     try:
         run.start()
-        actors = start_actors(run.run_dir, settings.actors, settings.torch_threads)
+        run.actors = start_actors(run.run_dir, settings.actors, settings.torch_threads)
         while run.generation < settings.generations:
-            _check_actors(actors)
             run.step()
         # Tells the actors the run is over (an iteration past the last).
         learner.write_best(run.run_dir, run.best_generation, settings.generations + 1)
     finally:
-        stop_actors(actors)
+        stop_actors(run.actors)
         torch.set_num_threads(previous)
     return {"run_dir": str(run.run_dir), "generation": run.generation,
             "best_generation": run.best_generation, "resumed_from": run.resumed_from,
