@@ -229,6 +229,7 @@ def main() -> None:
     position, mask = openings(args.games, args.opening_plies, 0)
     rows = {"ours (batched PUCT, torch)": ours(model, position, mask, args.steps,
                                                args.simulations, args.leaves_per_search)}
+    print(json.dumps({"ours": rows["ours (batched PUCT, torch)"]}), flush=True)
     skipped = None
     if mctx is None:
         skipped = "jax / mctx not installed (make bench installs them)"
@@ -247,6 +248,7 @@ def main() -> None:
             raise SystemExit("the JAX port does not match the torch network")
         rows["mctx.gumbel_muzero_policy (JAX, jit)"] = theirs(params, position, mask,
                                                               args.steps, args.simulations)
+        print(json.dumps({"mctx": rows["mctx.gumbel_muzero_policy (JAX, jit)"]}), flush=True)
     load = os.getloadavg()
     print(f"\nself-play at {args.simulations} simulations, {args.games} concurrent games, "
           f"{args.steps} steps, network {args.checkpoint}, torch threads {args.torch_threads}; "
