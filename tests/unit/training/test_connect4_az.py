@@ -19,6 +19,7 @@ from mcts_mesh.training.device import resolve_device
 from services.neural.checkpoint import CheckpointError, save_checkpoint
 from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
 
+
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """One intra-op thread, as the trainer runs (two threads on a busy 2-core machine wait on
