@@ -581,7 +581,11 @@ def cmd_train_router(args) -> int:
 def cmd_train(args) -> int:
     if args.what == "router":
         return cmd_train_router(args)
-    if args.what == "connect4-pv":
+    if args.what == "connect4-az":
+        from mcts_mesh.az_commands import train_connect4_az
+
+        report = train_connect4_az(args)
+    elif args.what == "connect4-pv":
         from mcts_mesh.training.connect4_selfplay import train_connect4_pv
 
         report = train_connect4_pv(output_dir=Path(args.output or "models/connect4-pv"),
@@ -598,9 +602,18 @@ def cmd_train(args) -> int:
                                  batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
                                  eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
                                  time_limit_s=args.time_limit_s, lr=args.lr, task=args.task,
-                                 init_from=args.init_from)
+                                 init_from=args.init_from, device=_device(args.device))
     print(json.dumps(report, indent=2, default=str))
     return 0
+
+
+def _device(choice: str | None) -> str:
+    from mcts_mesh.training.device import resolve_device
+
+    try:
+        return resolve_device(choice or "auto")
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
 
 
 def cmd_puzzles_heldout(args) -> int:
@@ -804,7 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.set_defaults(func=cmd_query)
 
     train = sub.add_parser("train", help="train a model (writes a checkpoint the service loads)")
-    train.add_argument("what", choices=["connect4-pv", "trm", "hrm", "router"])
+    train.add_argument("what", choices=["connect4-pv", "connect4-az", "trm", "hrm", "router"])
     train.add_argument("--output", default=None,
                        help="checkpoint folder (default models/connect4-pv or models/<preset>)")
     train.add_argument("--games", type=int, default=1000)
@@ -844,7 +857,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--hidden", type=int, default=16, help="router: GRU hidden units")
     train.add_argument("--router-epochs", type=int, default=300,
                        help="router: full-batch optimizer steps")
+    train.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                       help="connect4-az/trm/hrm: auto (default) = CUDA when present")
+    from mcts_mesh import az_commands
+
+    az_commands.add_train_arguments(train)
     train.set_defaults(func=cmd_train)
+    az_commands.add_parsers(sub)
 
     puzzles = sub.add_parser("puzzles", help="write puzzle files (no orchestrator involved)")
     puzzles_sub = puzzles.add_subparsers(dest="puzzles_command", required=True)

@@ -200,3 +200,28 @@ def test_compose_sets_the_neural_target_and_an_address_for_each_backend(repo_roo
             match = ADDRESS.match(str(value))
             if match and not key.endswith("_PORT"):
                 assert match.group(1) in services, f"{name}: {key} -> no compose service"
+
+
+def test_training_actors_and_learner_share_the_run_volume(repo_root):
+    """deploy/k8s/training (issue 12): the self-play actors' Deployment and the learner Job mount
+    one ReadWriteMany claim; the learner waits for external actors; both are restricted pods."""
+    docs = _render(repo_root, "training")
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        assert doc["metadata"]["namespace"] == "mcts-mesh"
+    claim = _by_kind(docs, "PersistentVolumeClaim")["connect4-az-run"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    learner = _by_kind(docs, "Job")["connect4-az-learner"]["spec"]["template"]["spec"]
+    actors = _by_kind(docs, "Deployment")["selfplay-actor"]["spec"]["template"]["spec"]
+    learner_args = learner["containers"][0]["args"]
+    assert learner_args[:2] == ["train", "connect4-az"] and "external_actors=true" in learner_args
+    assert actors["containers"][0]["args"][0] == "selfplay-actor"
+    for spec in (learner, actors):
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        container = spec["containers"][0]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert set(container["resources"]["limits"]) >= {"cpu", "memory"}
+        run_dir = container["args"][container["args"].index("--run-dir") + 1]
+        mount = next(m for m in container["volumeMounts"] if run_dir.startswith(m["mountPath"]))
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        assert volume["persistentVolumeClaim"]["claimName"] == "connect4-az-run"
