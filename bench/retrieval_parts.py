@@ -135,9 +135,10 @@ def ingest_stages(embedder: OnnxEmbedder, documents: list, store_dir: str) -> di
     return seconds
 
 
-def query_parts(embedder: OnnxEmbedder, store_dir: str, claims: list[str], target: str
-                ) -> dict[str, float]:
-    """Median milliseconds of each part of a hybrid top-10 query over `claims`."""
+def query_parts(embedder: OnnxEmbedder, store_dir: str, claims: list[str], target: str,
+                baseline: OnnxEmbedder | None = None) -> dict[str, float]:
+    """Median milliseconds of each part of a hybrid top-10 query over `claims` (with `baseline`,
+    also the query's dense vector by that encoder, interleaved)."""
     retriever = Retriever(EdgeStore(store_dir), embedder, CHUNK_SIZE, 200)
     bm25 = Bm25Embedder()
     pool = ThreadPoolExecutor(2, thread_name_prefix="query")
@@ -167,6 +168,8 @@ def query_parts(embedder: OnnxEmbedder, store_dir: str, claims: list[str], targe
             grpc_search(claim)
             retriever.search(COLLECTION, claim, 10, mode="hybrid")
         for claim in claims:
+            if baseline is not None:
+                timed("dense query vector, baseline export", baseline.embed, [claim])
             vector = timed("dense query vector (tokenise + encoder)", embedder.embed, [claim])[0]
             sparse = timed("BM25 query vector", bm25.embed_query, claim)
             timed("store: prefetch both + DBSF fusion", retriever.store.search, COLLECTION,
@@ -239,7 +242,10 @@ def main() -> None:
         ingest_stages(embedder, documents, str(served))
         process, target = start_service(str(served), Path(work))
         try:
-            parts = query_parts(embedder, str(own), claims, target)
+            old = None if args.baseline_onnx is None else OnnxEmbedder(
+                args.baseline_onnx, settings.embed_batch_size, settings.torch_threads,
+                verify=False)
+            parts = query_parts(embedder, str(own), claims, target, old)
         finally:
             process.terminate()
             process.wait(30)
