@@ -100,10 +100,11 @@ class OnnxEmbedder:
     Texts are embedded in batches of `batch_size`, sorted by length so that a batch pads little,
     and returned in the input order. Several batches run side by side, one per thread of a small
     pool of `threads` workers, each pass single-threaded (a session with one intra-op thread):
-    on this 2-core machine that embedded SciFact abstracts 1.1-1.5x faster than one pass at a time
-    spread over both cores, whose ops wait for each other at every op's end. A single text (a
-    query) or a single batch runs alone on a second session that spreads each op over `threads`
-    cores instead (a 22-piece query: 3.3 ms against 4.0 ms single-threaded). Both sessions hold
+    on this 2-core machine that embedded SciFact abstracts 1.06-1.23x faster than one pass at a
+    time spread over both cores, whose ops wait for each other at every op's end
+    (bench/retrieval_parts.py, two runs on a shared machine). A single text (a query) or a single
+    batch runs alone on a second session that spreads each op over `threads` cores instead (a
+    22-piece query: 3.3 ms against 4.0 ms single-threaded, at load average 9). Both sessions hold
     the same weights (about 60 MB each). Thread-safe (onnxruntime sessions serve concurrent runs).
     """
 
