@@ -19,7 +19,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 # Retrieval's int8 ONNX encoder, exported from the packaged all-MiniLM-L6-v2 (about a minute).
-$(EMBEDDER): $(STAMP)
+$(EMBEDDER): $(STAMP) services/retrieval/onnx_export.py
 	$(VENV)/bin/mcts-mesh models export-embedder --output $(EMBEDDER)
 
 libs/stubs/mesh/__init__.py: $(STAMP) $(shell find protos -name '*.proto')

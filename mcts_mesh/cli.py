@@ -637,8 +637,9 @@ def cmd_models_export_embedder(args) -> int:
         logging.getLogger().setLevel(logging.WARNING)
     started = time.perf_counter()
     manifest = export_embedder(output, force=True)
-    print(f"{output}: int8 ONNX encoder ({output.stat().st_size / 1e6:.1f} MB, MatMul weights "
-          f"int8 per channel) from {manifest['model']} in {time.perf_counter() - started:.0f} s")
+    print(f"{output}: int8 ONNX encoder ({output.stat().st_size / 1e6:.1f} MB, attention fused, "
+          f"MatMul and attention weights int8 per channel) from {manifest['model']} in "
+          f"{time.perf_counter() - started:.0f} s")
     return 0
 
 

