@@ -2,8 +2,8 @@
 ceiling of the machine.
 
 Closed loop (default): for each transport (gRPC through one kept-alive grpc.aio channel, REST
-through one httpx.AsyncClient on kept-alive HTTP/1.1 connections) and each concurrency level
-(1, 8, 32, 64 by default), that many workers send requests back to back for `--duration` seconds,
+through kept-alive HTTP/1.1 connections: aiohttp, or httpx where aiohttp is not installed) and
+each concurrency level (1, 8, 32, 64 by default), that many workers send requests back to back for `--duration` seconds,
 each picking the next request from a weighted mix:
 - `c4-early`: Connect Four positions of fewer than 10 moves (Pons' Test_L1_* files),
 - `c4-late`: end-game positions (Pons' Test_L3_R1),
@@ -249,29 +249,66 @@ class GrpcClient:
         await self._channel.close()
 
 
+try:
+    import aiohttp as _aiohttp
+
+    TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, OSError,
+                                                         _aiohttp.ClientError, asyncio.TimeoutError)
+except ImportError:
+    TRANSPORT_ERRORS = (httpx.HTTPError, OSError)
+"""A request that failed below HTTP (connection refused or reset, timeout): counted by type."""
+
+
 class RestClient:
-    """One httpx.AsyncClient: HTTP/1.1 connections kept alive and reused, up to one per worker."""
+    """Kept-alive HTTP/1.1 connections, up to one per worker: aiohttp's client where it is installed
+    (`make bench` installs it; its per-request CPU is a fraction of httpx's, and on two cores the
+    client's CPU is taken from the servers it measures), else one httpx.AsyncClient."""
 
     name = "rest"
 
     def __init__(self, base_url: str, connections: int) -> None:
-        self._client = httpx.AsyncClient(
-            base_url=base_url, http1=True, http2=False,
-            limits=httpx.Limits(max_connections=connections,
-                                max_keepalive_connections=connections, keepalive_expiry=60),
-            timeout=httpx.Timeout(None))
+        self._base_url = base_url
+        self._connections = connections
+        self._session = None
+        self._client = None
+        try:
+            import aiohttp  # noqa: F401
+        except ImportError:
+            self._client = httpx.AsyncClient(
+                base_url=base_url, http1=True, http2=False,
+                limits=httpx.Limits(max_connections=connections,
+                                    max_keepalive_connections=connections, keepalive_expiry=60),
+                timeout=httpx.Timeout(None))
+
+    @property
+    def library(self) -> str:
+        return "httpx" if self._client is not None else "aiohttp"
 
     async def call(self, workload: Workload, deadline_s: float) -> str:
-        reply = await self._client.post(
-            workload.rest_path, content=workload.rest_body,
-            headers={"content-type": "application/json",
-                     "grpc-timeout": f"{max(1, int(deadline_s * 1000))}m"},
-            timeout=deadline_s + 5)
-        await reply.aread()
-        return "OK" if reply.status_code == 200 else f"HTTP {reply.status_code}"
+        headers = {"content-type": "application/json",
+                   "grpc-timeout": f"{max(1, int(deadline_s * 1000))}m"}
+        if self._client is not None:
+            reply = await self._client.post(workload.rest_path, content=workload.rest_body,
+                                            headers=headers, timeout=deadline_s + 5)
+            await reply.aread()
+            return "OK" if reply.status_code == 200 else f"HTTP {reply.status_code}"
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                base_url=self._base_url,
+                connector=aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=60))
+        async with self._session.post(workload.rest_path, data=workload.rest_body,
+                                      headers=headers,
+                                      timeout=aiohttp.ClientTimeout(total=deadline_s + 5)) as reply:
+            await reply.read()
+            return "OK" if reply.status == 200 else f"HTTP {reply.status}"
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
 
 class EchoClient:
@@ -332,7 +369,7 @@ async def closed_loop(client, mix: Mix, concurrency: int, duration_s: float,
             started = time.perf_counter()
             try:
                 status = await client.call(workload, deadline_s)
-            except (httpx.HTTPError, OSError) as error:
+            except TRANSPORT_ERRORS as error:
                 status = type(error).__name__
             tally.add(time.perf_counter() - started, status)
 
@@ -521,7 +558,7 @@ async def run_soak(args, target: str, rest_url: str, workloads: dict[str, list[W
         t0 = time.perf_counter()
         try:
             status = await client.call(workload, args.deadline_s)
-        except (httpx.HTTPError, OSError) as error:
+        except TRANSPORT_ERRORS as error:
             status = type(error).__name__
         latency = time.perf_counter() - t0
         total.add(latency, status)
