@@ -3,8 +3,8 @@ ceiling of the machine.
 
 Closed loop (default): for each transport (gRPC through one kept-alive grpc.aio channel, REST
 through kept-alive HTTP/1.1 connections: aiohttp, or httpx where aiohttp is not installed) and
-each concurrency level (1, 8, 32, 64 by default), that many workers send requests back to back for `--duration` seconds,
-each picking the next request from a weighted mix:
+each concurrency level (1, 8, 32, 64 by default), that many workers send requests back to back
+for `--duration` seconds, each picking the next request from a weighted mix:
 - `c4-early`: Connect Four positions of fewer than 10 moves (Pons' Test_L1_* files),
 - `c4-late`: end-game positions (Pons' Test_L3_R1),
 - `sudoku`: Norvig's top95 grids,
