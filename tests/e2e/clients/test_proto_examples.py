@@ -168,6 +168,24 @@ def _search_model(mesh, example):
     assert 0 <= reply.best_action < 7
 
 
+def _predict_route(mesh, example: str, model: str = "router-connect4"):
+    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['neural']}") as channel:
+        return neural_service_pb2_grpc.NeuralServiceStub(channel).PredictRoute(
+            neural_pb.PredictRouteRequest(model=model,
+                                          steps=[neural_pb.RoutingStep(features=[0.5] * 10)]),
+            timeout=30)
+
+
+def _router_model(mesh, example):
+    reply = _predict_route(mesh, example, model=example)
+    assert reply.model.name == example and reply.routes
+    assert abs(sum(route.probability for route in reply.routes) - 1.0) < 1e-3
+
+
+def _route_name(mesh, example):
+    assert example in {route.route for route in _predict_route(mesh, example).routes}
+
+
 def _provider(mesh, example):
     from services.llm_gateway.settings import LlmGatewaySettings
 
@@ -194,6 +212,8 @@ CHECKS = {
     "mesh.neural.v1.Model.device": _device,
     "mesh.neural.v1.Model.task": _task,
     "mesh.mcts.v1.SearchRequest.model": _search_model,
+    "mesh.neural.v1.PredictRouteRequest.model": _router_model,
+    "mesh.neural.v1.RouteProbability.route": _route_name,
     "mesh.llm.v1.ProviderAttempt.provider": _provider,
 }
 
