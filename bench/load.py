@@ -511,7 +511,8 @@ async def run_levels(args, target: str, rest_url: str, workloads: dict[str, list
         echo_process.stdin.close()
         echo_process.wait(10)
     print(f"\nmix {args.mix}; {args.duration:g} s per level; deadline {args.deadline_s:g} s; "
-          f"simulations {args.simulations or 'default'}\n")
+          f"simulations {args.simulations or 'default'}; REST client "
+          f"{clients['rest'].library}\n")
     print_levels(rows)
     print()
     print_memory(before, after)

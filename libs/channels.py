@@ -38,8 +38,8 @@ MAX_RECONNECT_BACKOFF_MS = 2000
 # keeps failing (gRFC A6: each failure takes a token, each success gives back 0.1; no retries
 # while fewer than half of the 10 tokens are left), so an outage does not triple the load on it.
 # The backoffs are short (each retry waits a random time below 20 ms, then below 40 ms): a retry is
-# for a server that is restarting or a connection that was just reset, and a dependency that is
-# really down must fail the call within the 100 ms that issue 11 allows, not 150 ms later.
+# for a server that is restarting or a connection that was just reset, and a call to a dependency
+# that is really down should fail within about 100 ms, not 150 ms later.
 _SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
