@@ -139,8 +139,9 @@ async def test_an_outbound_call_never_outlives_the_served_call(serve):
             stub = llm_service_pb2_grpc.LlmServiceStub(front)
             reply = await stub.Generate(llm_service_pb2.GenerateRequest(prompt="remaining"),
                                         timeout=2)
-            # The relay asked with timeout=60; the downstream saw what was left of the 2 s.
-            assert 0 < float(reply.text) <= 2.0
+            # The relay asked with timeout=60; the downstream saw what was left of the 2 s. gRPC
+            # rounds the grpc-timeout header up to its coarse units, so a few ms more can arrive.
+            assert 0 < float(reply.text) <= 2.1
             # Outside a served call the channel keeps the caller's own timeout.
             direct = llm_service_pb2_grpc.LlmServiceStub(channel)
             reply = await direct.Generate(llm_service_pb2.GenerateRequest(prompt="remaining"),
