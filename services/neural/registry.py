@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,10 +61,17 @@ class RegisteredModel:
         """Whether the model is an HRM or a TRM."""
         return self.architecture in REASONING_ARCHITECTURES
 
-    def metadata_strings(self) -> dict[str, str]:
-        """`metadata` with every value as a string (JSON for anything but a string)."""
+    @cached_property
+    def _metadata_strings(self) -> dict[str, str]:
+        # Made once per loaded model: every EvaluatePositions response carries it, and encoding
+        # the training history as JSON per call cost about 5% of the service's CPU.
         return {key: value if isinstance(value, str) else json.dumps(value, sort_keys=True)
                 for key, value in self.metadata.items()}
+
+    def metadata_strings(self) -> dict[str, str]:
+        """`metadata` with every value as a string (JSON for anything but a string); a new dict
+        each call, the encoding made once."""
+        return dict(self._metadata_strings)
 
 
 def select_device(requested: Literal["auto", "cpu", "cuda"]) -> str:

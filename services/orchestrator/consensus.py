@@ -603,7 +603,8 @@ class ConsensusLoop(Generic[AnswerT]):
     def _record(self, run: _Run, name: AgentName, proposal: Proposal, latency_ms: float) -> None:
         run.proposals[name] = proposal
         if proposal.answer is None:
-            log.info("agent %s abstained in iteration %d: %s", name, run.iteration,
+            # DEBUG: abstaining is the checker's normal answer on early positions (one per request).
+            log.debug("agent %s abstained in iteration %d: %s", name, run.iteration,
                      proposal.rationale)
             return
         confidence = proposal.confidence
