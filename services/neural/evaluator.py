@@ -4,12 +4,23 @@ the servicer validates requests and calls `evaluate`."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Literal
+
 import numpy as np
 
 from libs.errors import InvalidArgument, Unavailable
 from services.neural.batcher import BatcherPool, DynamicBatcher
 from services.neural.models import connect4_pv
+from services.neural.models.connect4_onnx import OnnxPolicyValue
 from services.neural.registry import ModelRegistry, RegisteredModel
+
+log = logging.getLogger(__name__)
+
+Predict = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 class PositionEvaluator:
@@ -19,18 +30,57 @@ class PositionEvaluator:
         default_model: the model used when a request names none.
         max_batch: most positions per forward pass.
         max_wait_ms: how long a request waits for others to join its batch, in milliseconds.
+        runtime: what runs a network on the CPU: "onnxruntime" (`OnnxPolicyValue`, made once per
+            model version; torch when the export fails) or "torch". On a GPU, always torch.
+        cpu_threads: intra-op threads of onnxruntime (0: its default).
     """
 
-    def __init__(self, default_model: str, max_batch: int, max_wait_ms: float) -> None:
+    def __init__(self, default_model: str, max_batch: int, max_wait_ms: float,
+                 runtime: Literal["onnxruntime", "torch"] = "onnxruntime",
+                 cpu_threads: int = 1) -> None:
         self.default_model = default_model
         self.max_batch = max_batch
         self.max_wait_ms = max_wait_ms
+        self.runtime = runtime
+        self.cpu_threads = cpu_threads
         self._registry: ModelRegistry | None = None
         self._batchers = BatcherPool(max_batch, max_wait_ms)
+        self._runners: dict[tuple[str, str], Predict] = {}
+        self._runners_lock = threading.Lock()
 
     def install(self, registry: ModelRegistry) -> None:
         """Makes `registry` the one served (called by the service's ready hook)."""
         self._registry = registry
+
+    def prepare(self, registry: ModelRegistry) -> None:
+        """Makes the runner of every policy/value network of `registry` now (the ONNX export
+        takes about 0.5 s per model) rather than on its first request; blocking, call it off the
+        event loop."""
+        for model in registry.list():
+            if model.architecture == connect4_pv.ARCHITECTURE:
+                self.runner(model)
+
+    def runner(self, model: RegisteredModel) -> Predict:
+        """What computes `model`'s policy and value: see the class doc's `runtime`."""
+        key = (model.name, model.version)
+        found = self._runners.get(key)
+        if found is not None:
+            return found
+        with self._runners_lock:
+            found = self._runners.get(key)
+            if found is None:
+                found = self._runners[key] = self._make_runner(model)
+        return found
+
+    def _make_runner(self, model: RegisteredModel) -> Predict:
+        module = model.module
+        if self.runtime == "onnxruntime" and model.device == "cpu":
+            try:
+                return OnnxPolicyValue(module, self.cpu_threads).predict
+            except Exception as error:  # an export the installed torch or onnxruntime refuses
+                log.warning("model %s: onnxruntime unavailable (%s: %s); running it with torch",
+                            model.name, type(error).__name__, error)
+        return lambda planes, legal: connect4_pv.predict(module, planes, legal)
 
     @property
     def registry(self) -> ModelRegistry:
@@ -77,11 +127,9 @@ class PositionEvaluator:
         if model.architecture != connect4_pv.ARCHITECTURE:
             raise InvalidArgument("model", f"{model.name!r} is a {model.architecture}, not a "
                                            f"Connect Four policy/value network")
-        module = model.module
-
-        def run_batch(batch_planes: np.ndarray, batch_legal: np.ndarray):
-            return connect4_pv.predict(module, batch_planes, batch_legal)
-
+        run_batch = self._runners.get((model.name, model.version))
+        if run_batch is None:  # a model reloaded since `prepare`: its export runs off the loop
+            run_batch = await asyncio.to_thread(self.runner, model)
         policy, value = await self._batchers.submit(model.name, model.version, run_batch, planes,
                                                     legal)
         return model, policy, value

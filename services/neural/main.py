@@ -42,7 +42,8 @@ async def build_servicers(
         FailedPrecondition: device "cuda" requested without a GPU.
     """
     evaluator = evaluator or PositionEvaluator(settings.default_model, settings.max_batch,
-                                               settings.max_wait_ms)
+                                               settings.max_wait_ms, settings.pv_runtime,
+                                               settings.torch_threads)
     solver = solver or ReasoningSolver(lambda: evaluator.registry, settings.max_batch,
                                        settings.max_wait_ms)
     servicer = NeuralServicer(evaluator, solver)
@@ -54,6 +55,7 @@ async def build_servicers(
         models_dir = settings.resolved_models_dir()
         registry = await asyncio.to_thread(ModelRegistry.load, models_dir, device)
         await asyncio.to_thread(_warm_up, registry)
+        await asyncio.to_thread(evaluator.prepare, registry)
         evaluator.install(registry)
         log.info("neural: %d model(s) from %s on %s; default %r", len(registry), models_dir,
                  device, settings.default_model)
@@ -72,7 +74,8 @@ def main(settings: NeuralSettings | None = None,
 
     async def run() -> None:
         evaluator = PositionEvaluator(settings.default_model, settings.max_batch,
-                                      settings.max_wait_ms)
+                                      settings.max_wait_ms, settings.pv_runtime,
+                                      settings.torch_threads)
         solver = ReasoningSolver(lambda: evaluator.registry, settings.max_batch,
                                  settings.max_wait_ms)
         servicers, ready = await build_servicers(settings, evaluator, solver)

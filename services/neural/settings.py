@@ -34,13 +34,18 @@ class NeuralSettings(ServiceSettings):
     """How long the first queued request waits for others to join its batch, in milliseconds."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """"auto" runs on CUDA when torch sees a GPU, else on the CPU."""
+    pv_runtime: Literal["onnxruntime", "torch"] = "onnxruntime"
+    """What runs the Connect Four policy/value networks on the CPU: onnxruntime (an export made
+    in memory when a model loads; about 7x less CPU than torch at batch 1, 2x at batch 64) or
+    torch. On a GPU they always run in torch."""
     torch_threads: int = 1
-    """Intra-op CPU threads for torch; 0 keeps torch's default (one per core). One by default: the
-    neural service shares the machine's cores with the other four services, and torch's intra-op
-    threads then wait on each other (on the 2-core machine, a 6x6 Sudoku TRM forward at batch 1 took
-    0.1 s with one thread and 0.9-3.7 s with two while the other services were busy; a Connect Four
-    request cost the neural service 1.5 ms of CPU instead of 2.6 ms). Give it the cores it owns
-    where it has them to itself (a Kubernetes Pod's CPU limit, a GPU node)."""
+    """Intra-op CPU threads for torch (and onnxruntime); 0 keeps their default (one per core).
+    One by default: the neural service shares the machine's cores with the other four services,
+    and torch's intra-op threads then wait on each other (on the 2-core machine, a 6x6 Sudoku TRM
+    forward at batch 1 took 0.1 s with one thread and 0.9-3.7 s with two while the other services
+    were busy; a Connect Four request cost the neural service 1.5 ms of CPU instead of 2.6 ms).
+    Give it the cores it owns where it has them to itself (a Kubernetes Pod's CPU limit, a GPU
+    node)."""
 
     @model_validator(mode="after")
     def _ranges(self) -> NeuralSettings:
