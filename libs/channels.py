@@ -36,9 +36,11 @@ MAX_RECONNECT_BACKOFF_MS = 2000
 # (re-ingesting a document id replaces its chunks). The throttle stops retrying a dependency that
 # keeps failing (gRFC A6: each failure takes a token, each success gives back 0.1; no retries
 # while fewer than half of the 10 tokens are left), so an outage does not triple the load on it.
-# The backoffs are short (each retry waits a random time below 20 ms, then below 40 ms): a retry is
-# for a server that is restarting or a connection that was just reset, and a call to a dependency
-# that is really down should fail within about 100 ms, not 150 ms later.
+# The backoffs are short (each retry waits a random time below 5 ms, then below 10 ms): a retry is
+# for a connection that was just reset (a pod going away behind a Service: the retry reconnects),
+# and a call to a dependency that is really down should fail at once. A killed service is back
+# after the supervisor's 0.5 s backoff at the soonest, so longer waits (20 / 40 ms before) only
+# delayed the clean error (kill -9 to first error: 52-148 ms with them).
 _SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
@@ -46,8 +48,8 @@ _SERVICE_CONFIG = json.dumps(
                 "name": [{}],
                 "retryPolicy": {
                     "maxAttempts": 3,
-                    "initialBackoff": "0.02s",
-                    "maxBackoff": "0.2s",
+                    "initialBackoff": "0.005s",
+                    "maxBackoff": "0.05s",
                     "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"],
                 },
