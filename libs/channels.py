@@ -14,14 +14,18 @@ import asyncio
 import contextvars
 import json
 import time
+from typing import TYPE_CHECKING
 
 import grpc
 from opentelemetry import trace
 from opentelemetry.propagate import inject
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from libs.telemetry import UNTRACED_PREFIXES
+if TYPE_CHECKING:  # the SDK is not needed to make calls (the CLI imports this module)
+    from opentelemetry.sdk.trace import TracerProvider
+
+UNTRACED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+"""Methods that get no span and no metric samples (probes every few seconds would bury the work)."""
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """Largest message a mesh client sends or receives (gRPC's own default receive limit, set

@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from libs.channels import UNTRACED_PREFIXES
 from libs.metrics import RpcInstruments
 
 log = logging.getLogger(__name__)
@@ -117,8 +118,6 @@ def current_trace_id() -> str:
     return format(context.trace_id, "032x") if context.is_valid else ""
 
 
-UNTRACED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-"""Methods that get no span and no metric samples."""
 
 
 def set_work_attributes(attributes: dict[str, object]) -> None:

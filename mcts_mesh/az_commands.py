@@ -12,8 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 
 def add_train_arguments(train: argparse.ArgumentParser) -> None:
     """The options `train connect4-az` adds to the `train` parser."""
@@ -33,6 +31,9 @@ def az_settings(args: argparse.Namespace):
     Raises:
         SystemExit: a malformed --set or an invalid value (the message names the field).
     """
+    # Imported here, not at the top: every CLI command builds the parser that imports this module.
+    from pydantic import ValidationError
+
     from mcts_mesh.training.az.settings import AZSettings
 
     values: dict[str, Any] = {}
