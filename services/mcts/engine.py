@@ -131,12 +131,16 @@ from services.mcts.rollout_kernel import (
     ROLLOUT,
     SELECT,
     TIMED,
-    UNEXPANDED,
     WAIT,
     run_simulations,
 )
 from services.mcts.root import add_dirichlet_noise, sample_by_temperature
-from services.mcts.settings import UCT_EXPLORATION
+from services.mcts.settings import (
+    DEFAULT_MAX_NODES,
+    DIRICHLET_EPSILON,
+    UCT_EXPLORATION,
+    WIDENING_ALPHA,
+)
 from services.mcts.shared_kernel import (
     CLAIMED,
     REFUSED,
@@ -145,13 +149,11 @@ from services.mcts.shared_kernel import (
     run_shared_simulations,
 )
 from services.mcts.transpositions import TranspositionTable
-from services.mcts.tree import MAX_VISITS, MIN_CAPACITY, Tree, TreePool
+from services.mcts.tree import MAX_VISITS, MIN_CAPACITY, UNEXPANDED, Tree, TreePool
 from services.mcts.xorshift import rng_state
 
 __all__ = ["BACKUP", "EXPAND", "ROLLOUT", "SELECT", "TIMED", "UNEXPANDED", "WAIT"]
 
-DEFAULT_MAX_NODES = 1_000_000
-"""Default node capacity of one tree."""
 CHUNK_SIMULATIONS = 4096
 """Simulations per kernel call when a deadline or a stop event has to be checked in between."""
 
@@ -186,10 +188,10 @@ class SearchConfig:
     rule: str = "uct"
     exploration: float = UCT_EXPLORATION
     widening_k: float | None = None
-    widening_alpha: float = 0.5
+    widening_alpha: float = WIDENING_ALPHA
     rave_k: float | None = None
     dirichlet_alpha: float | None = None
-    dirichlet_epsilon: float = 0.25
+    dirichlet_epsilon: float = DIRICHLET_EPSILON
     temperature: float = 0.0
     max_nodes: int = DEFAULT_MAX_NODES
     seed: int = 0
