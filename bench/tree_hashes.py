@@ -40,6 +40,8 @@ ENGINE = {
     "puct tree x1+widening+rave+transpositions": SearchConfig(
         rule="puct", widening_k=2.0, rave_k=500.0, parallelism="tree", transpositions=True,
         seed=9),
+    "uct+widening": SearchConfig(rule="uct", widening_k=1.0, seed=7),
+    "uct tree x1+widening": SearchConfig(rule="uct", widening_k=1.0, parallelism="tree", seed=7),
 }
 BATCHED = {
     "batched puct": BatchedConfig(rule="puct", seed=7),

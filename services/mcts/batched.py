@@ -86,13 +86,11 @@ from services.mcts.batched_kernels import (
     COLLISIONS,
     EVALUATED,
     FIRST_CHILD,
-    GUMBEL_RULE,
     NEW,
     NUM_CHILDREN,
     PARENT,
     PENDING,
     PRIOR,
-    PUCT_RULE,
     RAW_VALUE,
     RULES,
     SIZE,
@@ -116,17 +114,22 @@ from services.mcts.gumbel import (
     root_bases,
 )
 from services.mcts.root import add_dirichlet_noise, sample_by_temperature
-from services.mcts.settings import C_PUCT
-from services.mcts.tree import Tree
+from services.mcts.selection import GUMBEL
+from services.mcts.settings import (
+    C_PUCT,
+    DEFAULT_MAX_NODES,
+    DIRICHLET_EPSILON,
+    GUMBEL_NUM_CONSIDERED,
+    VIRTUAL_LOSS,
+)
+from services.mcts.tree import MIN_CAPACITY, UNEXPANDED, Tree
 
-__all__ = ["EVALUATED", "NEW", "PENDING", "PUCT_RULE", "STORED_BACKUPS"]
+__all__ = ["EVALUATED", "NEW", "PENDING", "STORED_BACKUPS"]
 
 COMPILED_CHUNK_BATCHES = 256
 """Batches per call of the compiled loop (`BatchedSearch.run_compiled`) when a deadline or a stop
 event must be checked between calls."""
 
-DEFAULT_MAX_NODES = 1_000_000
-"""Default node capacity; a search allocates at most `(simulations + 1) * num_actions + 1`."""
 
 class EvaluationError(ValueError):
     """A malformed evaluation passed to `BatchedSearch.submit`.
@@ -153,8 +156,8 @@ class BatchedConfig:
         c_puct: c_puct of PUCT, >= 0.
         virtual_loss: value subtracted per in-flight descent, >= 0 (0 = visits only).
         batch_size: most leaves per batch, >= 1.
-        max_nodes: node capacity of the tree (>= 8); a full tree stops expanding and reports
-            `tree_full`.
+        max_nodes: node capacity of the tree (>= MIN_CAPACITY); a full tree stops expanding and
+            reports `tree_full`.
         seed: seeds the Dirichlet noise, the Gumbel noise and the temperature draw.
         dirichlet_alpha, dirichlet_epsilon: root noise on the priors (PUCT only); None = off.
         temperature: PUCT only; 0 plays the most visited action, T > 0 samples proportionally to
@@ -165,14 +168,14 @@ class BatchedConfig:
 
     rule: str = "puct"
     c_puct: float = C_PUCT
-    virtual_loss: float = 1.0
+    virtual_loss: float = VIRTUAL_LOSS
     batch_size: int = 1
     max_nodes: int = DEFAULT_MAX_NODES
     seed: int = 0
     dirichlet_alpha: float | None = None
-    dirichlet_epsilon: float = 0.25
+    dirichlet_epsilon: float = DIRICHLET_EPSILON
     temperature: float = 0.0
-    gumbel_num_considered: int = 16
+    gumbel_num_considered: int = GUMBEL_NUM_CONSIDERED
     c_visit: float = 50.0
     c_scale: float = 0.1
 
@@ -283,8 +286,8 @@ def validate_config(num_actions: int, simulations: int, config: BatchedConfig,
         raise ValueError("virtual_loss must be a finite number >= 0")
     if config.batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    if config.max_nodes < max(8, num_actions + 1):
-        raise ValueError("max_nodes must be at least 8 and hold the root's children "
+    if config.max_nodes < max(MIN_CAPACITY, num_actions + 1):
+        raise ValueError(f"max_nodes must be at least {MIN_CAPACITY} and hold the root's children "
                          "(num_actions + 1)")
     if config.dirichlet_alpha is not None and not (config.dirichlet_alpha > 0 and
                                                    0 <= config.dirichlet_epsilon <= 1):
@@ -343,7 +346,7 @@ class BatchedSearch:
             ints[:, 0] = 0
             floats[:, 0] = 0.0
         self._counters = np.zeros(5, dtype=np.int64)
-        self._ints[FIRST_CHILD, 0] = -1
+        self._ints[FIRST_CHILD, 0] = UNEXPANDED
         self._ints[PARENT, 0] = -1
         self._ints[ACTION, 0] = -1
         self._floats[PRIOR, 0] = 1.0
@@ -383,8 +386,8 @@ class BatchedSearch:
     @staticmethod
     def capacity_for(num_actions: int, simulations: int, config: BatchedConfig) -> int:
         """N, the nodes a search of these sizes allocates: at most `config.max_nodes` and
-        `(simulations + 1) * num_actions + 1`, at least 8."""
-        return max(8, min(config.max_nodes, (simulations + 1) * num_actions + 1))
+        `(simulations + 1) * num_actions + 1`, at least MIN_CAPACITY."""
+        return max(MIN_CAPACITY, min(config.max_nodes, (simulations + 1) * num_actions + 1))
 
     @property
     def blocks(self) -> tuple[np.ndarray, np.ndarray]:
@@ -560,7 +563,7 @@ class BatchedSearch:
             return
         rng = np.random.default_rng(self.config.seed)
         block = slice(children.start, children.stop)
-        if self._rule == GUMBEL_RULE:
+        if self._rule == GUMBEL:
             gumbel = rng.gumbel(size=count)
             considered = min(self.config.gumbel_num_considered, count)
             # Gumbel-top-m: only the m largest g + logits are considered.
@@ -595,7 +598,7 @@ class BatchedSearch:
         policy = np.zeros(a, dtype=np.float64)
         action = -1
         if len(children) > 0:
-            if self._rule == GUMBEL_RULE:
+            if self._rule == GUMBEL:
                 action, policy = self._gumbel_choice(acts)
             else:
                 total = visits.sum()

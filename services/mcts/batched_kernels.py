@@ -23,8 +23,8 @@ import numpy as np
 from numba import njit
 
 from services.mcts.gumbel import select_gumbel_interior, select_gumbel_root
-from services.mcts.selection import first_max, puct
-from services.mcts.tree import ENDED
+from services.mcts.selection import GUMBEL, PUCT, first_max, puct
+from services.mcts.tree import ENDED, UNEXPANDED
 
 NEW = 0
 """`status`: a leaf never evaluated."""
@@ -34,9 +34,8 @@ EVALUATED = 2
 """`status`: a node whose evaluation was submitted (expanded, terminal, or left a leaf because
 the tree was full)."""
 
-PUCT_RULE = 1
-GUMBEL_RULE = 2
-RULES = {"puct": PUCT_RULE, "gumbel": GUMBEL_RULE}
+RULES = {"puct": PUCT, "gumbel": GUMBEL}
+"""The rule code (`services.mcts.selection`) of each `BatchedConfig.rule`."""
 
 VISITS, FIRST_CHILD, NUM_CHILDREN, PARENT, ACTION, TERMINAL, STATUS = range(7)
 """Rows of the int64 block `ints` [7, N]."""
@@ -79,7 +78,7 @@ class BatchedOptions(NamedTuple):
     """A search's rule (`batched.BatchedConfig`, resolved).
 
     Attributes:
-        rule: PUCT_RULE or GUMBEL_RULE.
+        rule: PUCT or GUMBEL (`services.mcts.selection`).
         c_puct, virtual_loss, c_visit, c_scale: as `BatchedConfig`.
         players: 1 or 2.
         root_base: float64 [C], `gumbel.root_bases` of the root's children (Gumbel; [1] before
@@ -170,7 +169,7 @@ def backup(rows, node, value, virtual_loss, players):
 @njit(cache=True, nogil=True, inline="always")
 def select(rows, node, options, scratch):
     """The child of `node` the rule chooses (PUCT, or Gumbel at the root and below it)."""
-    if options.rule == GUMBEL_RULE:
+    if options.rule == GUMBEL:
         if node == 0:
             return select_gumbel_root(rows, options.c_visit, options.c_scale, options.root_base,
                                       options.considered_table, scratch)
@@ -275,7 +274,7 @@ def expand(rows, node, priors):
             rows.value_sum[child] = 0.0
             rows.prior[child] = p / total
             rows.raw_value[child] = 0.0
-            rows.first_child[child] = -1
+            rows.first_child[child] = UNEXPANDED
             rows.num_children[child] = 0
             rows.parent[child] = node
             rows.action[child] = a

@@ -28,7 +28,14 @@ from services.mcts.evaluators import GameEvaluator, NeuralConnectFourEvaluator, 
 from services.mcts.game import MAX_ACTIONS
 from services.mcts.games.connect4 import GAME, from_position
 from services.mcts.neural_client import NeuralPositionClient
-from services.mcts.settings import MAX_BATCH_SIZE, MAX_SIMULATIONS, MctsSettings
+from services.mcts.settings import (
+    GUMBEL_NUM_CONSIDERED,
+    MAX_BATCH_SIZE,
+    MAX_SIMULATIONS,
+    VIRTUAL_LOSS,
+    MctsSettings,
+)
+from services.mcts.tree import MIN_CAPACITY
 
 RULES = {mcts_service_pb2.SELECTION_RULE_PUCT: "puct",
          mcts_service_pb2.SELECTION_RULE_GUMBEL: "gumbel"}
@@ -87,13 +94,14 @@ def search_config(request: mcts_service_pb2.SearchRequest, settings: MctsSetting
         dirichlet_epsilon=_optional_float(request, "dirichlet_epsilon", "dirichlet_epsilon",
                                           settings.dirichlet_epsilon, 1.0),
         temperature=_optional_float(request, "temperature", "temperature", 0.0),
-        virtual_loss=_optional_float(request, "virtual_loss", "virtual_loss", 1.0),
+        virtual_loss=_optional_float(request, "virtual_loss", "virtual_loss", VIRTUAL_LOSS),
         batch_size=_optional_int(request, "batch_size", "batch_size", default_batch, 1,
                                  MAX_BATCH_SIZE),
         max_nodes=settings.max_tree_nodes,
         seed=request.seed,
         gumbel_num_considered=_optional_int(request, "gumbel_num_considered",
-                                            "gumbel_num_considered", 16, 1, MAX_ACTIONS),
+                                            "gumbel_num_considered", GUMBEL_NUM_CONSIDERED, 1,
+                                            MAX_ACTIONS),
     )
 
 
@@ -128,13 +136,14 @@ def external_search(settings_message: mcts_service_pb2.ExternalSearchSettings,
         dirichlet_alpha = m.dirichlet_alpha
     max_nodes = settings.max_tree_nodes
     if m.HasField("max_nodes"):
-        if m.max_nodes < 8:
-            raise InvalidArgument("settings.max_nodes", f"is {m.max_nodes}; must be >= 8")
+        if m.max_nodes < MIN_CAPACITY:
+            raise InvalidArgument("settings.max_nodes",
+                                  f"is {m.max_nodes}; must be >= {MIN_CAPACITY}")
         max_nodes = min(max_nodes, m.max_nodes)
     config = BatchedConfig(
         rule=rule,
         c_puct=_optional_float(m, "c_puct", "settings.c_puct", settings.c_puct),
-        virtual_loss=_optional_float(m, "virtual_loss", "settings.virtual_loss", 1.0),
+        virtual_loss=_optional_float(m, "virtual_loss", "settings.virtual_loss", VIRTUAL_LOSS),
         batch_size=_optional_int(m, "batch_size", "settings.batch_size", 1, 1, MAX_BATCH_SIZE),
         max_nodes=max_nodes,
         seed=m.seed,
@@ -143,7 +152,8 @@ def external_search(settings_message: mcts_service_pb2.ExternalSearchSettings,
                                           settings.dirichlet_epsilon, 1.0),
         temperature=_temperature(m.temperature),
         gumbel_num_considered=_optional_int(m, "gumbel_num_considered",
-                                            "settings.gumbel_num_considered", 16, 1,
+                                            "settings.gumbel_num_considered",
+                                            GUMBEL_NUM_CONSIDERED, 1,
                                             MAX_ACTIONS),
     )
     return BatchedSearch(num_actions, m.simulations, config, players=players)

@@ -26,6 +26,7 @@ from services.mcts.selection import (
     widened_children,
 )
 from services.mcts.simd import LANES, ucb1_lanes
+from services.mcts.tree import UNEXPANDED
 from services.mcts.xorshift import random_below
 
 SELECT, EXPAND, ROLLOUT, BACKUP = 0, 1, 2, 3
@@ -35,8 +36,6 @@ WAIT = 4
 progress (tree parallelisation; the transposition table's lock is counted in selection)."""
 TIMED = 5
 """Index, in the kernels' cycle counters, of the number of simulations timed."""
-UNEXPANDED = -1
-"""`first_child` of a node without children."""
 
 
 @njit(cache=True, nogil=True)
@@ -138,36 +137,24 @@ def score_child(q, n, prior, parent_n, log_parent_n, options):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def select_child(nodes, node, options):
-    """Index of the child of `node` (expanded) chosen by `options`' rule, with progressive
-    widening and RAVE when on; see `services.mcts.engine`."""
-    start = nodes.first_child[node]
-    parent_n = nodes.visits[node]
+def choose_child(nodes, start, count, parent_n, options, statistics, source):
+    """The one loop of the rules' child choice, for the sequential kernel (`select_child`) and
+    the tree-parallel one (`shared_kernel.select_child_shared`): among the children
+    `start .. start + count - 1` of a node counted `parent_n` times, progressive widening first
+    (`selection.widened_children`), then the first child of highest score by `options`' rule
+    (`score_child`), with RAVE's mix of Q when on (`amaf_mixed`); under UCT a child with no
+    visits and no AMAF statistics is taken at once, in child order. `statistics(nodes, source,
+    child)` gives a child's (n, Q), Q = 0 when n == 0: the tree's visits and mean, or, on a
+    shared tree, arrivals and the mean under virtual loss. The kernels pass a compiled
+    function, so numba inlines it: no call at run time."""
     rave_k = options.rave_k
-    count = widened_children(nodes.num_children[node], parent_n, options.widening_k,
-                             options.widening_alpha)
-    if options.rule == UCT and rave_k <= 0.0:
-        # Plain UCT, the common case: the first unvisited child, else the best UCB1 score.
-        log_parent_n = math.log(max(parent_n, 1))
-        best = start
-        best_score = -np.inf
-        for child in range(start, start + count):
-            n = nodes.visits[child]
-            if n == 0:
-                return child
-            score = ucb1_from_log(nodes.value_sum[child] / n, n, log_parent_n,
-                                  options.exploration)
-            if score > best_score:
-                best_score = score
-                best = child
-        return best
+    count = widened_children(count, parent_n, options.widening_k, options.widening_alpha)
     beta = rave_beta(parent_n, rave_k) if rave_k > 0.0 else 0.0
     log_parent_n = math.log(max(parent_n, 1)) if options.rule == UCT else 0.0
     best = start
     best_score = -np.inf
     for child in range(start, start + count):
-        n = nodes.visits[child]
-        q = nodes.value_sum[child] / n if n > 0 else 0.0
+        n, q = statistics(nodes, source, child)
         mixed = False
         if rave_k > 0.0:
             q, mixed = amaf_mixed(q, n, child, nodes, beta)
@@ -178,6 +165,23 @@ def select_child(nodes, node, options):
             best_score = score
             best = child
     return best
+
+
+@njit(cache=True, nogil=True, inline="always")
+def tree_statistics(nodes, source, child):
+    """(n, Q) of `child` for `choose_child` in the sequential kernel: its visits and mean value
+    (0 when unvisited); `source` is unused."""
+    n = nodes.visits[child]
+    return n, (nodes.value_sum[child] / n if n > 0 else 0.0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def select_child(nodes, node, options):
+    """Index of the child of `node` (expanded) chosen by `options`' rule, with progressive
+    widening and RAVE when on (`choose_child` over the tree's visits); see
+    `services.mcts.engine`."""
+    return choose_child(nodes, nodes.first_child[node], nodes.num_children[node],
+                        nodes.visits[node], options, tree_statistics, 0)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -43,11 +43,7 @@ from services.mcts.engine import (
 )
 from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
 from services.mcts.root import sample_by_temperature
-from services.mcts.settings import UCT_EXPLORATION
-
-DEFAULT_MAX_NODES = 2_000_000
-"""Default node capacity of one tree (about 90 MB with the AMAF arrays) when `max_nodes` is not
-given."""
+from services.mcts.settings import DEFAULT_MAX_NODES, UCT_EXPLORATION, WIDENING_ALPHA
 
 
 class SearchStopped(Exception):
@@ -121,7 +117,7 @@ def uct_search(
     parallelism: str = "root",
     transpositions: bool = False,
     widening_k: float | None = None,
-    widening_alpha: float = 0.5,
+    widening_alpha: float = WIDENING_ALPHA,
     rave_k: float | None = None,
     temperature: float = 0.0,
 ) -> SearchResult:

@@ -19,7 +19,7 @@ from libs.telemetry import set_work_attributes
 from services.mcts import metrics
 from services.mcts.batched_servicer import MAX_BATCH_SIZE, RULES, BatchedSearches
 from services.mcts.search import SearchResult, SearchStopped, uct_search
-from services.mcts.settings import MAX_SIMULATIONS, MAX_THREADS, MctsSettings
+from services.mcts.settings import MAX_SIMULATIONS, MAX_THREADS, WIDENING_ALPHA, MctsSettings
 
 PARALLELISMS = {
     mcts_service_pb2.PARALLELISM_UNSPECIFIED: "root",
@@ -41,7 +41,7 @@ class SearchArgs:
     parallelism: str = "root"
     transpositions: bool = False
     widening_k: float | None = None
-    widening_alpha: float = 0.5
+    widening_alpha: float = WIDENING_ALPHA
     rave_k: float | None = None
     temperature: float = 0.0
 
@@ -77,7 +77,8 @@ def validate_rule_options(request: mcts_service_pb2.SearchRequest) -> None:
     ranges of the rule options every rule shares (temperature).
 
     Raises:
-        InvalidArgument: "widening_k", "widening_alpha" or "rave_k" set with PUCT or Gumbel;
+        InvalidArgument: "widening_k", "widening_alpha" or "rave_k" set, "transpositions" true
+            or "parallelism" PARALLELISM_TREE, with PUCT or Gumbel (one tree, no table);
             "dirichlet_alpha" or "dirichlet_epsilon" set without PUCT; "temperature" set with
             Gumbel (its move is the sequential-halving winner) or negative or not finite;
             "widening_alpha" without "widening_k", "dirichlet_epsilon" without
@@ -88,6 +89,11 @@ def validate_rule_options(request: mcts_service_pb2.SearchRequest) -> None:
     for name in UCT_ONLY if not uct else ():
         if request.HasField(name):
             raise InvalidArgument(name, "applies to SELECTION_RULE_UCT only")
+    if not uct and request.transpositions:
+        raise InvalidArgument("transpositions", "applies to SELECTION_RULE_UCT only")
+    if not uct and request.parallelism == mcts_service_pb2.PARALLELISM_TREE:
+        raise InvalidArgument("parallelism", "PARALLELISM_TREE applies to SELECTION_RULE_UCT "
+                                             "only (PUCT and Gumbel run one tree)")
     for name in PUCT_ONLY if rule != mcts_service_pb2.SELECTION_RULE_PUCT else ():
         if request.HasField(name):
             raise InvalidArgument(name, "applies to SELECTION_RULE_PUCT only")

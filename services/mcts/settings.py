@@ -1,4 +1,7 @@
-"""Settings of the mcts service (env prefix `MCTS_`), read once in `main()` and passed down."""
+"""Settings of the mcts service (env prefix `MCTS_`), read once in `main()` and passed down, and
+the search's limits and default constants, each defined here once: the settings' defaults, the
+core's option records (`engine.SearchConfig`, `batched.BatchedConfig`, `search.uct_search`) and
+the servicers' range checks all read them from this module."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pydantic import model_validator
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ServiceSettings
+from services.mcts.tree import MIN_CAPACITY
 
 MAX_SIMULATIONS = 10_000_000
 """Most simulations of one search (`SearchRequest.simulations`, SearchExternal's settings and
@@ -20,6 +24,18 @@ UCT_EXPLORATION = 2.0
 """Default c of UCB1 `Q + c * sqrt(ln N / n)`, with Q in [-1, 1] (`exploration`)."""
 C_PUCT = 1.25
 """Default c_puct of PUCT `Q + c_puct * P * sqrt(N) / (1 + n)` (`c_puct`; mctx's default)."""
+DEFAULT_MAX_NODES = 2_000_000
+"""Default node capacity of one tree (`max_tree_nodes`, and the core's `max_nodes` when not
+given): 30 bytes per node, 16 more with RAVE; a small search allocates only what it can use
+(`search.uct_search`), and pages are mapped as they are touched. At least `tree.MIN_CAPACITY`."""
+WIDENING_ALPHA = 0.5
+"""Default exponent alpha of progressive widening `ceil(k * N^alpha)` (`widening_alpha`)."""
+DIRICHLET_EPSILON = 0.25
+"""Default weight of the root Dirichlet noise (`dirichlet_epsilon`; AlphaZero's 0.25)."""
+VIRTUAL_LOSS = 1.0
+"""Default value a batched search subtracts per descent in flight (`virtual_loss`)."""
+GUMBEL_NUM_CONSIDERED = 16
+"""Default m of Gumbel-top-m at the root (`gumbel_num_considered`; mctx's default)."""
 
 
 class MctsSettings(ServiceSettings):
@@ -38,16 +54,16 @@ class MctsSettings(ServiceSettings):
     c_puct: float = C_PUCT
     """c_puct of a PUCT or Gumbel search whose request (`exploration`, or SearchExternal's
     `settings.c_puct`) leaves it unset."""
-    widening_alpha: float = 0.5
+    widening_alpha: float = WIDENING_ALPHA
     """Exponent alpha of progressive widening `ceil(k * N^alpha)` when a request sets `widening_k`
     but not `widening_alpha`."""
-    dirichlet_epsilon: float = 0.25
+    dirichlet_epsilon: float = DIRICHLET_EPSILON
     """Weight of the root Dirichlet noise when a request sets `dirichlet_alpha` but not
     `dirichlet_epsilon` (AlphaZero's 0.25)."""
     max_threads: int = 4
     """Most trees one search runs in parallel; a request asking for more (up to the contract's 64)
     gets this many, and the response's `threads` says so."""
-    max_tree_nodes: int = 2_000_000
+    max_tree_nodes: int = DEFAULT_MAX_NODES
     """Most nodes of each tree (30 bytes per node; a small search allocates only what it can use);
     a search that fills it keeps simulating from the leaves it has and reports `tree_full`."""
     deadline_margin_s: float = 0.05
@@ -75,8 +91,8 @@ class MctsSettings(ServiceSettings):
             raise ValueError("dirichlet_epsilon must be in [0, 1]")
         if not 1 <= self.max_threads <= MAX_THREADS:
             raise ValueError(f"max_threads must be in 1..{MAX_THREADS}")
-        if self.max_tree_nodes < 8:
-            raise ValueError("max_tree_nodes must be >= 8")
+        if self.max_tree_nodes < MIN_CAPACITY:
+            raise ValueError(f"max_tree_nodes must be >= {MIN_CAPACITY}")
         if self.deadline_margin_s < 0:
             raise ValueError("deadline_margin_s must be >= 0")
         if self.neural_timeout_s <= 0 or self.external_reply_timeout_s <= 0:

@@ -7,9 +7,6 @@ kernel's (`services.mcts.rollout_kernel`) where they can be.
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 from numba import njit
 
 from services.mcts.atomics import (
@@ -26,19 +23,17 @@ from services.mcts.rollout_kernel import (
     ROLLOUT,
     SELECT,
     TIMED,
-    UNEXPANDED,
     WAIT,
-    amaf_mixed,
+    choose_child,
     clear_seen,
     evaluate,
-    score_child,
     sort_by_prior,
     step,
     write_children,
 )
-from services.mcts.selection import UCT, rave_beta, widened_children
 from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import find_or_insert
+from services.mcts.tree import UNEXPANDED
 
 REFUSED = -2
 """`first_child` of a node a shared tree could not expand (full, or no legal action); it reads
@@ -56,16 +51,21 @@ def no_key(state):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def shared_q(nodes, table, child, n):
-    """Q of `child` (n = its arrivals > 0) under virtual loss: every simulation in flight through
-    it counts as a loss; with a table, its position's mean (while the position has a count)."""
+def shared_statistics(nodes, table, child):
+    """(n, Q) of `child` for `rollout_kernel.choose_child` on a shared tree: n is its arrivals,
+    and Q (for n > 0; 0 otherwise) its mean under virtual loss, every simulation in flight
+    through it counted as a loss; with a table, its position's mean (while the position has a
+    count)."""
+    n = nodes.arrivals[child]
+    if n == 0:
+        return n, 0.0
     lost = max(n - nodes.visits[child], 0)
     position = table.entry[child] if table.on else -1
     # (A position's count can lag its node's while another thread backs up.)
     shared_n = table.visits[position] + lost if position >= 0 else 0
     if shared_n > 0:
-        return (table.value_sum[position] - lost) / shared_n
-    return (nodes.value_sum[child] - lost) / n
+        return n, (table.value_sum[position] - lost) / shared_n
+    return n, (nodes.value_sum[child] - lost) / n
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -78,26 +78,8 @@ def select_child_shared(nodes, table, node, start, count, options):
     and n stay the tree's (see `services.mcts.engine`). With nothing in flight and no table it
     chooses exactly as `select_child`. Reads that race with other threads' updates see each value
     either before or after an update (aligned 4- and 8-byte words)."""
-    parent_n = nodes.arrivals[node] - 1
-    rave_k = options.rave_k
-    count = widened_children(count, parent_n, options.widening_k, options.widening_alpha)
-    beta = rave_beta(parent_n, rave_k) if rave_k > 0.0 else 0.0
-    log_parent_n = math.log(max(parent_n, 1)) if options.rule == UCT else 0.0
-    best = start
-    best_score = -np.inf
-    for child in range(start, start + count):
-        n = nodes.arrivals[child]
-        q = shared_q(nodes, table, child, n) if n > 0 else 0.0
-        mixed = False
-        if rave_k > 0.0:
-            q, mixed = amaf_mixed(q, n, child, nodes, beta)
-        if not mixed and options.rule == UCT and n == 0:
-            return child
-        score = score_child(q, n, nodes.prior[child], parent_n, log_parent_n, options)
-        if score > best_score:
-            best_score = score
-            best = child
-    return best
+    return choose_child(nodes, start, count, nodes.arrivals[node] - 1, options,
+                        shared_statistics, table)
 
 
 @njit(nogil=True, _nrt=False)

@@ -20,6 +20,9 @@ OPEN = 0
 ENDED = 1
 """`terminal` code: the move into this node ended the game."""
 
+UNEXPANDED = -1
+"""`first_child` of a node without children (in `Tree` and in the batched search's rows)."""
+
 MAX_VISITS = 2**31 - 1
 """The most simulations one tree can count (int32 `visits`)."""
 
@@ -90,7 +93,7 @@ class Tree:
         self.visits[0] = 0
         self.value_sum[0] = 0.0
         self.prior[0] = 1.0
-        self.first_child[0] = -1
+        self.first_child[0] = UNEXPANDED
         self.num_children[0] = 0
         self.parent[0] = -1
         self.action[0] = -1

@@ -116,7 +116,9 @@ async def test_puct_takes_dirichlet_noise_and_temperature(stub):
      ({"rule": PUCT, "exploration": -1.0}, "exploration"),
      ({"rule": GUMBEL, "dirichlet_alpha": 0.3}, "dirichlet_alpha"),
      ({"rule": GUMBEL, "temperature": 1.0}, "temperature"),
-     ({"rule": GUMBEL, "rave_k": 1.0}, "rave_k")],
+     ({"rule": GUMBEL, "rave_k": 1.0}, "rave_k"),
+     ({"rule": PUCT, "transpositions": True}, "transpositions"),
+     ({"rule": GUMBEL, "parallelism": mcts_service_pb2.PARALLELISM_TREE}, "parallelism")],
 )
 async def test_bad_options_are_invalid_argument_naming_the_field(stub, fields, field):
     with pytest.raises(grpc.aio.AioRpcError) as caught:
