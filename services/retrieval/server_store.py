@@ -27,6 +27,7 @@ from services.retrieval.store import (
     SparseVector,
     check_collection_name,
     check_mode,
+    cosine_to,
     point_id,
 )
 
@@ -128,12 +129,17 @@ class ServerStore:
                                                 filter=server_filter, limit=limit))
             query = (models.FusionQuery(fusion=models.Fusion.DBSF) if fusion == "dbsf"
                      else models.RrfQuery(rrf=models.Rrf(k=RRF_K)))
+        # Dense scores are the cosines; other modes read each hit's dense vector back to get it.
+        with_vectors = [DENSE_VECTOR] if mode != "dense" and vector is not None else False
         response = self._client.query_points(
             collection, query=query, using=using, prefetch=prefetch,
             query_filter=server_filter, limit=top_k, score_threshold=min_score,
-            with_payload=True,
+            with_payload=True, with_vectors=with_vectors,
         )
-        return [Hit.from_payload(str(point.id), point.score, point.payload)
+        return [Hit.from_payload(str(point.id), point.score, point.payload,
+                                 point.score if mode == "dense"
+                                 else None if not with_vectors
+                                 else cosine_to(vector, point.vector[DENSE_VECTOR]))
                 for point in response.points]
 
     def modes(self, collection: str) -> frozenset[str]:
