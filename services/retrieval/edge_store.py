@@ -36,7 +36,7 @@ from services.retrieval.store import (
     SparseVector,
     check_collection_name,
     check_mode,
-    cosine_to,
+    hit_cosines,
     point_id,
 )
 
@@ -204,11 +204,10 @@ class EdgeStore:
             limit=top_k, query=query, prefetches=prefetches, filter=edge_filter,
             score_threshold=min_score, with_payload=True, with_vector=with_vector,
         ))
-        return [Hit.from_payload(str(point.id), point.score, point.payload,
-                                 point.score if mode == "dense"
-                                 else None if with_vector is None
-                                 else cosine_to(vector, point.vector[DENSE_VECTOR]))
-                for point in points]
+        cosines = hit_cosines(mode, vector if with_vector else None, [p.score for p in points],
+                              lambda: [p.vector[DENSE_VECTOR] for p in points])
+        return [Hit.from_payload(str(point.id), point.score, point.payload, cosine)
+                for point, cosine in zip(points, cosines, strict=True)]
 
     def modes(self, collection: str) -> frozenset[str]:
         self._shard(collection)

@@ -27,7 +27,7 @@ from services.retrieval.store import (
     SparseVector,
     check_collection_name,
     check_mode,
-    cosine_to,
+    hit_cosines,
     point_id,
 )
 
@@ -136,11 +136,11 @@ class ServerStore:
             query_filter=server_filter, limit=top_k, score_threshold=min_score,
             with_payload=True, with_vectors=with_vectors,
         )
-        return [Hit.from_payload(str(point.id), point.score, point.payload,
-                                 point.score if mode == "dense"
-                                 else None if not with_vectors
-                                 else cosine_to(vector, point.vector[DENSE_VECTOR]))
-                for point in response.points]
+        points = response.points
+        cosines = hit_cosines(mode, vector if with_vectors else None, [p.score for p in points],
+                              lambda: [p.vector[DENSE_VECTOR] for p in points])
+        return [Hit.from_payload(str(point.id), point.score, point.payload, cosine)
+                for point, cosine in zip(points, cosines, strict=True)]
 
     def modes(self, collection: str) -> frozenset[str]:
         cached = self._modes.get(collection)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -133,11 +133,21 @@ class Hit:
         )
 
 
-def cosine_to(query: np.ndarray, stored: Sequence[float]) -> float:
-    """Cosine similarity of a stored dense vector to the query's, both of L2 norm 1 (the encoder
-    normalises the query; Qdrant normalises vectors of a cosine collection when storing them):
-    their dot product, in [-1, 1]."""
-    return float(np.dot(query, np.asarray(stored, dtype=np.float32)))
+def hit_cosines(mode: SearchMode, query: np.ndarray | None, scores: Sequence[float],
+                stored: Callable[[], list[Sequence[float]]]) -> list[float | None]:
+    """Each hit's cosine similarity to the query's dense vector, in [-1, 1]: its score in dense
+    mode; else, with a query vector, the dot products of the hits' stored dense vectors (read by
+    `stored()`, float [hits][dim]) with it in one matrix product, both being of L2 norm 1 (the
+    encoder normalises the query; Qdrant normalises the vectors of a cosine collection when it
+    stores them); None for every hit without one."""
+    if mode == "dense":
+        return [float(score) for score in scores]
+    if query is None:
+        return [None] * len(scores)
+    vectors = stored()
+    if not vectors:
+        return []
+    return (np.asarray(vectors, dtype=np.float32) @ query).tolist()
 
 
 @dataclass(frozen=True)
