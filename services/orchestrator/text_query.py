@@ -32,13 +32,16 @@ class TextProblem:
 @dataclass(frozen=True)
 class Passage:
     """A retrieved passage: `score` is the retrieval score (cosine similarity for dense search,
-    BM25 for sparse, the fused score for hybrid)."""
+    BM25 for sparse, the fused score for hybrid); `cosine_similarity` is the cosine of its dense
+    vector to the query's in [-1, 1] whatever the mode (None from a retrieval service that does
+    not report it)."""
 
     document_id: str
     title: str
     text: str
     score: float
     source: str
+    cosine_similarity: float | None = None
 
 
 @dataclass(frozen=True)
@@ -65,11 +68,16 @@ class TextAnswer:
 
 
 def grounding_confidence(passages: tuple[Passage, ...]) -> float:
-    """Confidence of a single draft: the best passage's retrieval score clipped to [0, 1] (0
-    without passages). One draft has no agreement to measure; its grounding is what is known."""
-    if not passages:
+    """Confidence of a single draft, in [0, 1]: the highest cosine similarity of a passage to the
+    query, negative cosines counted as 0. One draft has no agreement to measure; how close its
+    passages are to the query is what is known. Not the retrieval score: BM25 and fused scores
+    have no fixed range (a DBSF sum reaches about 2), so clipping them would read 1 for most
+    answers. 0 without passages, or when none carries a cosine (a retrieval service that does not
+    report it: nothing is known)."""
+    cosines = [p.cosine_similarity for p in passages if p.cosine_similarity is not None]
+    if not cosines:
         return 0.0
-    return max(0.0, min(1.0, max(passage.score for passage in passages)))
+    return max(0.0, min(1.0, max(cosines)))
 
 
 def synthesize_text(tally: Tally, proposals: dict[AgentName, Proposal],

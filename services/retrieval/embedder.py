@@ -102,10 +102,14 @@ class OnnxEmbedder:
     pool of `threads` workers, each pass single-threaded (a session with one intra-op thread):
     on this 2-core machine that embedded SciFact abstracts 1.06-1.23x faster than one pass at a
     time spread over both cores, whose ops wait for each other at every op's end
-    (bench/retrieval_parts.py, two runs on a shared machine). A single text (a query) or a single
-    batch runs alone on a second session that spreads each op over `threads` cores instead (a
-    22-piece query: 3.3 ms against 4.0 ms single-threaded, at load average 9). Both sessions hold
-    the same weights (about 60 MB each). Thread-safe (onnxruntime sessions serve concurrent runs).
+    (bench/retrieval_parts.py, two runs on a shared machine). A single batch of several texts runs
+    alone on a second session that spreads each op over `threads` cores instead. A single text (a
+    query) runs on the single-threaded session in the calling thread, unpadded: its 20-odd word
+    pieces are too few to share out, and handing each op's half to a second thread cost more than
+    it saved (300 SciFact claims one after the other, load average 5: 5.6 ms and 3.5 ms of CPU per
+    query single-threaded against 6.5 ms and 4.2 ms over two threads; with spinning threads 12.7
+    ms). Both sessions hold the same weights (about 60 MB each). Thread-safe (onnxruntime
+    sessions serve concurrent runs).
     """
 
     def __init__(self, onnx_path: Path, batch_size: int = 8, threads: int = 2,
@@ -141,6 +145,8 @@ class OnnxEmbedder:
 
     def embed(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
         """Embeds `texts`; returns float32 [len(texts), 384], each row of L2 norm 1."""
+        if len(texts) == 1:
+            return self.embed_query(texts[0])[None, :]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if len(texts) == 0:
             return out
@@ -159,6 +165,17 @@ class OnnxEmbedder:
         for _ in self._pool.map(run, batches):
             pass
         return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embeds one text (a query) in the calling thread, single-threaded and unpadded (the
+        inputs are exactly its word pieces): float32 [384] of L2 norm 1. `embed` of one text
+        returns this vector."""
+        encoding = self._tokenizer.encode(text)
+        ids = np.array(encoding.ids, dtype=np.int64)[None, :]
+        types = np.array(encoding.type_ids, dtype=np.int64)[None, :]
+        (vectors,) = self._narrow.run(
+            None, {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": types})
+        return vectors[0]
 
 
 def _session(onnx_path: Path, threads: int):

@@ -200,13 +200,15 @@ class Retriever:
                fusion: FusionMethod = "dbsf") -> list[Hit]:
         """The `top_k` best chunks of `collection` for `query`, best first (see
         `VectorStore.search`; `mode` None picks hybrid where the collection has BM25 vectors).
+        The query is embedded densely in every mode, sparse included, so that every hit carries
+        its cosine similarity to the query (`Hit.cosine_similarity`).
 
         Raises:
             NotFound: the collection does not exist.
             InvalidArgument("mode"): the collection was not built for `mode`.
         """
         mode = self.resolve_mode(collection, mode)
-        vector = self.embedder.embed([query])[0] if mode != "sparse" else None
+        vector = self.embedder.embed([query])[0]
         sparse = self.sparse_embedder.embed_query(query) if mode != "dense" else None
         return self.store.search(collection, vector, top_k, filter, min_score, sparse=sparse,
                                  mode=mode, fusion=fusion, prefetch_limit=PREFETCH_LIMIT)

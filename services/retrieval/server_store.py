@@ -27,6 +27,7 @@ from services.retrieval.store import (
     SparseVector,
     check_collection_name,
     check_mode,
+    hit_cosines,
     point_id,
 )
 
@@ -128,13 +129,18 @@ class ServerStore:
                                                 filter=server_filter, limit=limit))
             query = (models.FusionQuery(fusion=models.Fusion.DBSF) if fusion == "dbsf"
                      else models.RrfQuery(rrf=models.Rrf(k=RRF_K)))
+        # Dense scores are the cosines; other modes read each hit's dense vector back to get it.
+        with_vectors = [DENSE_VECTOR] if mode != "dense" and vector is not None else False
         response = self._client.query_points(
             collection, query=query, using=using, prefetch=prefetch,
             query_filter=server_filter, limit=top_k, score_threshold=min_score,
-            with_payload=True,
+            with_payload=True, with_vectors=with_vectors,
         )
-        return [Hit.from_payload(str(point.id), point.score, point.payload)
-                for point in response.points]
+        points = response.points
+        cosines = hit_cosines(mode, vector if with_vectors else None, [p.score for p in points],
+                              lambda: [p.vector[DENSE_VECTOR] for p in points])
+        return [Hit.from_payload(str(point.id), point.score, point.payload, cosine)
+                for point, cosine in zip(points, cosines, strict=True)]
 
     def modes(self, collection: str) -> frozenset[str]:
         cached = self._modes.get(collection)

@@ -172,7 +172,7 @@ def result_proto(hit: Hit) -> pb.SearchResult:
     return pb.SearchResult(
         chunk_id=hit.chunk_id, document_id=hit.document_id, title=hit.title, text=hit.text,
         source=hit.source, score=hit.score, start_offset=hit.start_offset,
-        end_offset=hit.end_offset,
+        end_offset=hit.end_offset, cosine_similarity=hit.cosine_similarity,
     )
 
 
@@ -298,17 +298,21 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):
         set_work_attributes({"mesh.retrieval.collection": collection,
                              "mesh.retrieval.top_k": params.top_k})
         started = time.perf_counter()
-        hits = await self._run(self._query_pool, self._search, collection, request.query, params)
+        # One hand-off: the query pool's thread embeds, searches and builds the response.
+        response = await self._run(self._query_pool, self._search, collection, request.query,
+                                   params)
         metrics.QUERY_SECONDS.labels(collection).observe(time.perf_counter() - started)
-        return pb.SearchDocumentsResponse(results=[result_proto(hit) for hit in hits])
+        return response
 
     async def _count_points(self, collection: str) -> None:
         metrics.POINTS.labels(collection).set(
             await self._run(self._query_pool, self._ready().store.count, collection))
 
-    def _search(self, collection: str, query: str, params: SearchParams) -> list[Hit]:
-        return self._ready().search(collection, query, params.top_k, params.filter,
+    def _search(self, collection: str, query: str, params: SearchParams
+                ) -> pb.SearchDocumentsResponse:
+        hits = self._ready().search(collection, query, params.top_k, params.filter,
                                     params.min_score, params.mode, params.fusion)
+        return pb.SearchDocumentsResponse(results=[result_proto(hit) for hit in hits])
 
     async def ListCollections(self, request, context):
         collections = await self._run(self._query_pool, self._ready().collections)

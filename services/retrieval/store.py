@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -101,7 +101,9 @@ class ChunkRecord:
 class Hit:
     """A stored chunk that matched a search. `score` is the mode's score: cosine similarity in
     [-1, 1] for dense, the BM25 score (>= 0) for sparse, the fused score for hybrid (DBSF: a sum of
-    normalised scores, about 0..2; RRF: a sum of 1 / (60 + rank))."""
+    normalised scores, about 0..2; RRF: a sum of 1 / (60 + rank)). `cosine_similarity` is the
+    cosine of the chunk's dense vector to the query's in [-1, 1] whatever the mode (equal to
+    `score` for dense), None when the search had no dense query vector."""
 
     chunk_id: str
     document_id: str
@@ -112,9 +114,11 @@ class Hit:
     score: float
     start_offset: int
     end_offset: int
+    cosine_similarity: float | None = None
 
     @classmethod
-    def from_payload(cls, chunk_id: str, score: float, payload: Mapping[str, Any]) -> Hit:
+    def from_payload(cls, chunk_id: str, score: float, payload: Mapping[str, Any],
+                     cosine_similarity: float | None = None) -> Hit:
         return cls(
             chunk_id=chunk_id,
             document_id=payload["document_id"],
@@ -125,7 +129,25 @@ class Hit:
             score=float(score),
             start_offset=int(payload["start_offset"]),
             end_offset=int(payload["end_offset"]),
+            cosine_similarity=cosine_similarity,
         )
+
+
+def hit_cosines(mode: SearchMode, query: np.ndarray | None, scores: Sequence[float],
+                stored: Callable[[], list[Sequence[float]]]) -> list[float | None]:
+    """Each hit's cosine similarity to the query's dense vector, in [-1, 1]: its score in dense
+    mode; else, with a query vector, the dot products of the hits' stored dense vectors (read by
+    `stored()`, float [hits][dim]) with it in one matrix product, both being of L2 norm 1 (the
+    encoder normalises the query; Qdrant normalises the vectors of a cosine collection when it
+    stores them); None for every hit without one."""
+    if mode == "dense":
+        return [float(score) for score in scores]
+    if query is None:
+        return [None] * len(scores)
+    vectors = stored()
+    if not vectors:
+        return []
+    return (np.asarray(vectors, dtype=np.float32) @ query).tolist()
 
 
 @dataclass(frozen=True)
@@ -177,7 +199,8 @@ class VectorStore(Protocol):
         with the query's `sparse` vector; "hybrid" prefetches `prefetch_limit` chunks by each and
         fuses the two lists with `fusion`. `filter` keeps chunks whose payload equals every given
         value (keys in FILTER_KEYS), in every stage; `min_score` drops results whose final score
-        (see `Hit.score`) is below it.
+        (see `Hit.score`) is below it. When `vector` is given, every hit carries its cosine
+        similarity to it (`Hit.cosine_similarity`), in sparse mode too.
         Raises:
             InvalidArgument("mode"): the collection was not built for `mode` (see `modes`).
         """

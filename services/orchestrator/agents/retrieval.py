@@ -31,7 +31,8 @@ class RetrievalAgent:
 
     async def propose(self, round_: Round) -> Proposal:
         """The best document's id as the answer (None when nothing matched), confidence the best
-        retrieval score clipped to [0, 1], `detail` the passages (tuple of `Passage`, best first).
+        passage's cosine similarity to the query (`grounding_confidence`), `detail` the passages
+        (tuple of `Passage`, best first).
 
         Raises:
             DeadlineExceeded: no time left, or the call ran past its deadline.
@@ -69,6 +70,8 @@ async def search_passages(stub: retrieval_service_pb2_grpc.RetrievalServiceStub,
         raise propagate(error, "retrieval") from error
     return tuple(
         Passage(document_id=r.document_id, title=r.title, text=r.text, score=float(r.score),
-                source=r.source)
+                source=r.source,
+                cosine_similarity=(float(r.cosine_similarity)
+                                   if r.HasField("cosine_similarity") else None))
         for r in response.results
     )

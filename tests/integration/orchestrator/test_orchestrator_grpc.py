@@ -79,10 +79,10 @@ class FakeRetrieval(retrieval_service_pb2_grpc.RetrievalServiceServicer):
         return retrieval_service_pb2.SearchDocumentsResponse(results=[
             retrieval_service_pb2.SearchResult(chunk_id="d1#0", document_id="d1", title="Cells",
                                                text="Cells divide by mitosis.", source="a.txt",
-                                               score=0.8),
+                                               score=1.7, cosine_similarity=0.625),
             retrieval_service_pb2.SearchResult(chunk_id="d2#0", document_id="d2", title="Genes",
                                                text="Genes code proteins.", source="b.txt",
-                                               score=0.5),
+                                               score=0.5, cosine_similarity=0.375),
         ][: request.top_k])
 
     async def IngestDocuments(self, request, context):
@@ -209,7 +209,8 @@ async def test_text_query_returns_the_answer_with_sources(mesh):
     assert response.sources[0].title == "Cells" and response.sources[0].source == "a.txt"
     assert response.provider == "offline" and response.offline
     assert list(response.agents) == [pb.AGENT_RETRIEVAL, pb.AGENT_LLM]
-    assert response.confidence == pytest.approx(0.8)
+    # The best passage's cosine to the query (exact in float32), not its fused score of 1.7.
+    assert response.confidence == 0.625
     assert response.iterations == 1
 
 

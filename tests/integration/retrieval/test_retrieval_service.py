@@ -118,6 +118,14 @@ async def test_ingest_then_each_claim_finds_its_abstract(service, scifact):
             assert len(response.results) < 2 or top.score >= response.results[1].score
             if mode == common_pb2.SEARCH_MODE_DENSE:
                 assert -1.0 <= top.score <= 1.0
+            # Every mode reports each hit's cosine to the query; dense's score is that cosine.
+            assert all(r.HasField("cosine_similarity") and -1 <= r.cosine_similarity <= 1
+                       for r in response.results), mode
+            if ranked[0] == abstract_id:  # the claim's own abstract is close in meaning
+                assert top.cosine_similarity > 0.3, (mode, claim_id)
+            if mode == common_pb2.SEARCH_MODE_DENSE:
+                assert [r.cosine_similarity for r in response.results] == [
+                    r.score for r in response.results]
             source = next(d for d in documents if d.id == top.document_id)
             assert source.text[top.start_offset:top.end_offset] == top.text
             assert (top.title, top.source) == (source.title, source.source)
@@ -206,6 +214,7 @@ BAD_INGESTS = [
      "documents[1].id"),
     (pb.IngestDocumentsRequest(documents=_documents(("1", "ok"), ("2", "ok"), ("3", " \n"))),
      "documents[2].text"),
+    (pb.IngestDocumentsRequest(documents=_documents(("1", "ok"), ("2", ""))), "documents[1].text"),
     (pb.IngestDocumentsRequest(documents=_documents(("1", "ok"), ("1", "again"))),
      "documents[1].id"),
     (pb.IngestDocumentsRequest(documents=_documents(("1", "ok"), ("2", "x" * 100_001))),
@@ -232,6 +241,37 @@ async def test_bad_input_is_invalid_argument_naming_the_field_and_writes_nothing
     reply = await stub.IngestDocuments(
         pb.IngestDocumentsRequest(documents=_documents(("1", "still serving"))), timeout=60)
     assert reply.document_count == 1
+
+
+async def test_a_mode_the_collection_was_not_built_for_is_invalid_argument(tmp_path, embedder):
+    import qdrant_edge as qe
+
+    # A collection as an earlier version made it: one unnamed dense vector, no BM25 vectors.
+    store_dir = tmp_path / "store"
+    qe.EdgeShard.create(str(store_dir / "collections" / "old"), qe.EdgeConfig(
+        vectors=qe.EdgeVectorParams(size=embedder.dim, distance=qe.Distance.Cosine))).close()
+    running, servicer, channel, stub = await _limited_service(tmp_path, embedder)
+    try:
+        reply = await stub.IngestDocuments(pb.IngestDocumentsRequest(
+            collection="old", documents=_documents(("a", "Aspirin lowers the risk of stroke."))),
+            timeout=60)
+        assert reply.document_count == 1
+        for mode in (common_pb2.SEARCH_MODE_SPARSE, common_pb2.SEARCH_MODE_HYBRID):
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.SearchDocuments(pb.SearchDocumentsRequest(
+                    collection="old", query="aspirin", mode=mode), timeout=30)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert violation(error.value) == "mode"
+            assert "built for ['dense'] search only" in error.value.details()
+        # Unset, the mode is the best the collection has: dense.
+        response = await stub.SearchDocuments(pb.SearchDocumentsRequest(
+            collection="old", query="aspirin stroke"), timeout=30)
+        assert [r.document_id for r in response.results] == ["a"]
+        assert response.results[0].cosine_similarity == response.results[0].score
+    finally:
+        await channel.close()
+        await running.stop(0)
+        servicer.close()
 
 
 async def test_unknown_collection_is_not_found(service):

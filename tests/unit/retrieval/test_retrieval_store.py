@@ -285,6 +285,25 @@ def test_filter_and_min_score_apply_to_every_mode(texts_store):
         assert len(kept) < len(every) or len(every) == 1, mode
 
 
+def test_every_mode_reports_each_hits_cosine_to_the_query(texts_store):
+    store, bm25 = texts_store
+    query = unit(1, 0.5, 0.25)
+    stored = {"vit": unit(0, 1), "zeb": unit(0, 0, 1), "cat": unit(1, 0)}
+    for mode in ("dense", "sparse", "hybrid"):
+        hits = store.search("papers", query, top_k=3, mode=mode,
+                            sparse=bm25.embed_query("cats bone healing zebrafish heart"))
+        assert hits, mode
+        for hit in hits:
+            assert hit.cosine_similarity == pytest.approx(float(query @ stored[hit.document_id]),
+                                                          abs=1e-5), (mode, hit.document_id)
+        if mode == "dense":
+            assert [h.cosine_similarity for h in hits] == [h.score for h in hits]
+    # Without a dense query vector (sparse search as the store allows it) there is no cosine.
+    hits = store.search("papers", None, top_k=3, mode="sparse",
+                        sparse=bm25.embed_query("zebrafish heart"))
+    assert [(h.document_id, h.cosine_similarity) for h in hits] == [("zeb", None)]
+
+
 def test_fingerprints_of_stored_documents(texts_store):
     store, _ = texts_store
     assert store.fingerprints("papers", ["vit", "zeb", "nope"]) == {"vit": "fp-vit",

@@ -73,7 +73,7 @@ class SearchDocumentsRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., filter: _Optional[_Mapping[str, str]] = ..., min_score: _Optional[float] = ..., mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ...) -> None: ...
 
 class SearchResult(_message.Message):
-    __slots__ = ("chunk_id", "document_id", "title", "text", "source", "score", "start_offset", "end_offset")
+    __slots__ = ("chunk_id", "document_id", "title", "text", "source", "score", "start_offset", "end_offset", "cosine_similarity")
     CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class SearchResult(_message.Message):
     SCORE_FIELD_NUMBER: _ClassVar[int]
     START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COSINE_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     chunk_id: str
     document_id: str
     title: str
@@ -90,7 +91,8 @@ class SearchResult(_message.Message):
     score: float
     start_offset: int
     end_offset: int
-    def __init__(self, chunk_id: _Optional[str] = ..., document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., score: _Optional[float] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ...) -> None: ...
+    cosine_similarity: float
+    def __init__(self, chunk_id: _Optional[str] = ..., document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., score: _Optional[float] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., cosine_similarity: _Optional[float] = ...) -> None: ...
 
 class SearchDocumentsResponse(_message.Message):
     __slots__ = ("results",)
