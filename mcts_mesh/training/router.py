@@ -53,14 +53,19 @@ from torch.nn import functional as F
 from mcts_mesh.training.router_workload import Judge, Mesh, mixed_positions, solve
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
-from services.orchestrator.routing import CONNECT_FOUR_ROUTES, NUM_FEATURES, route_name
+from services.orchestrator.routing import (
+    CONNECT_FOUR_ROUTES,
+    NUM_FEATURES,
+    QUICK_CHECKER_MAX_NODES,
+    route_name,
+)
 
 ROUTES = tuple(route_name(route) for route in CONNECT_FOUR_ROUTES)
 
 
 @dataclass
 class Example:
-    """One position: its first routing state's features and, per agent set tried, the outcomes.
+    """One position: its first routing state's features and, per route tried, the outcomes.
 
     Attributes:
         query: the move string.
@@ -124,8 +129,12 @@ def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]
     Raises:
         ValueError: a malformed line.
     """
-    kept_by_thread = {str(row["thread_id"]): bool(row["kept"]) for row in read_jsonl(labels)
-                      if "thread_id" in row and "kept" in row}
+    label_rows = [row for row in read_jsonl(labels) if "thread_id" in row and "kept" in row]
+    kept_by_thread = {str(row["thread_id"]): bool(row["kept"]) for row in label_rows}
+    # The route a request was sent on: the label's, since the log names agents only (a quick
+    # checker is logged as "checker"); older labels have none and the log's agents name it.
+    route_by_thread = {str(row["thread_id"]): str(row["route"]) for row in label_rows
+                       if "route" in row}
     examples: dict[str, Example] = {}
     for row in read_jsonl(logs):
         if row.get("kind") != "connect_four" or row.get("thread_id") not in kept_by_thread:
@@ -134,7 +143,7 @@ def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]
         if not routes:
             continue
         first = routes[0]
-        name = "+".join(first.get("agents", []))
+        name = route_by_thread.get(row["thread_id"], "+".join(first.get("agents", [])))
         features = first.get("features", [])
         if name not in ROUTES or len(features) != NUM_FEATURES:
             continue
@@ -217,25 +226,34 @@ def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
     positions = mixed_positions("train", per_file, seed)
     judge = Judge(judge_cache)
     env = {"ORCHESTRATOR_ROUTING_LOG_PATH": str(log_path.resolve())}
+    # The quick checker's routes go to a second orchestrator whose checker has the quick budget
+    # (what the served orchestrator's quick checker is: its budget capped at the same nodes).
+    quick_env = {**env, "ORCHESTRATOR_CHECKER_MAX_NODES": str(QUICK_CHECKER_MAX_NODES)}
     started = time.perf_counter()
     failed = 0
     labels_path.parent.mkdir(parents=True, exist_ok=True)
-    with Mesh({"rules": env}) as mesh, grpc.insecure_channel(mesh.targets["rules"]) as channel, \
-            labels_path.open("a") as labels:
-        stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
-        solve(stub, "4444443")  # warm-up: connections, compiled kernels
+    with Mesh({"full": env, "quick": quick_env}) as mesh, labels_path.open("a") as labels:
+        channels = {name: grpc.insecure_channel(target) for name, target in mesh.targets.items()}
+        stubs = {name: orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+                 for name, channel in channels.items()}
+        for stub in stubs.values():
+            solve(stub, "4444443")  # warm-up: connections, compiled kernels
         for index, position in enumerate(positions):
             for route in CONNECT_FOUR_ROUTES:
-                thread_id = f"router-{seed}-{index}-{route_name(route).replace('+', '_')}"
-                answer = solve(stub, position.moves, [str(a) for a in route], thread_id)
+                name = route_name(route)
+                thread_id = f"router-{seed}-{index}-{name.replace('+', '_').replace('@', '-')}"
+                stub = stubs["quick" if route.quick_checker else "full"]
+                answer = solve(stub, position.moves, [str(a) for a in route.agents], thread_id)
                 if answer.error:
                     failed += 1
                     continue
                 kept = judge.kept(position, answer.column)
-                labels.write(json.dumps({"thread_id": thread_id, "kept": kept,
+                labels.write(json.dumps({"thread_id": thread_id, "route": name, "kept": kept,
                                          "moves": position.moves, "score": position.score,
                                          "column": answer.column}) + "\n")
                 labels.flush()
+        for channel in channels.values():
+            channel.close()
     return {"positions": len(positions), "requests": len(positions) * len(CONNECT_FOUR_ROUTES),
             "failed": failed, "wall_s": round(time.perf_counter() - started, 1)}
 

@@ -22,6 +22,7 @@ from services.orchestrator.routing import (
     Decider,
     LearnedRouter,
     Role,
+    Route,
     RoutePrediction,
     RoutingState,
     RuleRouter,
@@ -51,8 +52,12 @@ def test_route_names_round_trip():
     for route in CONNECT_FOUR_ROUTES:
         assert parse_route(route_name(route)) == route
     assert route_name(CONNECT_FOUR_ROUTES[1]) == "checker+neural"
-    with pytest.raises(ValueError):
-        parse_route("checker+oracle")
+    assert parse_route("checker@quick+mcts+neural") == Route(ALL, quick_checker=True)
+    assert route_name(Route((AgentName.CHECKER, AgentName.NEURAL), True)) == \
+        "checker@quick+neural"
+    for bad in ("checker+oracle", "mcts@quick", "checker@slow", "neural+neural", ""):
+        with pytest.raises(ValueError):
+            parse_route(bad)
 
 
 def test_learned_route_is_followed_above_the_threshold():
@@ -118,11 +123,13 @@ class Context:
         return 30.0
 
 
-def servicer(threshold: float, predictor, log: RoutingLog | None = None):
+def servicer(threshold: float, predictor, log: RoutingLog | None = None,
+             quick: Fixed | None = None):
     agents = {name: Fixed(name, "4") for name in ALL}
     settings = OrchestratorSettings(router_threshold=threshold)
     front = OrchestratorServicer(settings, list(agents.values()), [], None,
-                                 route_predictor=predictor, routing_log=log)
+                                 route_predictor=predictor, routing_log=log,
+                                 quick_checker=quick)
     return front, agents
 
 
@@ -141,6 +148,23 @@ async def test_the_servicer_follows_the_meta_controller_above_the_threshold():
     # The first round's features: iteration 1 of 3, 4 plies of 42, nothing voted yet.
     assert predictor.steps[0][7] == pytest.approx(1 / 3)
     assert predictor.steps[0][8] == pytest.approx(4 / 42)
+
+
+async def test_a_quick_checker_route_runs_the_quick_checker_instead_of_the_checker():
+    quick = Fixed(AgentName.CHECKER, "4")
+    front, agents = servicer(0.6, FakePredictor(prediction(5, 0.9)), quick=quick)
+    response = await front.SolveProblem(REQUEST, Context())  # checker@quick+neural
+    assert response.route_decider == pb.ROUTE_DECIDER_LEARNED
+    assert quick.calls == 1
+    assert [agent.calls for agent in agents.values()] == [0, 0, 1]
+    assert list(response.agents) == [pb.AGENT_CHECKER, pb.AGENT_NEURAL]
+
+
+async def test_a_quick_checker_route_without_a_quick_checker_is_left_to_the_rules():
+    front, agents = servicer(0.6, FakePredictor(prediction(4, 0.9)))  # no quick checker here
+    response = await front.SolveProblem(REQUEST, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_RULES
+    assert [agent.calls for agent in agents.values()] == [1, 1, 1]
 
 
 async def test_the_servicer_falls_back_to_the_rules_below_the_threshold():
