@@ -566,7 +566,8 @@ def cmd_train_router(args) -> int:
     labels = [Path(p) for p in args.labels] or [run_dir / "labels.jsonl"]
     if args.generate:
         counts = generate(logs[0], labels[0], args.generate, args.seed,
-                          Path(args.judge_cache) if args.judge_cache else None)
+                          Path(args.judge_cache) if args.judge_cache else None,
+                          args.max_plies)
         print(json.dumps({"generated": counts}), flush=True)
     try:
         report = train_router(Path(args.output or "models/router-connect4"), logs, labels,
@@ -851,12 +852,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--generate", type=int, default=0, metavar="N",
                        help="router: first run the labelled workload, N positions of the train "
                             "split per Pons file, each once per agent set, on a private mesh")
+    train.add_argument("--max-plies", type=int, default=None, metavar="N",
+                       help="router: --generate runs only the sampled positions with fewer than "
+                            "N moves played")
     train.add_argument("--judge-cache", default="var/router/judged.jsonl",
                        help="router: cache of judged moves (empty: none)")
     train.add_argument("--latency-weight", type=float, default=0.3,
                        help="router: kept share traded for one second of mean latency")
     train.add_argument("--hidden", type=int, default=16, help="router: GRU hidden units")
-    train.add_argument("--router-epochs", type=int, default=300,
+    train.add_argument("--router-epochs", type=int, default=2000,
                        help="router: full-batch optimizer steps")
     train.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                        help="connect4-az/trm/hrm: auto (default) = CUDA when present")

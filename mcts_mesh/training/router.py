@@ -153,15 +153,22 @@ def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]
     return list(examples.values())
 
 
-ENTROPY_BONUS = 0.001
+BINS = 8
+"""Piecewise-linear bins per feature (`RouterGRUConfig.bins`): 8 bins of about five plies each,
+so neighbouring ply counts share their weights. With one bin per ply (42) the choice flipped from
+ply to ply between sets a millisecond apart on the train split, which is noise of a few positions
+per ply, not a property of the positions."""
+
+ENTROPY_BONUS = 0.0001
 """Weight of the policy's entropy in the loss. The optimum is then softmax(expected utility /
-0.001): a set 0.3% of kept outcomes (or 10 ms) better than the next gets a probability of about
-0.95; sets that are as good as each other share it, and the threshold then hands the choice to the
-rules."""
+0.0001): a set 0.1% of kept outcomes (or 3 ms) better than the next gets a probability of about
+0.95, so sets that differ by little (below 8 plies the quick checker runs only its tactics, and
+"mcts", "checker+mcts" and "checker@quick+mcts" are the same search) do not split the probability
+below the threshold, which would hand those positions back to the rules."""
 
 
 def train(examples: Sequence[Example], latency_weight: float = 0.3, hidden: int = 16,
-          epochs: int = 300, lr: float = 0.02, seed: int = 0) -> tuple[RouterGRU, dict]:
+          epochs: int = 2000, lr: float = 0.02, seed: int = 0) -> tuple[RouterGRU, dict]:
     """Fits a `RouterGRU` to maximise the expected utility of its choice (module docstring).
 
     Returns:
@@ -189,7 +196,8 @@ def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs
     utilities = torch.tensor([e.utilities(latency_weight) for e in examples],
                              dtype=torch.float32)
     targets = np.array([e.target(latency_weight) for e in examples])
-    model = RouterGRU(RouterGRUConfig(num_features=NUM_FEATURES, hidden=hidden, routes=ROUTES))
+    model = RouterGRU(RouterGRUConfig(num_features=NUM_FEATURES, hidden=hidden, routes=ROUTES,
+                                      bins=BINS))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     model.train()
     loss = torch.tensor(math.nan)
@@ -216,14 +224,15 @@ def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs
 
 
 def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
-             judge_cache: Path | None) -> dict:
+             judge_cache: Path | None, max_plies: int | None = None) -> dict:
     """Runs the labelled workload (see the module docstring) and appends to `log_path` (through
-    the orchestrator's routing log) and `labels_path`.
+    the orchestrator's routing log) and `labels_path`; with `max_plies`, only the sampled
+    positions with fewer moves played (more data where the choice is close).
 
     Returns:
         counts: positions, requests, failed requests, wall seconds.
     """
-    positions = mixed_positions("train", per_file, seed)
+    positions = mixed_positions("train", per_file, seed, max_plies=max_plies)
     judge = Judge(judge_cache)
     env = {"ORCHESTRATOR_ROUTING_LOG_PATH": str(log_path.resolve())}
     # The quick checker's routes go to a second orchestrator whose checker has the quick budget
@@ -259,7 +268,7 @@ def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
 
 
 def train_router(output: Path, logs: Sequence[Path], labels: Sequence[Path],
-                 latency_weight: float = 0.3, hidden: int = 16, epochs: int = 300,
+                 latency_weight: float = 0.3, hidden: int = 16, epochs: int = 2000,
                  seed: int = 0) -> dict:
     """Trains from `logs` + `labels` and writes the checkpoint directory `output`.
 
