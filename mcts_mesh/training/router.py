@@ -2,34 +2,41 @@
 routing log.
 
 Data. The orchestrator appends one JSON line per request to its routing log
-(`services.orchestrator.routing_log`); a labels file (JSON lines `{"thread_id", "kept"}`) says,
-for the requests of a labelled workload, whether the returned column kept the position's
-game-theoretic outcome. Requests are joined to labels on their thread id and grouped by position:
-for every position the log holds the agent sets that were run in its first round (the route) with
-whether each kept the outcome and its latency.
+(`services.orchestrator.routing_log`); a labels file (JSON lines `{"thread_id", "route", "kept"}`)
+says, for the requests of a labelled workload, which route (`routing.CONNECT_FOUR_ROUTES`: an
+agent set, the checker perhaps on its quick budget) the request was sent on and whether the
+returned column kept the position's game-theoretic outcome. Requests are joined to labels on
+their thread id and grouped by position: for every position the routes that were run in its
+first round with whether each kept the outcome and its latency.
 
-Objective. For each position and each agent set tried on it,
+Objective. For each position and each route tried on it,
 
-    utility(set) = kept share(set) - latency_weight * mean latency(set) in seconds,
+    utility(route) = kept share(route) - latency_weight * mean latency(route) in seconds,
 
-so with the default weight 0.3 per second, a set is worth 100 ms more only when it keeps the
-outcome at least 3% more often (on the labelled workload, the exact checker's 130-180 ms at 10-13
-plies buy 1-3% of kept outcomes over the search or the network alone). The router sees only the
-routing features, not which positions a set fails on, so it is trained to maximise the expected
-utility of its choice, `sum_s softmax(logits)_s * utility(s)` averaged over positions (every set is
-tried on every position, so this is exact, not a sampled policy gradient), with a small entropy
-bonus that keeps near-ties uncertain: a per-position argmax target would teach it the set that
-happened to win on each position (the network alone, where its move was right) and lose the outcome
-wherever the network is wrong. Untried sets of a position get the utility of its worst tried set.
+so with the default weight 0.3 per second, a route is worth 100 ms more only when it keeps the
+outcome at least 3% more often. The router sees only the routing features, not which positions a
+route fails on, so it is trained to maximise the expected utility of its choice,
+`sum_r softmax(logits)_r * utility(r)` averaged over positions (every route is tried on every
+position, so this is exact, not a sampled policy gradient), with a small entropy bonus
+(`ENTROPY_BONUS`): a per-position argmax target would teach it the route that happened to win on
+each position (the network alone, where its move was right) and lose the outcome wherever the
+network is wrong. Untried routes of a position get the utility of its worst tried route.
+
+Where the time goes (the rules on 180 positions of the test split, `bench/router.py`): the
+checker's full solves at 10-15 plies (100-300 ms each, 2,000,000 nodes; at 10-11 plies about
+half of them end without a result and the search then doubles its simulations twice because the
+search and the network disagree), and below 10 plies that doubling alone. The routes that cut it:
+the quick checker, and the sets without the network, which end after one round.
 
 Model. `RouterGRU` over the feature sequence of the first routing state (one step: the iteration
-and the plies played are what is known then), full-batch AdamW.
-Saved as a checkpoint directory (model.safetensors + config.json) that the neural service serves
-under the directory's name.
+and the plies played are what is known then), `BINS` piecewise-linear bins per feature,
+full-batch AdamW. Saved as a checkpoint directory (model.safetensors + config.json) that the
+neural service serves under the directory's name.
 
-Generation. `generate` runs the labelled workload: a private mesh (mcts, neural, an orchestrator
-with its routing log on), positions of the "train" split of Pons' six files, each sent once per
-agent set with `agents` naming the set, every answer judged (`router_workload.Judge`).
+Generation. `generate` runs the labelled workload: a private mesh (mcts, neural, and two
+orchestrators with their routing log on: one with the checker's full budget, one with the quick
+budget for the quick-checker routes), positions of the "train" split of Pons' six files, each
+sent once per route with `agents` naming its set, every answer judged (`router_workload.Judge`).
 """
 
 from __future__ import annotations
