@@ -65,7 +65,7 @@ def trained(tmp_path_factory):
     directory = tmp_path_factory.mktemp("router")
     log, labels = write_tiny_log(directory)
     models = directory / "models"
-    report = train_router(models / "router-connect4", [log], [labels], epochs=300)
+    report = train_router(models / "router-connect4", [log], [labels])
     assert report["examples"] == 10
     assert report["targets"]["checker+neural"] == 5
     assert report["choices"] == {"checker+mcts+neural": 5, "checker+neural": 5,
