@@ -62,10 +62,13 @@ from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
 from services.orchestrator.routing import (
     CONNECT_FOUR_ROUTES,
+    DEEP_SEARCH_FACTOR,
     NUM_FEATURES,
     QUICK_CHECKER_MAX_NODES,
+    Route,
     route_name,
 )
+from services.orchestrator.settings import OrchestratorSettings
 
 ROUTES = tuple(route_name(route) for route in CONNECT_FOUR_ROUTES)
 
@@ -231,10 +234,12 @@ def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs
 
 
 def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
-             judge_cache: Path | None, max_plies: int | None = None) -> dict:
+             judge_cache: Path | None, max_plies: int | None = None,
+             routes: Sequence[Route] = CONNECT_FOUR_ROUTES) -> dict:
     """Runs the labelled workload (see the module docstring) and appends to `log_path` (through
     the orchestrator's routing log) and `labels_path`; with `max_plies`, only the sampled
-    positions with fewer moves played (more data where the choice is close).
+    positions with fewer moves played (more data where the choice is close); `routes` only
+    those routes (a route added later, run on the positions of an earlier run).
 
     Returns:
         counts: positions, requests, failed requests, wall seconds.
@@ -245,20 +250,25 @@ def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
     # The quick checker's routes go to a second orchestrator whose checker has the quick budget
     # (what the served orchestrator's quick checker is: its budget capped at the same nodes).
     quick_env = {**env, "ORCHESTRATOR_CHECKER_MAX_NODES": str(QUICK_CHECKER_MAX_NODES)}
+    # The deep search's routes go to a third, whose default simulations are the deep ones.
+    simulations = OrchestratorSettings.model_fields["default_simulations"].default
+    deep_env = {**env, "ORCHESTRATOR_DEFAULT_SIMULATIONS": str(simulations * DEEP_SEARCH_FACTOR)}
     started = time.perf_counter()
     failed = 0
     labels_path.parent.mkdir(parents=True, exist_ok=True)
-    with Mesh({"full": env, "quick": quick_env}) as mesh, labels_path.open("a") as labels:
+    with Mesh({"full": env, "quick": quick_env, "deep": deep_env}) as mesh, \
+            labels_path.open("a") as labels:
         channels = {name: grpc.insecure_channel(target) for name, target in mesh.targets.items()}
         stubs = {name: orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
                  for name, channel in channels.items()}
         for stub in stubs.values():
             solve(stub, "4444443")  # warm-up: connections, compiled kernels
         for index, position in enumerate(positions):
-            for route in CONNECT_FOUR_ROUTES:
+            for route in routes:
                 name = route_name(route)
                 thread_id = f"router-{seed}-{index}-{name.replace('+', '_').replace('@', '-')}"
-                stub = stubs["quick" if route.quick_checker else "full"]
+                stub = stubs["quick" if route.quick_checker else "deep" if route.deep_search
+                             else "full"]
                 answer = solve(stub, position.moves, [str(a) for a in route.agents], thread_id)
                 if answer.error:
                     failed += 1
@@ -270,7 +280,7 @@ def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
                 labels.flush()
         for channel in channels.values():
             channel.close()
-    return {"positions": len(positions), "requests": len(positions) * len(CONNECT_FOUR_ROUTES),
+    return {"positions": len(positions), "requests": len(positions) * len(routes),
             "failed": failed, "wall_s": round(time.perf_counter() - started, 1)}
 
 

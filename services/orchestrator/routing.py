@@ -279,6 +279,13 @@ class TextRouter:
 
 QUICK = "quick"
 """The route-name variant of the checker that solves on the quick budget: "checker@quick"."""
+DEEP = "deep"
+"""The route-name variant of the search that runs `DEEP_SEARCH_FACTOR` times the request's
+simulations in its first round: "mcts@deep"."""
+DEEP_SEARCH_FACTOR = 4
+"""The first round's simulations of a deep search, as a multiple of the request's (the default
+20,000 becomes 80,000: what the rules reach in their third round when search and network keep
+disagreeing, in one search instead of three)."""
 QUICK_CHECKER_MAX_NODES = 131_072
 """Negamax nodes at most of the quick checker (the checker's own budget capped at this): about
 10-40 ms of one core. On the train split of Pons' files it finishes about half the positions with
@@ -289,27 +296,39 @@ quickly where they are not."""
 
 @dataclass(frozen=True)
 class Route:
-    """A first-round choice of the meta-controller: an agent set, and whether its checker solves
-    on the quick budget (`QUICK_CHECKER_MAX_NODES`) instead of the full one.
+    """A first-round choice of the meta-controller: an agent set, whether its checker solves
+    on the quick budget (`QUICK_CHECKER_MAX_NODES`) instead of the full one, and whether its
+    search runs `DEEP_SEARCH_FACTOR` times the request's simulations.
 
     Its name, as the router's model and the labelled workload write it, joins the agents with
-    "+", the quick checker written "checker@quick": "checker@quick+mcts+neural".
+    "+", the quick checker written "checker@quick", the deep search "mcts@deep":
+    "checker@quick+mcts+neural".
     """
 
     agents: tuple[AgentName, ...]
     quick_checker: bool = False
+    deep_search: bool = False
 
     def __post_init__(self) -> None:
         if not self.agents:
             raise ValueError("a route names at least one agent")
         if self.quick_checker and AgentName.CHECKER not in self.agents:
             raise ValueError("a quick checker needs the checker among the agents")
+        if self.deep_search and AgentName.MCTS not in self.agents:
+            raise ValueError("a deep search needs the search among the agents")
 
     @property
     def name(self) -> str:
-        """"checker+mcts+neural", "checker@quick+neural", ..."""
-        return "+".join(f"{agent}@{QUICK}" if agent is AgentName.CHECKER and self.quick_checker
-                        else str(agent) for agent in self.agents)
+        """"checker+mcts+neural", "checker@quick+neural", "mcts@deep", ..."""
+        parts = []
+        for agent in self.agents:
+            if agent is AgentName.CHECKER and self.quick_checker:
+                parts.append(f"{agent}@{QUICK}")
+            elif agent is AgentName.MCTS and self.deep_search:
+                parts.append(f"{agent}@{DEEP}")
+            else:
+                parts.append(str(agent))
+        return "+".join(parts)
 
 
 CONNECT_FOUR_ROUTES: tuple[Route, ...] = (
@@ -322,13 +341,15 @@ CONNECT_FOUR_ROUTES: tuple[Route, ...] = (
     Route((AgentName.MCTS,)),
     Route((AgentName.CHECKER, AgentName.MCTS)),
     Route((AgentName.CHECKER, AgentName.MCTS), quick_checker=True),
+    Route((AgentName.MCTS,), deep_search=True),
 )
 """The first-round choices the Connect Four meta-controller chooses among, in the order of its
 output units: every agent (what the rules run), the exact checker with the network (the checker's
 tactics and, from `checker_min_moves` on, its solver; the network's move when the checker
 abstains), the search with the network (no exact solving), the network alone, the first two with
-the quick checker (its solver stopped at `QUICK_CHECKER_MAX_NODES`), the search alone, and the
-checker (full, then quick) with the search. A set without the network has no second opinion to
+the quick checker (its solver stopped at `QUICK_CHECKER_MAX_NODES`), the search alone, the
+checker (full, then quick) with the search, and the search alone with `DEEP_SEARCH_FACTOR` times
+the simulations. A set without the network has no second opinion to
 disagree with the search, so the loop ends after one round: one search of the default
 simulations, where the rules' disagreement between search and network doubles them twice."""
 
@@ -340,7 +361,7 @@ def route_name(route: Route | Sequence[AgentName]) -> str:
 
 
 def parse_route(name: str) -> Route:
-    """The route of a route name ("checker+neural", "checker@quick+mcts+neural").
+    """The route of a route name ("checker+neural", "checker@quick+mcts+neural", "mcts@deep").
 
     Raises:
         ValueError: an unknown agent or variant, an agent named twice, or an empty name.
@@ -348,18 +369,22 @@ def parse_route(name: str) -> Route:
     if not name:
         raise ValueError("empty route name")
     agents: list[AgentName] = []
-    quick = False
+    quick = deep = False
     for part in name.split("+"):
         agent_name, _, variant = part.partition("@")
         agent = AgentName(agent_name)
         if variant:
-            if agent is not AgentName.CHECKER or variant != QUICK:
-                raise ValueError(f"unknown variant {part!r} (only checker@{QUICK})")
-            quick = True
+            if agent is AgentName.CHECKER and variant == QUICK:
+                quick = True
+            elif agent is AgentName.MCTS and variant == DEEP:
+                deep = True
+            else:
+                raise ValueError(f"unknown variant {part!r} (only checker@{QUICK} and "
+                                 f"mcts@{DEEP})")
         agents.append(agent)
     if len(set(agents)) != len(agents):
         raise ValueError(f"{name!r} names an agent twice")
-    return Route(tuple(agents), quick)
+    return Route(tuple(agents), quick, deep)
 
 
 @dataclass(frozen=True)

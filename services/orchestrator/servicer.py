@@ -53,11 +53,13 @@ from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_m
 from services.orchestrator.roles_grpc import failed_role_response, role_options, role_response
 from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import (
+    DEEP_SEARCH_FACTOR,
     AgentName,
     Decider,
     LearnedRouter,
     PuzzleRouter,
     Role,
+    Route,
     Router,
     RoutingState,
     RuleRouter,
@@ -199,8 +201,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                           else self._settings.max_iterations)
         started = time.perf_counter()
         if isinstance(problem, ConnectFourProblem) and self._route_predictor is not None:
-            router, agents = await self._learned_router(problem, agents, max_iterations,
-                                                        deadline, router)
+            router, agents, route = await self._learned_router(problem, agents, max_iterations,
+                                                               deadline, router)
+            if route is not None and route.deep_search:
+                simulations = min(simulations * DEEP_SEARCH_FACTOR, MAX_SIMULATIONS)
         loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
                                             problem.query_length_norm, events=events)
         budget = Budget(max_iterations=max_iterations, deadline=deadline,
@@ -214,10 +218,11 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
 
     async def _learned_router(self, problem: ConnectFourProblem, agents: list[Agent],
                               max_iterations: int, deadline: float, rules: Router
-                              ) -> tuple[Router, list[Agent]]:
+                              ) -> tuple[Router, list[Agent], Route | None]:
         """A `LearnedRouter` over `rules`, with the meta-controller's prediction for the first
-        round's features (known before any agent runs), and the request's agents: the checker
-        replaced by the quick checker when the followed route asks for it."""
+        round's features (known before any agent runs), the request's agents (the checker
+        replaced by the quick checker when the followed route asks for it), and the followed
+        route (None: the rules decide)."""
         assert self._route_predictor is not None
         first = routing_features(RoutingState(
             confidences={}, mcts_value=None, consensus_score=0.0, last_agents=(), iteration=1,
@@ -230,7 +235,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         if route is not None and route.quick_checker:
             agents = [self._quick_checker if agent.name is AgentName.CHECKER
                       and self._quick_checker is not None else agent for agent in agents]
-        return learned, agents
+        return learned, agents, route
 
     def _log_routes(self, kind: str, query: str, thread_id: str, result: LoopResult,
                     started: float) -> None:

@@ -71,7 +71,7 @@ def trained(tmp_path_factory):
     assert report["choices"] == {"checker+mcts+neural": 5, "checker+neural": 5,
                                  "mcts+neural": 0, "neural": 0, "checker@quick+mcts+neural": 0,
                                  "checker@quick+neural": 0, "mcts": 0, "checker+mcts": 0,
-                                 "checker@quick+mcts": 0}
+                                 "checker@quick+mcts": 0, "mcts@deep": 0}
     torch.manual_seed(3)
     save_checkpoint(models / "connect4-pv",
                     Connect4PV(Connect4PVConfig(channels=8, blocks=1, value_hidden=16)).eval(),

@@ -55,7 +55,11 @@ def test_route_names_round_trip():
     assert parse_route("checker@quick+mcts+neural") == Route(ALL, quick_checker=True)
     assert route_name(Route((AgentName.CHECKER, AgentName.NEURAL), True)) == \
         "checker@quick+neural"
-    for bad in ("checker+oracle", "mcts@quick", "checker@slow", "neural+neural", ""):
+    assert parse_route("mcts@deep") == Route((AgentName.MCTS,), deep_search=True)
+    assert route_name(Route((AgentName.CHECKER, AgentName.MCTS), True, True)) == \
+        "checker@quick+mcts@deep"
+    for bad in ("checker+oracle", "mcts@quick", "checker@slow", "neural@deep", "neural+neural",
+                ""):
         with pytest.raises(ValueError):
             parse_route(bad)
 
@@ -105,6 +109,7 @@ class Fixed:
 
     async def propose(self, round_: Round) -> Proposal:
         self.calls += 1
+        self.simulations = round_.simulations
         return Proposal(self.answer, 0.7, "fixed", value=0.0)
 
 
@@ -158,6 +163,17 @@ async def test_a_quick_checker_route_runs_the_quick_checker_instead_of_the_check
     assert quick.calls == 1
     assert [agent.calls for agent in agents.values()] == [0, 0, 1]
     assert list(response.agents) == [pb.AGENT_CHECKER, pb.AGENT_NEURAL]
+
+
+async def test_a_deep_search_route_runs_the_search_alone_with_four_times_the_simulations():
+    deep = CONNECT_FOUR_ROUTES.index(parse_route("mcts@deep"))
+    front, agents = servicer(0.6, FakePredictor(prediction(deep, 0.9)))
+    request = pb.SolveProblemRequest(connect_four=common_pb2.ConnectFourPosition(moves="4453"),
+                                     simulations=3000)
+    response = await front.SolveProblem(request, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_LEARNED
+    assert [agent.calls for agent in agents.values()] == [0, 1, 0]
+    assert agents[AgentName.MCTS].simulations == 12_000
 
 
 async def test_a_quick_checker_route_without_a_quick_checker_is_left_to_the_rules():
