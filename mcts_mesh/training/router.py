@@ -163,6 +163,14 @@ def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]
     return list(examples.values())
 
 
+ENTROPY_START = 100.0
+"""The entropy bonus starts at this multiple of `ENTROPY_BONUS` and falls geometrically to it over
+the first half of the epochs (the second half converges at `ENTROPY_BONUS`). The gradient of the
+expected utility on a route's logit is its probability times its advantage, so a route whose
+probability reached ~0 early (every position pushed the model to the set best on average) never
+comes back; a larger bonus at first keeps every route alive until the per-ply differences are
+learned."""
+
 BINS = 8
 """Piecewise-linear bins per feature (`RouterGRUConfig.bins`): 8 bins of about five plies each,
 so neighbouring ply counts share their weights. With one bin per ply (42) the choice flipped from
@@ -211,13 +219,14 @@ def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     model.train()
     loss = torch.tensor(math.nan)
-    for _ in range(epochs):
+    for epoch in range(epochs):
         optimizer.zero_grad()
         log_p = F.log_softmax(model(inputs), dim=-1)
         p = log_p.exp()
         expected = (p * utilities).sum(-1)
         entropy = -(p * log_p).sum(-1)
-        loss = -(expected + ENTROPY_BONUS * entropy).mean()
+        bonus = ENTROPY_BONUS * ENTROPY_START ** max(0.0, 1.0 - 2.0 * epoch / epochs)
+        loss = -(expected + bonus * entropy).mean()
         loss.backward()
         optimizer.step()
     model.eval()
