@@ -13,6 +13,7 @@ solver (cached in `--judge-cache`). Prints kept %, mean / median / p90 latency (
 wall-clock ms) and the ratio of means, and the load average before and after.
 
     .venv/bin/python bench/router.py [--per-file 40] [--seed 0] [--model router-connect4] [--json]
+                                     [--rows var/router/rows.jsonl]
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ def main() -> None:
     parser.add_argument("--threshold", default=None, help="ORCHESTRATOR_ROUTER_THRESHOLD")
     parser.add_argument("--judge-cache", default="var/router/judged.jsonl")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rows", default="",
+                        help="write every request (router, moves, file, column, kept, ms) to "
+                             "this JSON-lines file")
     args = parser.parse_args()
     positions = mixed_positions("test", args.per_file, args.seed)
     cache = Path(args.judge_cache) if args.judge_cache else None
@@ -77,6 +81,11 @@ def main() -> None:
         for row, position in zip(rows[name], positions, strict=True):
             row["kept"] = bool(row["column"]) and judge.kept(position, row["column"])
     load_after = os.getloadavg()
+    if args.rows:
+        with Path(args.rows).open("w") as handle:
+            for name, rs in rows.items():
+                for row in rs:
+                    handle.write(json.dumps({"router": name, **row}) + "\n")
     table = {name: summary(r) for name, r in rows.items()}
     base = table["rules"]["mean_ms"]
     print(f"{len(positions)} positions ({args.per_file} per Pons file, test split, shuffled); "

@@ -557,6 +557,23 @@ def cmd_up(args) -> int:
         mesh.stop()
 
 
+def _router_routes(names: str):
+    """The routes named in `--routes` ("mcts@deep,neural"); every route when empty."""
+    from services.orchestrator.routing import CONNECT_FOUR_ROUTES, parse_route
+
+    if not names:
+        return CONNECT_FOUR_ROUTES
+    try:
+        routes = [parse_route(name.strip()) for name in names.split(",")]
+    except ValueError as error:
+        raise SystemExit(f"train router: --routes: {error}") from error
+    unknown = [route.name for route in routes if route not in CONNECT_FOUR_ROUTES]
+    if unknown:
+        raise SystemExit(f"train router: --routes: {', '.join(unknown)} is not a route the "
+                         "meta-controller chooses among")
+    return routes
+
+
 def cmd_train_router(args) -> int:
     """`train router`: optionally run the labelled workload, then train from log + labels."""
     from mcts_mesh.training.router import generate, train_router
@@ -566,7 +583,8 @@ def cmd_train_router(args) -> int:
     labels = [Path(p) for p in args.labels] or [run_dir / "labels.jsonl"]
     if args.generate:
         counts = generate(logs[0], labels[0], args.generate, args.seed,
-                          Path(args.judge_cache) if args.judge_cache else None)
+                          Path(args.judge_cache) if args.judge_cache else None,
+                          args.max_plies, _router_routes(args.routes))
         print(json.dumps({"generated": counts}), flush=True)
     try:
         report = train_router(Path(args.output or "models/router-connect4"), logs, labels,
@@ -851,12 +869,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--generate", type=int, default=0, metavar="N",
                        help="router: first run the labelled workload, N positions of the train "
                             "split per Pons file, each once per agent set, on a private mesh")
+    train.add_argument("--routes", default="",
+                       help="router: --generate runs only these routes (comma-separated names, "
+                            "e.g. mcts@deep)")
+    train.add_argument("--max-plies", type=int, default=None, metavar="N",
+                       help="router: --generate runs only the sampled positions with fewer than "
+                            "N moves played")
     train.add_argument("--judge-cache", default="var/router/judged.jsonl",
                        help="router: cache of judged moves (empty: none)")
     train.add_argument("--latency-weight", type=float, default=0.3,
                        help="router: kept share traded for one second of mean latency")
     train.add_argument("--hidden", type=int, default=16, help="router: GRU hidden units")
-    train.add_argument("--router-epochs", type=int, default=300,
+    train.add_argument("--router-epochs", type=int, default=2000,
                        help="router: full-batch optimizer steps")
     train.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                        help="connect4-az/trm/hrm: auto (default) = CUDA when present")

@@ -2,34 +2,41 @@
 routing log.
 
 Data. The orchestrator appends one JSON line per request to its routing log
-(`services.orchestrator.routing_log`); a labels file (JSON lines `{"thread_id", "kept"}`) says,
-for the requests of a labelled workload, whether the returned column kept the position's
-game-theoretic outcome. Requests are joined to labels on their thread id and grouped by position:
-for every position the log holds the agent sets that were run in its first round (the route) with
-whether each kept the outcome and its latency.
+(`services.orchestrator.routing_log`); a labels file (JSON lines `{"thread_id", "route", "kept"}`)
+says, for the requests of a labelled workload, which route (`routing.CONNECT_FOUR_ROUTES`: an
+agent set, the checker perhaps on its quick budget) the request was sent on and whether the
+returned column kept the position's game-theoretic outcome. Requests are joined to labels on
+their thread id and grouped by position: for every position the routes that were run in its
+first round with whether each kept the outcome and its latency.
 
-Objective. For each position and each agent set tried on it,
+Objective. For each position and each route tried on it,
 
-    utility(set) = kept share(set) - latency_weight * mean latency(set) in seconds,
+    utility(route) = kept share(route) - latency_weight * mean latency(route) in seconds,
 
-so with the default weight 0.3 per second, a set is worth 100 ms more only when it keeps the
-outcome at least 3% more often (on the labelled workload, the exact checker's 130-180 ms at 10-13
-plies buy 1-3% of kept outcomes over the search or the network alone). The router sees only the
-routing features, not which positions a set fails on, so it is trained to maximise the expected
-utility of its choice, `sum_s softmax(logits)_s * utility(s)` averaged over positions (every set is
-tried on every position, so this is exact, not a sampled policy gradient), with a small entropy
-bonus that keeps near-ties uncertain: a per-position argmax target would teach it the set that
-happened to win on each position (the network alone, where its move was right) and lose the outcome
-wherever the network is wrong. Untried sets of a position get the utility of its worst tried set.
+so with the default weight 0.3 per second, a route is worth 100 ms more only when it keeps the
+outcome at least 3% more often. The router sees only the routing features, not which positions a
+route fails on, so it is trained to maximise the expected utility of its choice,
+`sum_r softmax(logits)_r * utility(r)` averaged over positions (every route is tried on every
+position, so this is exact, not a sampled policy gradient), with a small entropy bonus
+(`ENTROPY_BONUS`): a per-position argmax target would teach it the route that happened to win on
+each position (the network alone, where its move was right) and lose the outcome wherever the
+network is wrong. Untried routes of a position get the utility of its worst tried route.
+
+Where the time goes (the rules on 180 positions of the test split, `bench/router.py`): the
+checker's full solves at 10-15 plies (100-300 ms each, 2,000,000 nodes; at 10-11 plies about
+half of them end without a result and the search then doubles its simulations twice because the
+search and the network disagree), and below 10 plies that doubling alone. The routes that cut it:
+the quick checker, and the sets without the network, which end after one round.
 
 Model. `RouterGRU` over the feature sequence of the first routing state (one step: the iteration
-and the plies played are what is known then), full-batch AdamW.
-Saved as a checkpoint directory (model.safetensors + config.json) that the neural service serves
-under the directory's name.
+and the plies played are what is known then), `BINS` piecewise-linear bins per feature,
+full-batch AdamW. Saved as a checkpoint directory (model.safetensors + config.json) that the
+neural service serves under the directory's name.
 
-Generation. `generate` runs the labelled workload: a private mesh (mcts, neural, an orchestrator
-with its routing log on), positions of the "train" split of Pons' six files, each sent once per
-agent set with `agents` naming the set, every answer judged (`router_workload.Judge`).
+Generation. `generate` runs the labelled workload: a private mesh (mcts, neural, and two
+orchestrators with their routing log on: one with the checker's full budget, one with the quick
+budget for the quick-checker routes), positions of the "train" split of Pons' six files, each
+sent once per route with `agents` naming its set, every answer judged (`router_workload.Judge`).
 """
 
 from __future__ import annotations
@@ -53,14 +60,22 @@ from torch.nn import functional as F
 from mcts_mesh.training.router_workload import Judge, Mesh, mixed_positions, solve
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
-from services.orchestrator.routing import CONNECT_FOUR_ROUTES, NUM_FEATURES, route_name
+from services.orchestrator.routing import (
+    CONNECT_FOUR_ROUTES,
+    DEEP_SEARCH_FACTOR,
+    NUM_FEATURES,
+    QUICK_CHECKER_MAX_NODES,
+    Route,
+    route_name,
+)
+from services.orchestrator.settings import OrchestratorSettings
 
 ROUTES = tuple(route_name(route) for route in CONNECT_FOUR_ROUTES)
 
 
 @dataclass
 class Example:
-    """One position: its first routing state's features and, per agent set tried, the outcomes.
+    """One position: its first routing state's features and, per route tried, the outcomes.
 
     Attributes:
         query: the move string.
@@ -124,8 +139,12 @@ def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]
     Raises:
         ValueError: a malformed line.
     """
-    kept_by_thread = {str(row["thread_id"]): bool(row["kept"]) for row in read_jsonl(labels)
-                      if "thread_id" in row and "kept" in row}
+    label_rows = [row for row in read_jsonl(labels) if "thread_id" in row and "kept" in row]
+    kept_by_thread = {str(row["thread_id"]): bool(row["kept"]) for row in label_rows}
+    # The route a request was sent on: the label's, since the log names agents only (a quick
+    # checker is logged as "checker"); older labels have none and the log's agents name it.
+    route_by_thread = {str(row["thread_id"]): str(row["route"]) for row in label_rows
+                       if "route" in row}
     examples: dict[str, Example] = {}
     for row in read_jsonl(logs):
         if row.get("kind") != "connect_four" or row.get("thread_id") not in kept_by_thread:
@@ -134,7 +153,7 @@ def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]
         if not routes:
             continue
         first = routes[0]
-        name = "+".join(first.get("agents", []))
+        name = route_by_thread.get(row["thread_id"], "+".join(first.get("agents", [])))
         features = first.get("features", [])
         if name not in ROUTES or len(features) != NUM_FEATURES:
             continue
@@ -144,15 +163,31 @@ def load_examples(logs: Sequence[Path], labels: Sequence[Path]) -> list[Example]
     return list(examples.values())
 
 
-ENTROPY_BONUS = 0.001
+ENTROPY_START = 100.0
+"""The entropy bonus starts at this multiple of `ENTROPY_BONUS` and falls geometrically to it over
+the first half of the epochs (the second half converges at `ENTROPY_BONUS`). The gradient of the
+expected utility on a route's logit is its probability times its advantage, so a route whose
+probability reached ~0 early (every position pushed the model to the set best on average) never
+comes back; a larger bonus at first keeps every route alive until the per-ply differences are
+learned."""
+
+BINS = 8
+"""Piecewise-linear bins per feature (`RouterGRUConfig.bins`): 8 bins of about five plies each,
+so neighbouring ply counts share their weights. With one bin per ply (42) the choice flipped from
+ply to ply between sets a millisecond apart on the train split, which is noise of a few positions
+per ply, not a property of the positions."""
+
+ENTROPY_BONUS = 0.0001
 """Weight of the policy's entropy in the loss. The optimum is then softmax(expected utility /
-0.001): a set 0.3% of kept outcomes (or 10 ms) better than the next gets a probability of about
-0.95; sets that are as good as each other share it, and the threshold then hands the choice to the
-rules."""
+0.0001): a set 0.1% of kept outcomes (or 3 ms) better than the next gets a probability of about
+0.95, so sets that differ by a few milliseconds do not split the probability below the threshold,
+which would hand those positions back to the rules. Sets that are the same action on a position
+still split it (from about 19 plies the quick budget rarely binds, and "checker+neural" and
+"checker@quick+neural" share about 0.5 each: the rules decide there)."""
 
 
 def train(examples: Sequence[Example], latency_weight: float = 0.3, hidden: int = 16,
-          epochs: int = 300, lr: float = 0.02, seed: int = 0) -> tuple[RouterGRU, dict]:
+          epochs: int = 2000, lr: float = 0.02, seed: int = 0) -> tuple[RouterGRU, dict]:
     """Fits a `RouterGRU` to maximise the expected utility of its choice (module docstring).
 
     Returns:
@@ -180,17 +215,19 @@ def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs
     utilities = torch.tensor([e.utilities(latency_weight) for e in examples],
                              dtype=torch.float32)
     targets = np.array([e.target(latency_weight) for e in examples])
-    model = RouterGRU(RouterGRUConfig(num_features=NUM_FEATURES, hidden=hidden, routes=ROUTES))
+    model = RouterGRU(RouterGRUConfig(num_features=NUM_FEATURES, hidden=hidden, routes=ROUTES,
+                                      bins=BINS))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     model.train()
     loss = torch.tensor(math.nan)
-    for _ in range(epochs):
+    for epoch in range(epochs):
         optimizer.zero_grad()
         log_p = F.log_softmax(model(inputs), dim=-1)
         p = log_p.exp()
         expected = (p * utilities).sum(-1)
         entropy = -(p * log_p).sum(-1)
-        loss = -(expected + ENTROPY_BONUS * entropy).mean()
+        bonus = ENTROPY_BONUS * ENTROPY_START ** max(0.0, 1.0 - 2.0 * epoch / epochs)
+        loss = -(expected + bonus * entropy).mean()
         loss.backward()
         optimizer.step()
     model.eval()
@@ -207,41 +244,58 @@ def _fit(examples: Sequence[Example], latency_weight: float, hidden: int, epochs
 
 
 def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
-             judge_cache: Path | None) -> dict:
+             judge_cache: Path | None, max_plies: int | None = None,
+             routes: Sequence[Route] = CONNECT_FOUR_ROUTES) -> dict:
     """Runs the labelled workload (see the module docstring) and appends to `log_path` (through
-    the orchestrator's routing log) and `labels_path`.
+    the orchestrator's routing log) and `labels_path`; with `max_plies`, only the sampled
+    positions with fewer moves played (more data where the choice is close); `routes` only
+    those routes (a route added later, run on the positions of an earlier run).
 
     Returns:
         counts: positions, requests, failed requests, wall seconds.
     """
-    positions = mixed_positions("train", per_file, seed)
+    positions = mixed_positions("train", per_file, seed, max_plies=max_plies)
     judge = Judge(judge_cache)
     env = {"ORCHESTRATOR_ROUTING_LOG_PATH": str(log_path.resolve())}
+    # The quick checker's routes go to a second orchestrator whose checker has the quick budget
+    # (what the served orchestrator's quick checker is: its budget capped at the same nodes).
+    quick_env = {**env, "ORCHESTRATOR_CHECKER_MAX_NODES": str(QUICK_CHECKER_MAX_NODES)}
+    # The deep search's routes go to a third, whose default simulations are the deep ones.
+    simulations = OrchestratorSettings.model_fields["default_simulations"].default
+    deep_env = {**env, "ORCHESTRATOR_DEFAULT_SIMULATIONS": str(simulations * DEEP_SEARCH_FACTOR)}
     started = time.perf_counter()
     failed = 0
     labels_path.parent.mkdir(parents=True, exist_ok=True)
-    with Mesh({"rules": env}) as mesh, grpc.insecure_channel(mesh.targets["rules"]) as channel, \
+    with Mesh({"full": env, "quick": quick_env, "deep": deep_env}) as mesh, \
             labels_path.open("a") as labels:
-        stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
-        solve(stub, "4444443")  # warm-up: connections, compiled kernels
+        channels = {name: grpc.insecure_channel(target) for name, target in mesh.targets.items()}
+        stubs = {name: orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+                 for name, channel in channels.items()}
+        for stub in stubs.values():
+            solve(stub, "4444443")  # warm-up: connections, compiled kernels
         for index, position in enumerate(positions):
-            for route in CONNECT_FOUR_ROUTES:
-                thread_id = f"router-{seed}-{index}-{route_name(route).replace('+', '_')}"
-                answer = solve(stub, position.moves, [str(a) for a in route], thread_id)
+            for route in routes:
+                name = route_name(route)
+                thread_id = f"router-{seed}-{index}-{name.replace('+', '_').replace('@', '-')}"
+                stub = stubs["quick" if route.quick_checker else "deep" if route.deep_search
+                             else "full"]
+                answer = solve(stub, position.moves, [str(a) for a in route.agents], thread_id)
                 if answer.error:
                     failed += 1
                     continue
                 kept = judge.kept(position, answer.column)
-                labels.write(json.dumps({"thread_id": thread_id, "kept": kept,
+                labels.write(json.dumps({"thread_id": thread_id, "route": name, "kept": kept,
                                          "moves": position.moves, "score": position.score,
                                          "column": answer.column}) + "\n")
                 labels.flush()
-    return {"positions": len(positions), "requests": len(positions) * len(CONNECT_FOUR_ROUTES),
+        for channel in channels.values():
+            channel.close()
+    return {"positions": len(positions), "requests": len(positions) * len(routes),
             "failed": failed, "wall_s": round(time.perf_counter() - started, 1)}
 
 
 def train_router(output: Path, logs: Sequence[Path], labels: Sequence[Path],
-                 latency_weight: float = 0.3, hidden: int = 16, epochs: int = 300,
+                 latency_weight: float = 0.3, hidden: int = 16, epochs: int = 2000,
                  seed: int = 0) -> dict:
     """Trains from `logs` + `labels` and writes the checkpoint directory `output`.
 

@@ -70,10 +70,10 @@ class Position:
     file: str
 
 
-def mixed_positions(split: str, per_file: int, seed: int, directory: Path | None = None
-                    ) -> list[Position]:
+def mixed_positions(split: str, per_file: int, seed: int, directory: Path | None = None,
+                    max_plies: int | None = None) -> list[Position]:
     """`per_file` positions of `split` from each of the six files (a seeded sample; all when fewer),
-    shuffled together.
+    shuffled together; with `max_plies`, only those of the sample with fewer moves played.
 
     Raises:
         ValueError: `split` is not "train" or "test", or `per_file` < 1.
@@ -86,7 +86,8 @@ def mixed_positions(split: str, per_file: int, seed: int, directory: Path | None
     for name in PONS_FILES:
         rows = [Position(moves, score, name) for moves, score in read_pons(directory / name)
                 if moves and split_of(moves) == split]
-        chosen.extend(rng.sample(rows, min(per_file, len(rows))))
+        chosen.extend(position for position in rng.sample(rows, min(per_file, len(rows)))
+                      if max_plies is None or len(position.moves) < max_plies)
     rng.shuffle(chosen)
     return chosen
 

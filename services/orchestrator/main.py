@@ -7,6 +7,7 @@ servicer, and the REST front in the same process.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -33,7 +34,7 @@ from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
 from services.orchestrator.route_predictor import RoutePredictor
-from services.orchestrator.routing import AgentName
+from services.orchestrator.routing import QUICK_CHECKER_MAX_NODES, AgentName
 from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
@@ -104,11 +105,14 @@ async def build_servicers(
     """
     wiring = wiring or Wiring(settings)
     retrieval = retrieval_service_pb2_grpc.RetrievalServiceStub(wiring.channels["retrieval"])
-    game_agents = [
-        CheckerAgent(CheckerBudget(max_nodes=settings.checker_max_nodes,
+    checker_budget = CheckerBudget(max_nodes=settings.checker_max_nodes,
                                    time_budget_s=settings.checker_time_budget_ms / 1e3,
                                    min_moves=settings.checker_min_moves,
-                                   base_nodes=settings.checker_base_nodes)),
+                                   base_nodes=settings.checker_base_nodes)
+    quick_checker = CheckerAgent(dataclasses.replace(
+        checker_budget, max_nodes=min(settings.checker_max_nodes, QUICK_CHECKER_MAX_NODES)))
+    game_agents = [
+        CheckerAgent(checker_budget),
         MctsAgent(mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
                   settings.mcts_deadline_s),
         NeuralAgent(neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"]),
@@ -142,7 +146,8 @@ async def build_servicers(
         retrieval_deadline_s=settings.retrieval_deadline_s)
     servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval,
                                     puzzle_agents=puzzle_agents, route_predictor=route_predictor,
-                                    routing_log=wiring.routing_log, roles=roles)
+                                    routing_log=wiring.routing_log, roles=roles,
+                                    quick_checker=quick_checker)
 
     async def ready() -> None:
         nodes = await warm_up_solvers(WARM_UP_MOVES, 10_000)

@@ -277,32 +277,114 @@ class TextRouter:
         return RoutingDecision((), "no agent can add drafts", features)
 
 
-CONNECT_FOUR_ROUTES: tuple[tuple[AgentName, ...], ...] = (
-    (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL),
-    (AgentName.CHECKER, AgentName.NEURAL),
-    (AgentName.MCTS, AgentName.NEURAL),
-    (AgentName.NEURAL,),
+QUICK = "quick"
+"""The route-name variant of the checker that solves on the quick budget: "checker@quick"."""
+DEEP = "deep"
+"""The route-name variant of the search that runs `DEEP_SEARCH_FACTOR` times the request's
+simulations in its first round: "mcts@deep"."""
+DEEP_SEARCH_FACTOR = 4
+"""The first round's simulations of a deep search, as a multiple of the request's (the default
+20,000 becomes 80,000: what the rules reach in their third round when search and network keep
+disagreeing, in one search instead of three)."""
+QUICK_CHECKER_MAX_NODES = 131_072
+"""Negamax nodes at most of the quick checker (the checker's own budget capped at this): about
+10-40 ms of one core. On the train split of Pons' files it finishes about half the positions with
+12-15 moves played (the full budget, 2,000,000 nodes, nearly all, at 100-300 ms), and from 16 moves
+on nearly every one, so it keeps the checker's exact answers where they are cheap and gives up
+quickly where they are not."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """A first-round choice of the meta-controller: an agent set, whether its checker solves
+    on the quick budget (`QUICK_CHECKER_MAX_NODES`) instead of the full one, and whether its
+    search runs `DEEP_SEARCH_FACTOR` times the request's simulations.
+
+    Its name, as the router's model and the labelled workload write it, joins the agents with
+    "+", the quick checker written "checker@quick", the deep search "mcts@deep":
+    "checker@quick+mcts+neural".
+    """
+
+    agents: tuple[AgentName, ...]
+    quick_checker: bool = False
+    deep_search: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.agents:
+            raise ValueError("a route names at least one agent")
+        if self.quick_checker and AgentName.CHECKER not in self.agents:
+            raise ValueError("a quick checker needs the checker among the agents")
+        if self.deep_search and AgentName.MCTS not in self.agents:
+            raise ValueError("a deep search needs the search among the agents")
+
+    @property
+    def name(self) -> str:
+        """"checker+mcts+neural", "checker@quick+neural", "mcts@deep", ..."""
+        parts = []
+        for agent in self.agents:
+            if agent is AgentName.CHECKER and self.quick_checker:
+                parts.append(f"{agent}@{QUICK}")
+            elif agent is AgentName.MCTS and self.deep_search:
+                parts.append(f"{agent}@{DEEP}")
+            else:
+                parts.append(str(agent))
+        return "+".join(parts)
+
+
+CONNECT_FOUR_ROUTES: tuple[Route, ...] = (
+    Route((AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL)),
+    Route((AgentName.CHECKER, AgentName.NEURAL)),
+    Route((AgentName.MCTS, AgentName.NEURAL)),
+    Route((AgentName.NEURAL,)),
+    Route((AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL), quick_checker=True),
+    Route((AgentName.CHECKER, AgentName.NEURAL), quick_checker=True),
+    Route((AgentName.MCTS,)),
+    Route((AgentName.CHECKER, AgentName.MCTS)),
+    Route((AgentName.CHECKER, AgentName.MCTS), quick_checker=True),
+    Route((AgentName.MCTS,), deep_search=True),
 )
-"""The first-round agent sets the Connect Four meta-controller chooses among, in the order of its
+"""The first-round choices the Connect Four meta-controller chooses among, in the order of its
 output units: every agent (what the rules run), the exact checker with the network (the checker's
 tactics and, from `checker_min_moves` on, its solver; the network's move when the checker
-abstains), the search with the network (no exact solving), and the network alone."""
+abstains), the search with the network (no exact solving), the network alone, the first two with
+the quick checker (its solver stopped at `QUICK_CHECKER_MAX_NODES`), the search alone, the
+checker (full, then quick) with the search, and the search alone with `DEEP_SEARCH_FACTOR` times
+the simulations. A set without the network has no second opinion to
+disagree with the search, so the loop ends after one round: one search of the default
+simulations, where the rules' disagreement between search and network doubles them twice."""
 
 
-def route_name(agents: Sequence[AgentName]) -> str:
-    """The name of an agent set as the router's model and log write it: "checker+mcts+neural"."""
-    return "+".join(str(agent) for agent in agents)
+def route_name(route: Route | Sequence[AgentName]) -> str:
+    """The name of a route (or a plain agent set) as the router's model and log write it:
+    "checker+mcts+neural", "checker@quick+neural"."""
+    return route.name if isinstance(route, Route) else Route(tuple(route)).name
 
 
-def parse_route(name: str) -> tuple[AgentName, ...]:
-    """The agent set of a route name ("checker+neural").
+def parse_route(name: str) -> Route:
+    """The route of a route name ("checker+neural", "checker@quick+mcts+neural", "mcts@deep").
 
     Raises:
-        ValueError: an unknown agent name, or an empty name.
+        ValueError: an unknown agent or variant, an agent named twice, or an empty name.
     """
     if not name:
         raise ValueError("empty route name")
-    return tuple(AgentName(part) for part in name.split("+"))
+    agents: list[AgentName] = []
+    quick = deep = False
+    for part in name.split("+"):
+        agent_name, _, variant = part.partition("@")
+        agent = AgentName(agent_name)
+        if variant:
+            if agent is AgentName.CHECKER and variant == QUICK:
+                quick = True
+            elif agent is AgentName.MCTS and variant == DEEP:
+                deep = True
+            else:
+                raise ValueError(f"unknown variant {part!r} (only checker@{QUICK} and "
+                                 f"mcts@{DEEP})")
+        agents.append(agent)
+    if len(set(agents)) != len(agents):
+        raise ValueError(f"{name!r} names an agent twice")
+    return Route(tuple(agents), quick, deep)
 
 
 @dataclass(frozen=True)
@@ -310,17 +392,17 @@ class RoutePrediction:
     """The meta-controller's answer for a routing state.
 
     Attributes:
-        routes: the agent sets it chooses among, in the order of `probabilities`.
+        routes: the routes it chooses among, in the order of `probabilities`.
         probabilities: float [len(routes)], a distribution (softmax output).
         model: the served model's name and version ("router-connect4@1a2b3c4d5e6f").
     """
 
-    routes: tuple[tuple[AgentName, ...], ...]
+    routes: tuple[Route, ...]
     probabilities: tuple[float, ...]
     model: str
 
-    def best(self) -> tuple[tuple[AgentName, ...], float]:
-        """The most probable agent set and its probability."""
+    def best(self) -> tuple[Route, float]:
+        """The most probable route and its probability."""
         index = max(range(len(self.probabilities)), key=self.probabilities.__getitem__)
         return self.routes[index], self.probabilities[index]
 
@@ -329,25 +411,42 @@ class LearnedRouter:
     """The meta-controller's choice for the first round, the rules for the rest.
 
     The prediction is made once per request, before the loop, from the first round's features
-    (they are known before any agent runs). In the first round the predicted agent set is followed
-    when its probability is at least `threshold` and every agent of it is a candidate (a request
-    that names its agents narrows the candidates); otherwise, and in every later round, `fallback`
-    decides. A None prediction (the neural service failed, or no router model is served) leaves
-    every decision to `fallback`.
+    (they are known before any agent runs). In the first round the predicted route is followed
+    when its probability is at least `threshold`, every agent of it is a candidate (a request
+    that names its agents narrows the candidates) and, for a quick-checker route, a quick checker
+    is available (`quick_checker`; the caller then runs the checker on the quick budget, see
+    `choice`); otherwise, and in every later round, `fallback` decides. A None prediction (the
+    neural service failed, or no router model is served) leaves every decision to `fallback`.
 
     Args:
         prediction: the meta-controller's answer for the first round, or None.
         threshold: the smallest probability that is followed, in [0, 1].
         fallback: the rule router.
+        quick_checker: the caller can run the checker on the quick budget.
     """
 
     def __init__(self, prediction: RoutePrediction | None, threshold: float,
-                 fallback: Router) -> None:
+                 fallback: Router, quick_checker: bool = False) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
         self._prediction = prediction
         self._threshold = threshold
         self._fallback = fallback
+        self._quick_checker = quick_checker
+
+    def choice(self, candidates: Sequence[AgentName]) -> tuple[Route | None, str]:
+        """The route followed in the first round given its `candidates` (None: the rules
+        decide), and why not when None ("" when there is no prediction)."""
+        if self._prediction is None:
+            return None, ""
+        route, confidence = self._prediction.best()
+        if confidence < self._threshold:
+            return None, f"learned router {confidence:.2f} < threshold {self._threshold:.2f}"
+        if not set(route.agents) <= set(candidates):
+            return None, f"learned route {route.name} is not among the candidates"
+        if route.quick_checker and not self._quick_checker:
+            return None, f"learned route {route.name} needs a quick checker, which is not here"
+        return route, ""
 
     def route(self, features: np.ndarray, candidates: Sequence[AgentName]) -> RoutingDecision:
         """See the class docstring. `features` is float32 [10] in `FEATURE_NAMES` order."""
@@ -357,15 +456,11 @@ class LearnedRouter:
             + named["last_agent_mcts"] == 0.0
         if self._prediction is None or not first_round:
             return decision
-        agents, confidence = self._prediction.best()
-        if confidence < self._threshold:
-            return RoutingDecision(decision.agents, f"{decision.reason} (learned router "
-                                   f"{confidence:.2f} < threshold {self._threshold:.2f})",
+        route, why_not = self.choice(candidates)
+        confidence = self._prediction.best()[1]
+        if route is None:
+            return RoutingDecision(decision.agents, f"{decision.reason} ({why_not})",
                                    features, Decider.RULES, confidence)
-        if not set(agents) <= set(candidates):
-            return RoutingDecision(decision.agents, f"{decision.reason} (learned route "
-                                   f"{route_name(agents)} is not among the candidates)",
-                                   features, Decider.RULES, confidence)
-        return RoutingDecision(agents, f"learned router: {route_name(agents)} "
+        return RoutingDecision(route.agents, f"learned router: {route.name} "
                                f"(p={confidence:.2f}, {self._prediction.model})", features,
                                Decider.LEARNED, confidence)

@@ -53,11 +53,13 @@ from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_m
 from services.orchestrator.roles_grpc import failed_role_response, role_options, role_response
 from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import (
+    DEEP_SEARCH_FACTOR,
     AgentName,
     Decider,
     LearnedRouter,
     PuzzleRouter,
     Role,
+    Route,
     Router,
     RoutingState,
     RuleRouter,
@@ -135,6 +137,9 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         route_predictor: the neural service's meta-controller; when set, a Connect Four request
             asks it for the first round's agents and follows it above `router_threshold`
             (`LearnedRouter`); None: the rules alone.
+        quick_checker: the checker on the quick budget (`routing.QUICK_CHECKER_MAX_NODES`),
+            run instead of the checker when the followed route says "checker@quick"; None: such
+            routes are left to the rules.
         routing_log: where every request's routing decisions and outcome are appended; None
             logs nothing.
         roles: what the text roles (decompose, refine, the search over steps) call; requests
@@ -148,8 +153,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                  puzzle_router: Router | None = None,
                  route_predictor: RoutePredictor | None = None,
                  routing_log: RoutingLog | None = None,
-                 roles: RoleServices | None = None) -> None:
+                 roles: RoleServices | None = None,
+                 quick_checker: Agent | None = None) -> None:
         self._settings = settings
+        self._quick_checker = quick_checker
         self._route_predictor = route_predictor
         self._routing_log = routing_log
         self._roles = roles
@@ -194,7 +201,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                           else self._settings.max_iterations)
         started = time.perf_counter()
         if isinstance(problem, ConnectFourProblem) and self._route_predictor is not None:
-            router = await self._learned_router(problem, max_iterations, deadline, router)
+            router, agents, route = await self._learned_router(problem, agents, max_iterations,
+                                                               deadline, router)
+            if route is not None and route.deep_search:
+                simulations = min(simulations * DEEP_SEARCH_FACTOR, MAX_SIMULATIONS)
         loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
                                             problem.query_length_norm, events=events)
         budget = Budget(max_iterations=max_iterations, deadline=deadline,
@@ -206,17 +216,26 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         self._log_routes(kind, problem_text(problem), request.thread_id, result, started)
         return solve_response(result, request.thread_id)
 
-    async def _learned_router(self, problem: ConnectFourProblem, max_iterations: int,
-                              deadline: float, rules: Router) -> Router:
+    async def _learned_router(self, problem: ConnectFourProblem, agents: list[Agent],
+                              max_iterations: int, deadline: float, rules: Router
+                              ) -> tuple[Router, list[Agent], Route | None]:
         """A `LearnedRouter` over `rules`, with the meta-controller's prediction for the first
-        round's features (known before any agent runs)."""
+        round's features (known before any agent runs), the request's agents (the checker
+        replaced by the quick checker when the followed route asks for it), and the followed
+        route (None: the rules decide)."""
         assert self._route_predictor is not None
         first = routing_features(RoutingState(
             confidences={}, mcts_value=None, consensus_score=0.0, last_agents=(), iteration=1,
             max_iterations=max_iterations, query_length_norm=problem.query_length_norm,
             has_context=False))
         prediction = await self._route_predictor.predict([first], deadline - time.monotonic())
-        return LearnedRouter(prediction, self._settings.router_threshold, rules)
+        learned = LearnedRouter(prediction, self._settings.router_threshold, rules,
+                                quick_checker=self._quick_checker is not None)
+        route, _ = learned.choice([agent.name for agent in agents])
+        if route is not None and route.quick_checker:
+            agents = [self._quick_checker if agent.name is AgentName.CHECKER
+                      and self._quick_checker is not None else agent for agent in agents]
+        return learned, agents, route
 
     def _log_routes(self, kind: str, query: str, thread_id: str, result: LoopResult,
                     started: float) -> None:

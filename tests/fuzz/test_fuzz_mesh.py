@@ -108,9 +108,7 @@ def _path(method: MethodDescriptor) -> str:
 
 
 def _allowed(method: MethodDescriptor, code: grpc.StatusCode, details: str) -> bool:
-    if code == grpc.StatusCode.UNIMPLEMENTED:
-        # Documented: AnswerQuery's mcts_iterations (search over reasoning steps) is not built.
-        return "not built" in details
+    # Every method is built (AnswerQuery's mcts_iterations included), so UNIMPLEMENTED is a fault.
     return code not in FORBIDDEN
 
 

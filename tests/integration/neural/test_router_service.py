@@ -29,7 +29,7 @@ from services.neural.main import build_servicers
 from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PV, Connect4PVConfig
 from services.neural.settings import NeuralSettings
 from services.orchestrator.route_predictor import RoutePredictor
-from services.orchestrator.routing import AgentName, RoutingState, routing_features
+from services.orchestrator.routing import AgentName, Route, RoutingState, routing_features
 
 TIMEOUT_S = 10
 
@@ -65,11 +65,13 @@ def trained(tmp_path_factory):
     directory = tmp_path_factory.mktemp("router")
     log, labels = write_tiny_log(directory)
     models = directory / "models"
-    report = train_router(models / "router-connect4", [log], [labels], epochs=300)
+    report = train_router(models / "router-connect4", [log], [labels])
     assert report["examples"] == 10
     assert report["targets"]["checker+neural"] == 5
     assert report["choices"] == {"checker+mcts+neural": 5, "checker+neural": 5,
-                                 "mcts+neural": 0, "neural": 0}
+                                 "mcts+neural": 0, "neural": 0, "checker@quick+mcts+neural": 0,
+                                 "checker@quick+neural": 0, "mcts": 0, "checker+mcts": 0,
+                                 "checker@quick+mcts": 0, "mcts@deep": 0}
     torch.manual_seed(3)
     save_checkpoint(models / "connect4-pv",
                     Connect4PV(Connect4PVConfig(channels=8, blocks=1, value_hidden=16)).eval(),
@@ -121,6 +123,19 @@ def test_training_reads_only_labelled_connect_four_records(tmp_path):
     assert examples[-1].target(0.05) == ROUTES.index("checker+neural")
 
 
+def test_the_label_names_the_route_a_request_was_sent_on(tmp_path):
+    """The log names agents only (a quick checker is logged as "checker"); the label's route
+    decides which output unit the outcome belongs to."""
+    row = {"kind": "connect_four", "query": "44", "thread_id": "t", "latency_ms": 12.0,
+           "routes": [{"iteration": 1, "features": features(2),
+                       "agents": ["checker", "neural"], "decided_by": "rules"}]}
+    (tmp_path / "routing.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "labels.jsonl").write_text(json.dumps(
+        {"thread_id": "t", "kept": True, "route": "checker@quick+neural"}) + "\n")
+    [example] = load_examples([tmp_path / "routing.jsonl"], [tmp_path / "labels.jsonl"])
+    assert example.outcomes == {"checker@quick+neural": [(True, 12.0)]}
+
+
 def test_a_malformed_log_line_is_a_clear_error(tmp_path):
     (tmp_path / "routing.jsonl").write_text('{"kind": "connect_four"}\nnot json\n')
     (tmp_path / "labels.jsonl").write_text("")
@@ -133,8 +148,8 @@ async def test_the_trained_router_is_served_and_predicts_what_it_learned(serve, 
     predictor = RoutePredictor(stub, "router-connect4", 5.0)
     early = await predictor.predict([torch.tensor(features(4)).numpy()])
     late = await predictor.predict([torch.tensor(features(36)).numpy()])
-    assert early.best()[0] == (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL)
-    assert late.best()[0] == (AgentName.CHECKER, AgentName.NEURAL)
+    assert early.best()[0] == Route((AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL))
+    assert late.best()[0] == Route((AgentName.CHECKER, AgentName.NEURAL))
     assert sum(late.probabilities) == pytest.approx(1.0, abs=1e-5)
     assert late.model.startswith("router-connect4@")
 

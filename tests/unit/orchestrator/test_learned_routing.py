@@ -22,6 +22,7 @@ from services.orchestrator.routing import (
     Decider,
     LearnedRouter,
     Role,
+    Route,
     RoutePrediction,
     RoutingState,
     RuleRouter,
@@ -51,8 +52,16 @@ def test_route_names_round_trip():
     for route in CONNECT_FOUR_ROUTES:
         assert parse_route(route_name(route)) == route
     assert route_name(CONNECT_FOUR_ROUTES[1]) == "checker+neural"
-    with pytest.raises(ValueError):
-        parse_route("checker+oracle")
+    assert parse_route("checker@quick+mcts+neural") == Route(ALL, quick_checker=True)
+    assert route_name(Route((AgentName.CHECKER, AgentName.NEURAL), True)) == \
+        "checker@quick+neural"
+    assert parse_route("mcts@deep") == Route((AgentName.MCTS,), deep_search=True)
+    assert route_name(Route((AgentName.CHECKER, AgentName.MCTS), True, True)) == \
+        "checker@quick+mcts@deep"
+    for bad in ("checker+oracle", "mcts@quick", "checker@slow", "neural@deep", "neural+neural",
+                ""):
+        with pytest.raises(ValueError):
+            parse_route(bad)
 
 
 def test_learned_route_is_followed_above_the_threshold():
@@ -100,6 +109,7 @@ class Fixed:
 
     async def propose(self, round_: Round) -> Proposal:
         self.calls += 1
+        self.simulations = round_.simulations
         return Proposal(self.answer, 0.7, "fixed", value=0.0)
 
 
@@ -118,11 +128,13 @@ class Context:
         return 30.0
 
 
-def servicer(threshold: float, predictor, log: RoutingLog | None = None):
+def servicer(threshold: float, predictor, log: RoutingLog | None = None,
+             quick: Fixed | None = None):
     agents = {name: Fixed(name, "4") for name in ALL}
     settings = OrchestratorSettings(router_threshold=threshold)
     front = OrchestratorServicer(settings, list(agents.values()), [], None,
-                                 route_predictor=predictor, routing_log=log)
+                                 route_predictor=predictor, routing_log=log,
+                                 quick_checker=quick)
     return front, agents
 
 
@@ -141,6 +153,34 @@ async def test_the_servicer_follows_the_meta_controller_above_the_threshold():
     # The first round's features: iteration 1 of 3, 4 plies of 42, nothing voted yet.
     assert predictor.steps[0][7] == pytest.approx(1 / 3)
     assert predictor.steps[0][8] == pytest.approx(4 / 42)
+
+
+async def test_a_quick_checker_route_runs_the_quick_checker_instead_of_the_checker():
+    quick = Fixed(AgentName.CHECKER, "4")
+    front, agents = servicer(0.6, FakePredictor(prediction(5, 0.9)), quick=quick)
+    response = await front.SolveProblem(REQUEST, Context())  # checker@quick+neural
+    assert response.route_decider == pb.ROUTE_DECIDER_LEARNED
+    assert quick.calls == 1
+    assert [agent.calls for agent in agents.values()] == [0, 0, 1]
+    assert list(response.agents) == [pb.AGENT_CHECKER, pb.AGENT_NEURAL]
+
+
+async def test_a_deep_search_route_runs_the_search_alone_with_four_times_the_simulations():
+    deep = CONNECT_FOUR_ROUTES.index(parse_route("mcts@deep"))
+    front, agents = servicer(0.6, FakePredictor(prediction(deep, 0.9)))
+    request = pb.SolveProblemRequest(connect_four=common_pb2.ConnectFourPosition(moves="4453"),
+                                     simulations=3000)
+    response = await front.SolveProblem(request, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_LEARNED
+    assert [agent.calls for agent in agents.values()] == [0, 1, 0]
+    assert agents[AgentName.MCTS].simulations == 12_000
+
+
+async def test_a_quick_checker_route_without_a_quick_checker_is_left_to_the_rules():
+    front, agents = servicer(0.6, FakePredictor(prediction(4, 0.9)))  # no quick checker here
+    response = await front.SolveProblem(REQUEST, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_RULES
+    assert [agent.calls for agent in agents.values()] == [1, 1, 1]
 
 
 async def test_the_servicer_falls_back_to_the_rules_below_the_threshold():
