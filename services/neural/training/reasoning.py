@@ -31,7 +31,7 @@ from torch import nn
 from tqdm import tqdm
 
 from libs.puzzles import maze as maze_lib
-from services.neural.checkpoint import load_checkpoint, save_checkpoint
+from services.neural.checkpoint import load_checkpoint, replace_checkpoint
 from services.neural.models import ARCHITECTURES as MODEL_ARCHITECTURES
 from services.neural.models.presets import get_preset
 from services.neural.models.reasoning_layers import count_parameters
@@ -241,8 +241,8 @@ def _train_loop(model: nn.Module, architecture: str, task: SudokuTask | MazeTask
         if output is None:
             return None
         directory = output / CHECKPOINT_DIR
-        save_checkpoint(directory, evaluated, architecture,
-                        {**run_metadata, "step": step, "metrics": results})
+        replace_checkpoint(directory, evaluated, architecture,
+                           {**run_metadata, "step": step, "metrics": results})
         return directory
 
     # Every row starts halted, so the first segment replaces the whole batch with real puzzles;
@@ -256,52 +256,61 @@ def _train_loop(model: nn.Module, architecture: str, task: SudokuTask | MazeTask
     step = 0
     bar = tqdm(total=settings.steps, desc=f"train {architecture}", unit="step",
                disable=not settings.progress)
-    while step < settings.steps:
-        if settings.time_limit_s is not None and train_seconds >= settings.time_limit_s:
-            break
-        started = time.perf_counter()
-        waited = stream.wait_seconds
-        fresh = stream.take(int(carry.halted.sum())).to(device, non_blocking=True)
-        data_seconds = stream.wait_seconds - waited
-        carry = replace_halted(model, carry, fresh)
-        lr = warmup_constant(step, settings.lr, settings.warmup_steps)
-        set_learning_rate(optimizer, lr)
-        if sparse_optimizer is not None:
-            set_learning_rate(sparse_optimizer,
-                              warmup_constant(step, settings.puzzle_emb_lr,
-                                              settings.warmup_steps))
-        carry, result = run_segment(model, carry, halt_max_steps, exploration, generator)
-        loss = act_loss(result, carry.batch.labels)
-        optimizer.zero_grad(set_to_none=True)
-        if sparse_optimizer is not None:
-            sparse_optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(dense, settings.grad_clip)
-        optimizer.step()
-        if sparse_optimizer is not None:
-            sparse_optimizer.step()
-        if ema is not None:
-            ema.update(model)
-        step += 1
-        last = _step_metrics(carry.halted, carry.steps, loss, grad_norm)  # waits for the device
-        elapsed = time.perf_counter() - started
-        train_seconds += elapsed
-        last.update(lr=lr, step_time_s=elapsed, data_wait_s=data_seconds)
-        if not math.isfinite(last["loss"]):
-            raise FloatingPointError(f"loss became {last['loss']} at step {step}")
-        log.write({"kind": "train", "step": step, "train_seconds": train_seconds, **last})
-        bar.update(1)
-        bar.set_postfix(loss=f"{last['loss']:.3f}", exact=f"{last.get('exact_accuracy', 0):.2f}")
-        if settings.eval_every and step % settings.eval_every == 0 and step < settings.steps:
-            evaluated = evaluation_model()
-            result_eval = evaluate(evaluated, held_out, eval_segments, "paper",
-                                   settings.eval_batch_size)
-            record = {"kind": "eval", "step": step, "train_seconds": train_seconds,
-                      **result_eval.as_dict()}
-            log.write(record)
-            bar.write(f"step {step}: held-out exact {result_eval.exact_accuracy:.3f} "
-                      f"cell {result_eval.cell_accuracy:.3f}")
-            checkpoint(evaluated, step, {"paper": result_eval.as_dict()})
+    try:
+        while step < settings.steps:
+            if settings.time_limit_s is not None and train_seconds >= settings.time_limit_s:
+                break
+            started = time.perf_counter()
+            waited = stream.wait_seconds
+            fresh = stream.take(int(carry.halted.sum())).to(device, non_blocking=True)
+            data_seconds = stream.wait_seconds - waited
+            carry = replace_halted(model, carry, fresh)
+            lr = warmup_constant(step, settings.lr, settings.warmup_steps)
+            set_learning_rate(optimizer, lr)
+            if sparse_optimizer is not None:
+                set_learning_rate(sparse_optimizer,
+                                  warmup_constant(step, settings.puzzle_emb_lr,
+                                                  settings.warmup_steps))
+            carry, result = run_segment(model, carry, halt_max_steps, exploration, generator)
+            loss = act_loss(result, carry.batch.labels)
+            optimizer.zero_grad(set_to_none=True)
+            if sparse_optimizer is not None:
+                sparse_optimizer.zero_grad(set_to_none=True)
+            loss.total.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(dense, settings.grad_clip)
+            optimizer.step()
+            if sparse_optimizer is not None:
+                sparse_optimizer.step()
+            if ema is not None:
+                ema.update(model)
+            step += 1
+            last = _step_metrics(carry.halted, carry.steps, loss, grad_norm)  # waits for the device
+            elapsed = time.perf_counter() - started
+            train_seconds += elapsed
+            last.update(lr=lr, step_time_s=elapsed, data_wait_s=data_seconds)
+            if not math.isfinite(last["loss"]):
+                raise FloatingPointError(f"loss became {last['loss']} at step {step}")
+            log.write({"kind": "train", "step": step, "train_seconds": train_seconds, **last})
+            bar.update(1)
+            bar.set_postfix(loss=f"{last['loss']:.3f}",
+                            exact=f"{last.get('exact_accuracy', 0):.2f}")
+            if settings.eval_every and step % settings.eval_every == 0 and step < settings.steps:
+                evaluated = evaluation_model()
+                result_eval = evaluate(evaluated, held_out, eval_segments, "paper",
+                                       settings.eval_batch_size)
+                record = {"kind": "eval", "step": step, "train_seconds": train_seconds,
+                          **result_eval.as_dict()}
+                log.write(record)
+                bar.write(f"step {step}: held-out exact {result_eval.exact_accuracy:.3f} "
+                          f"cell {result_eval.cell_accuracy:.3f}")
+                checkpoint(evaluated, step, {"paper": result_eval.as_dict()})
+    except KeyboardInterrupt:
+        # Ctrl-C: the weights so far (EMA when on) become the checkpoint, written atomically,
+        # so the interrupted run leaves a loadable one; then the interrupt goes on.
+        bar.close()
+        checkpoint(evaluation_model(), step, {"interrupted": True,
+                                              "train_seconds": train_seconds})
+        raise
     bar.close()
 
     evaluated = evaluation_model()

@@ -506,3 +506,23 @@ def test_a_task_with_too_few_distinct_puzzles_is_refused_not_looped_on():
     with pytest.raises(ValueError, match="all held out"):
         stream.take(1)
     assert len(everything) == 20
+
+
+def test_ctrl_c_during_training_leaves_a_loadable_checkpoint(tmp_path, monkeypatch):
+    from services.neural.training import reasoning
+
+    real, calls = reasoning.run_segment, []
+
+    def interrupted_at_the_third_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reasoning, "run_segment", interrupted_at_the_third_step)
+    settings = replace(SETTINGS, steps=10, batch_size=4, eval_every=0, eval_puzzles=10)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_trm(), "trm", TASK, settings, tmp_path)
+    loaded = load_checkpoint(tmp_path / "checkpoint")
+    assert loaded.metadata["step"] == 2 and loaded.metadata["metrics"]["interrupted"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "metrics.jsonl"]
