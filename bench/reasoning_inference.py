@@ -13,7 +13,8 @@ On a CPU a synchronisation costs nothing, so the CPU rows show the loop's other 
 GPU rows (printed where torch sees a GPU) are what the change is for.
 
     .venv/bin/python bench/reasoning_inference.py [--checkpoint models/trm-sudoku6-b16]
-        [--batches 1 1000] [--segments 8] [--rounds 5] [--torch-threads 1] [--json]
+        [--batches 1 1000] [--segments 8] [--rounds 5] [--modes paper act] [--torch-threads 1]
+        [--json]
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 1000])
     parser.add_argument("--segments", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", nargs="+", choices=["paper", "act"], default=["paper", "act"])
     parser.add_argument("--batch1-calls", type=int, default=20,
                         help="puzzles timed one at a time per round at batch 1")
     parser.add_argument("--torch-threads", type=int, default=1)
@@ -114,7 +116,7 @@ def main() -> None:
     for device in devices:
         module = checkpoint.model.to(device).eval()
         for batch in args.batches:
-            for mode in ("paper", "act"):
+            for mode in args.modes:
                 act = mode == "act"
                 inputs = puzzles[:batch]
                 if not same_answers(solve(module, inputs, args.segments, act, True),

@@ -17,7 +17,7 @@ first `--data-workers` value the baseline of its other rows. The machine is shar
 average is printed beside the table.
 
     .venv/bin/python bench/train_speed.py [--seconds 20] [--presets trm-mlp-cpu-sudoku6 ...]
-        [--data-workers 0 1] [--rounds 2] [--skip-az]
+        [--data-workers 0 1] [--rounds 2] [--skip-az] [--generation-only]
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ from services.neural.training.reasoning_data import PuzzleChunks
 
 AZ_NETWORKS = {"connect4-az (48x4)": {"channels": 48, "blocks": 4, "value_hidden": 64},
                "connect4-az (16x1)": {"channels": 16, "blocks": 1, "value_hidden": 16}}
+
+
+def _generated(preset: str) -> bool:
+    try:
+        task_for_preset(preset)
+    except ValueError:
+        return False
+    return True
 
 
 def generation_ms(preset: str, chunks: int = 2, chunk_size: int = 16) -> float:
@@ -94,11 +102,15 @@ def az_rate(network: dict[str, int], device: str, seconds: float, batch_size: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="per row")
-    parser.add_argument("--presets", nargs="*", default=sorted(PRESETS))
+    parser.add_argument("--presets", nargs="*", default=[p for p in sorted(PRESETS)
+                                                          if _generated(p)],
+                        help="default: every preset with a generated task (not the 30x30 ones)")
     parser.add_argument("--batch-size", type=int, default=64, help="trm/hrm")
     parser.add_argument("--data-workers", type=int, nargs="+", default=[0, 1],
                         help="trm/hrm: puzzle generator processes, one row each")
     parser.add_argument("--skip-az", action="store_true", help="no connect4-az rows")
+    parser.add_argument("--generation-only", action="store_true",
+                        help="only time the puzzle generator of each trm/hrm preset's task")
     parser.add_argument("--rounds", type=int, default=1,
                         help="trm/hrm: repeat the worker counts, alternating")
     parser.add_argument("--az-batch-size", type=int, default=256)
@@ -107,6 +119,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if args.generation_only:
+        load = os.getloadavg()
+        print(f"generation and augmentation, one process; load average {load[0]:.2f} "
+              f"{load[1]:.2f} {load[2]:.2f}")
+        for name in (p for p in args.presets if p in PRESETS):
+            print(f"{name:<22} {task_for_preset(name)}: "
+                  f"{generation_ms(name, chunks=4):8.2f} ms/puzzle", flush=True)
+        return
     az_rows, rows = [], []
     for name in [] if args.skip_az else AZ_NETWORKS:
         rates = {device: az_rate(AZ_NETWORKS[name], device, args.seconds, args.az_batch_size)
