@@ -288,8 +288,10 @@ class PuzzleStream:
         self.chunks = PuzzleChunks(task, seed, excluded, chunk_size)
         self.workers = workers
         self.pin_memory = pin_memory
+        # Spawned, not forked: a fork of a process holding threads (JAX's, gRPC's) can deadlock.
         loader = DataLoader(self.chunks, batch_size=None, num_workers=workers,
-                            prefetch_factor=prefetch_chunks if workers else None)
+                            prefetch_factor=prefetch_chunks if workers else None,
+                            multiprocessing_context="spawn" if workers else None)
         self._iterator: Iterator[tuple[torch.Tensor, torch.Tensor]] | None = iter(loader)
         self._inputs = torch.zeros(0, task.seq_len, dtype=torch.int32)
         self._labels = torch.zeros(0, task.seq_len, dtype=torch.int64)
