@@ -620,7 +620,8 @@ def cmd_train(args) -> int:
                                  batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
                                  eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
                                  time_limit_s=args.time_limit_s, lr=args.lr, task=args.task,
-                                 init_from=args.init_from, device=_device(args.device))
+                                 init_from=args.init_from, device=_device(args.device),
+                                 data_workers=args.data_workers)
     print(json.dumps(report, indent=2, default=str))
     return 0
 
@@ -858,6 +859,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-puzzles", type=int, default=1000, help="trm/hrm: held-out puzzles")
     train.add_argument("--time-limit-s", type=float, default=None, help="trm/hrm: training seconds")
     train.add_argument("--lr", type=float, default=1e-3, help="trm/hrm: learning rate")
+    train.add_argument("--data-workers", type=int, default=0,
+                       help="trm/hrm: processes generating puzzles ahead of the training steps "
+                            "(0: in the step; use several on a GPU)")
     train.add_argument("--router-dir", default="var/router",
                        help="router: folder of the default routing log and labels files")
     train.add_argument("--routing-log", action="append", default=[],

@@ -8,11 +8,15 @@ Loading never unpickles: weights are read with `safetensors` only, and a file th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import shutil
+import signal
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +123,51 @@ def save_checkpoint(directory: Path | str, model: nn.Module, architecture: str,
     text = json.dumps(document, indent=2, sort_keys=True) + "\n"
     _write_atomically(directory / CONFIG_FILE, lambda path: path.write_text(text))
     return sha256[:VERSION_LENGTH]
+
+
+def replace_checkpoint(directory: Path | str, model: nn.Module, architecture: str,
+                       metadata: dict[str, Any] | None = None) -> str:
+    """`save_checkpoint` into a hidden temporary sibling of `directory`, then swapped in for it
+    (rename the old one aside, rename the new one in, delete the old one) with SIGINT held until
+    both renames are done, so an interrupted write (Ctrl-C, an exception) leaves the previous
+    checkpoint or the new one, never weights of one with the config of the other. What an
+    interruption leaves is hidden (`.name.*`) for the caller to clean up.
+
+    Returns the version, as `save_checkpoint`. Raises `CheckpointError` as `save_checkpoint`.
+    """
+    target = Path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    stale = target.parent / f".{temporary.name[1:]}.old"
+    try:
+        version = save_checkpoint(temporary, model, architecture, metadata)
+        temporary.chmod(0o755)  # mkdtemp makes 0700; checkpoints are read by other users
+        with _interrupts_held():
+            if target.exists():
+                target.rename(stale)
+            temporary.rename(target)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    shutil.rmtree(stale, ignore_errors=True)
+    return version
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Delays SIGINT (KeyboardInterrupt) to the end of the block; only the main thread can set
+    signal handlers, so elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and callable(previous):
+            previous(signal.SIGINT, None)
 
 
 def _read_config(directory: Path) -> dict[str, Any]:

@@ -64,18 +64,76 @@ def halting_decision(output) -> torch.Tensor:
     return q_halt > q_continue.float()
 
 
-@torch.no_grad()
+STOP_CHECK_LAG_CUDA = 1
+"""On CUDA, the early stop reads whether every example had stopped one segment late: the flag is
+copied to pinned host memory without blocking and read once the next segment is queued, so the
+host never drains the GPU's queue to decide (at most one extra segment runs; its outputs are
+not part of any answer)."""
+
+
+def _bounds(max_segments: torch.Tensor | int) -> tuple[int, int]:
+    """(min, max) of max_segments, read on the host: free for an int or a CPU tensor, one
+    transfer for a tensor on a device."""
+    if isinstance(max_segments, int):
+        return max_segments, max_segments
+    low, high = torch.aminmax(max_segments.reshape(-1))
+    low, high = torch.stack((low, high)).tolist()
+    return int(low), int(high)
+
+
+def _any_act(act: torch.Tensor | bool) -> bool:
+    return bool(act) if isinstance(act, bool) else bool(act.any())
+
+
+class _StopFlags:
+    """Whether every example has stopped, asked after each segment and answered `lag` segments
+    later without a blocking read of the current segment's result (see STOP_CHECK_LAG_CUDA)."""
+
+    def __init__(self, device: torch.device, lag: int) -> None:
+        self.device = device
+        self.lag = lag
+        self.pending: list[tuple[torch.Tensor, torch.cuda.Event | None]] = []
+
+    def push(self, stopped: torch.Tensor) -> None:
+        if self.device.type == "cuda":
+            host = torch.empty((), dtype=torch.bool, pin_memory=True)
+            host.copy_(stopped.all(), non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self.pending.append((host, event))
+        else:
+            self.pending.append((stopped.all(), None))
+
+    def all_stopped(self) -> bool:
+        """The answer for the segment `lag` segments back (False until there is one)."""
+        if len(self.pending) <= self.lag:
+            return False
+        host, event = self.pending.pop(0)
+        if event is not None:
+            event.synchronize()
+        return bool(host)
+
+
+@torch.inference_mode()
 def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor,
                  max_segments: torch.Tensor | int, act: torch.Tensor | bool,
-                 stop_early: bool = True) -> SegmentRun:
+                 stop_early: bool = True, stop_check_lag: int | None = None) -> SegmentRun:
     """Runs up to max(max_segments) segments of `model` (an HRM or TRM, used as it is: call
     `.eval()` first) on a batch, under bf16 autocast on CUDA as in training.
+
+    No segment waits for the host: "paper" rows all run their max_segments, so a batch without
+    "act" rows runs max(max_segments) segments with no synchronisation until the caller reads
+    the outputs; with "act" rows the early stop is checked `stop_check_lag` segments late
+    (None: `STOP_CHECK_LAG_CUDA` on CUDA, 0 elsewhere, where reading a flag costs nothing), so a
+    run may hold that many segments past the last stop. Outputs are inference tensors.
 
     Args:
         inputs: int [B, L] token ids on the model's device.
         puzzle_identifiers: int [B].
         max_segments: int [B] (or one int for all), each >= 1: the most segments per example.
-        act: bool [B] (or one bool): "act" mode for that example, else "paper".
+            On the CPU (or an int) its bounds are read without touching the device.
+        act: bool [B] (or one bool): "act" mode for that example, else "paper"; on the CPU (or
+            a bool) it is read without touching the device.
         stop_early: stop once every example has stopped; False runs all max(max_segments)
             segments (evaluation's per-segment curve).
     Raises:
@@ -85,25 +143,36 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
     device = inputs.device
     if batch == 0:
         raise ValueError("run_segments needs at least one example")
-    max_segments = torch.as_tensor(max_segments, dtype=torch.int64, device=device).expand(batch)
-    act = torch.as_tensor(act, dtype=torch.bool, device=device).expand(batch)
-    if int(max_segments.min()) < 1:
-        raise ValueError(f"max_segments must be >= 1, got {max_segments.tolist()}")
+    lowest, most = _bounds(max_segments)
+    if lowest < 1:
+        raise ValueError(f"max_segments must be >= 1, got {lowest}")
+    tracking = _any_act(act)  # "paper" rows stop at their max_segments: nothing to watch
+    stop_early = stop_early and tracking
+    max_segments = torch.as_tensor(max_segments, dtype=torch.int64).to(
+        device, non_blocking=True).expand(batch)
+    act = torch.as_tensor(act, dtype=torch.bool).to(device, non_blocking=True).expand(batch)
+    if stop_check_lag is None:
+        stop_check_lag = STOP_CHECK_LAG_CUDA if device.type == "cuda" else 0
+    flags = _StopFlags(device, stop_check_lag)
     carry = model.initial_carry(batch)
     predictions, q_halts, halts = [], [], []
     stopped = torch.zeros(batch, dtype=torch.bool, device=device)
     used = max_segments.clone()
-    for segment in range(1, int(max_segments.max()) + 1):
+    for segment in range(1, most + 1):
         with autocast(device):
             carry, output = model(carry, inputs, puzzle_identifiers)
         halt = halting_decision(output)
         predictions.append(output.logits.argmax(-1))
         q_halts.append(output.q_halt_logits.float())
         halts.append(halt)
+        if not tracking:
+            continue
         halting = ~stopped & act & halt
-        used = torch.where(halting, torch.full_like(used, segment), used)
+        used = torch.where(halting, segment, used)
         stopped |= halting | (max_segments <= segment)
-        if stop_early and bool(stopped.all()):
-            break
+        if stop_early:
+            flags.push(stopped)
+            if flags.all_stopped():
+                break
     return SegmentRun(predictions=torch.stack(predictions), q_halt_logits=torch.stack(q_halts),
                       halts=torch.stack(halts), segments_used=used)

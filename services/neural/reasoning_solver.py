@@ -73,9 +73,11 @@ def solve_batch(module: nn.Module, inputs: np.ndarray, max_segments: np.ndarray,
     """
     device = next(module.parameters()).device
     tokens = torch.from_numpy(np.ascontiguousarray(inputs)).to(device)
+    # max_segments and act stay on the host: run_segments reads their bounds there and moves
+    # them itself, so no segment waits for the device (see run_segments).
     run = run_segments(module, tokens, torch.zeros(len(inputs), dtype=torch.int32, device=device),
-                       torch.from_numpy(max_segments).to(device),
-                       torch.from_numpy(act).to(device))
+                       torch.from_numpy(np.asarray(max_segments, dtype=np.int64)),
+                       torch.from_numpy(np.asarray(act, dtype=np.bool_)))
     return (run.predictions.transpose(0, 1).cpu().numpy(),
             run.halt_probabilities.transpose(0, 1).cpu().numpy(),
             run.segments_used.cpu().numpy())

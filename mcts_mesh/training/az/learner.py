@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import torch
 from torch.nn import functional as F
 
 from mcts_mesh.training.az.replay import Examples
-from services.neural.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from services.neural.checkpoint import CheckpointError, load_checkpoint, replace_checkpoint
 from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PV, Connect4PVConfig
 
 BEST_FILE = "best.json"
@@ -100,19 +99,10 @@ def generation_dir(run_dir: Path, generation: int) -> Path:
 
 def save_generation(run_dir: Path, generation: int, model: Connect4PV,
                     metadata: dict[str, Any]) -> Path:
-    """Writes `checkpoints/gen-GGGG` atomically (temporary directory, then rename)."""
+    """Writes `checkpoints/gen-GGGG` atomically (`replace_checkpoint`: a temporary directory,
+    then renamed, Ctrl-C held off during the renames)."""
     target = generation_dir(run_dir, generation)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
-        save_checkpoint(temporary, model, ARCHITECTURE, metadata)
-        temporary.chmod(0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        temporary.rename(target)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
+    replace_checkpoint(target, model, ARCHITECTURE, metadata)
     return target
 
 

@@ -6,11 +6,15 @@ sign-SGD for the puzzle embeddings, linear warm-up to a constant learning rate, 
 weights for evaluation and checkpoints in TRM), with the ACT logic in `act.py`.
 
 Per step: halted slots of the batch carry are refilled from `PuzzleStream` (fresh generated
-puzzles, freshly augmented), one segment runs with gradients, the loss is backpropagated, the
-dense gradients clipped by global norm, AdamATan2 and sign-SGD step, and the EMA is updated.
+puzzles, freshly augmented; generated ahead in `data_workers` worker processes, so the step only
+waits for them when they fall behind), one segment runs with gradients, the loss is
+backpropagated, the dense gradients clipped by global norm, AdamATan2 and sign-SGD step, and the
+EMA is updated.
 Metrics per step go to `metrics.jsonl` in the output directory (one JSON object a line, "kind"
 "train" or "eval"); held-out evaluations use the EMA copy; checkpoints (safetensors + JSON via
-`services.neural.checkpoint`) hold the EMA weights. CUDA runs under bf16 autocast; CPU in float32.
+`services.neural.checkpoint`) hold the EMA weights. CUDA runs under bf16 autocast, with the
+examples pinned and copied asynchronously; CPU in float32. A step's metrics reach the host in one
+transfer (one synchronisation with the GPU besides the halted count).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from torch import nn
 from tqdm import tqdm
 
 from libs.puzzles import maze as maze_lib
-from services.neural.checkpoint import load_checkpoint, save_checkpoint
+from services.neural.checkpoint import load_checkpoint, replace_checkpoint
 from services.neural.models import ARCHITECTURES as MODEL_ARCHITECTURES
 from services.neural.models.presets import get_preset
 from services.neural.models.reasoning_layers import count_parameters
@@ -69,6 +73,8 @@ class TrainingSettings:
     ema_warmup: cap the EMA decay at (1 + t) / (10 + t) (`ema.WeightEMA`).
     halt_max_steps / halt_exploration_prob: None takes the model config's. eval_segments: None
     takes halt_max_steps. eval_every: steps between held-out evaluations (0: only at the end).
+    data_workers: processes generating training puzzles ahead of the steps (0: generated inside
+    the step, in this process); the examples are the same for any number (`PuzzleStream`).
     """
 
     steps: int = 1000
@@ -91,6 +97,7 @@ class TrainingSettings:
     eval_batch_size: int = 256
     time_limit_s: float | None = None
     device: str = "cpu"
+    data_workers: int = 0
     progress: bool = True
 
 
@@ -117,19 +124,32 @@ def _split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Par
     return dense, sparse
 
 
-def _step_metrics(halted: torch.Tensor, steps: torch.Tensor, loss: ACTLoss) -> dict[str, float]:
-    """Metrics of the examples that halted this step (as the references report), plus losses."""
-    count = int(halted.sum())
-    metrics = {"loss": float(loss.total.detach()), "token_loss": float(loss.token),
-               "q_halt_loss": float(loss.q_halt), "q_continue_loss": float(loss.q_continue),
-               "halted": count,
-               "batch_cell_accuracy": float(loss.cell_correct.float().mean()),
-               "batch_exact_accuracy": float(loss.sequence_correct.float().mean())}
-    if count:
-        cells = loss.cell_correct[halted].float().mean()
-        metrics.update(cell_accuracy=float(cells),
-                       exact_accuracy=float(loss.sequence_correct[halted].float().mean()),
-                       mean_segments=float(steps[halted].float().mean()))
+_STEP_METRICS = ("loss", "token_loss", "q_halt_loss", "q_continue_loss", "grad_norm",
+                 "batch_cell_accuracy", "batch_exact_accuracy", "halted", "cell_accuracy",
+                 "exact_accuracy", "mean_segments")
+_HALTED_ONLY = ("cell_accuracy", "exact_accuracy", "mean_segments")
+
+
+def _step_metrics(halted: torch.Tensor, steps: torch.Tensor, loss: ACTLoss,
+                  grad_norm: torch.Tensor) -> dict[str, float]:
+    """Losses, the gradient norm, and the metrics of the examples that halted this step (as the
+    references report; left out when none halted), computed on the device and brought to the
+    host in one transfer."""
+    weight = halted.double()
+    count = weight.sum()
+    share = weight / count.clamp_min(1)
+    values = torch.stack([
+        loss.total.detach().double(), loss.token.double(), loss.q_halt.double(),
+        loss.q_continue.double(), grad_norm.detach().double(),
+        loss.cell_correct.double().mean(), loss.sequence_correct.double().mean(), count,
+        (loss.cell_correct.double().mean(-1) * share).sum(),
+        (loss.sequence_correct.double() * share).sum(), (steps.double() * share).sum(),
+    ]).tolist()
+    metrics = dict(zip(_STEP_METRICS, values, strict=True))
+    metrics["halted"] = int(metrics["halted"])
+    if not metrics["halted"]:
+        for name in _HALTED_ONLY:
+            del metrics[name]
     return metrics
 
 
@@ -172,18 +192,32 @@ def train(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
                          f"fit the task (vocab {task.vocab_size}, length {task.seq_len})")
     if settings.batch_size < 1 or settings.steps < 0:
         raise ValueError(f"invalid batch_size {settings.batch_size} or steps {settings.steps}")
+    if settings.data_workers < 0:
+        raise ValueError(f"invalid data_workers {settings.data_workers}")
     device = torch.device(settings.device)
     model.to(device).train()
+    output = Path(output_dir) if output_dir is not None else None
+    if held_out is None:
+        held_out = held_out_set(task, settings.eval_puzzles, settings.seed + 1)
+    stream = PuzzleStream(task, settings.seed, exclude=held_out, workers=settings.data_workers,
+                          pin_memory=device.type == "cuda")
+    try:
+        return _train_loop(model, architecture, task, settings, device, output, held_out,
+                           stream, metadata)
+    finally:
+        stream.close()
+
+
+def _train_loop(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
+                settings: TrainingSettings, device: torch.device, output: Path | None,
+                held_out: PuzzleBatch, stream: PuzzleStream,
+                metadata: dict[str, Any] | None) -> TrainingResult:
+    config = model.config
     halt_max_steps = settings.halt_max_steps or config.halt_max_steps
     exploration = (config.halt_exploration_prob if settings.halt_exploration_prob is None
                    else settings.halt_exploration_prob)
     eval_segments = settings.eval_segments or halt_max_steps
-    output = Path(output_dir) if output_dir is not None else None
     log = _MetricsLog(output / METRICS_FILE if output is not None else None)
-
-    if held_out is None:
-        held_out = held_out_set(task, settings.eval_puzzles, settings.seed + 1)
-    stream = PuzzleStream(task, settings.seed, exclude=held_out)
     generator = torch.Generator(device=device).manual_seed(settings.seed)
 
     dense, sparse = _split_parameters(model)
@@ -207,8 +241,8 @@ def train(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
         if output is None:
             return None
         directory = output / CHECKPOINT_DIR
-        save_checkpoint(directory, evaluated, architecture,
-                        {**run_metadata, "step": step, "metrics": results})
+        replace_checkpoint(directory, evaluated, architecture,
+                           {**run_metadata, "step": step, "metrics": results})
         return directory
 
     # Every row starts halted, so the first segment replaces the whole batch with real puzzles;
@@ -222,50 +256,61 @@ def train(model: nn.Module, architecture: str, task: SudokuTask | MazeTask,
     step = 0
     bar = tqdm(total=settings.steps, desc=f"train {architecture}", unit="step",
                disable=not settings.progress)
-    while step < settings.steps:
-        if settings.time_limit_s is not None and train_seconds >= settings.time_limit_s:
-            break
-        started = time.perf_counter()
-        fresh = stream.take(int(carry.halted.sum())).to(device)
-        carry = replace_halted(model, carry, fresh)
-        lr = warmup_constant(step, settings.lr, settings.warmup_steps)
-        set_learning_rate(optimizer, lr)
-        if sparse_optimizer is not None:
-            set_learning_rate(sparse_optimizer,
-                              warmup_constant(step, settings.puzzle_emb_lr,
-                                              settings.warmup_steps))
-        carry, result = run_segment(model, carry, halt_max_steps, exploration, generator)
-        loss = act_loss(result, carry.batch.labels)
-        optimizer.zero_grad(set_to_none=True)
-        if sparse_optimizer is not None:
-            sparse_optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(dense, settings.grad_clip)
-        optimizer.step()
-        if sparse_optimizer is not None:
-            sparse_optimizer.step()
-        if ema is not None:
-            ema.update(model)
-        step += 1
-        elapsed = time.perf_counter() - started
-        train_seconds += elapsed
-        last = _step_metrics(carry.halted, carry.steps, loss)
-        last.update(lr=lr, grad_norm=float(grad_norm), step_time_s=elapsed)
-        if not math.isfinite(last["loss"]):
-            raise FloatingPointError(f"loss became {last['loss']} at step {step}")
-        log.write({"kind": "train", "step": step, "train_seconds": train_seconds, **last})
-        bar.update(1)
-        bar.set_postfix(loss=f"{last['loss']:.3f}", exact=f"{last.get('exact_accuracy', 0):.2f}")
-        if settings.eval_every and step % settings.eval_every == 0 and step < settings.steps:
-            evaluated = evaluation_model()
-            result_eval = evaluate(evaluated, held_out, eval_segments, "paper",
-                                   settings.eval_batch_size)
-            record = {"kind": "eval", "step": step, "train_seconds": train_seconds,
-                      **result_eval.as_dict()}
-            log.write(record)
-            bar.write(f"step {step}: held-out exact {result_eval.exact_accuracy:.3f} "
-                      f"cell {result_eval.cell_accuracy:.3f}")
-            checkpoint(evaluated, step, {"paper": result_eval.as_dict()})
+    try:
+        while step < settings.steps:
+            if settings.time_limit_s is not None and train_seconds >= settings.time_limit_s:
+                break
+            started = time.perf_counter()
+            waited = stream.wait_seconds
+            fresh = stream.take(int(carry.halted.sum())).to(device, non_blocking=True)
+            data_seconds = stream.wait_seconds - waited
+            carry = replace_halted(model, carry, fresh)
+            lr = warmup_constant(step, settings.lr, settings.warmup_steps)
+            set_learning_rate(optimizer, lr)
+            if sparse_optimizer is not None:
+                set_learning_rate(sparse_optimizer,
+                                  warmup_constant(step, settings.puzzle_emb_lr,
+                                                  settings.warmup_steps))
+            carry, result = run_segment(model, carry, halt_max_steps, exploration, generator)
+            loss = act_loss(result, carry.batch.labels)
+            optimizer.zero_grad(set_to_none=True)
+            if sparse_optimizer is not None:
+                sparse_optimizer.zero_grad(set_to_none=True)
+            loss.total.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(dense, settings.grad_clip)
+            optimizer.step()
+            if sparse_optimizer is not None:
+                sparse_optimizer.step()
+            if ema is not None:
+                ema.update(model)
+            step += 1
+            last = _step_metrics(carry.halted, carry.steps, loss, grad_norm)  # waits for the device
+            elapsed = time.perf_counter() - started
+            train_seconds += elapsed
+            last.update(lr=lr, step_time_s=elapsed, data_wait_s=data_seconds)
+            if not math.isfinite(last["loss"]):
+                raise FloatingPointError(f"loss became {last['loss']} at step {step}")
+            log.write({"kind": "train", "step": step, "train_seconds": train_seconds, **last})
+            bar.update(1)
+            bar.set_postfix(loss=f"{last['loss']:.3f}",
+                            exact=f"{last.get('exact_accuracy', 0):.2f}")
+            if settings.eval_every and step % settings.eval_every == 0 and step < settings.steps:
+                evaluated = evaluation_model()
+                result_eval = evaluate(evaluated, held_out, eval_segments, "paper",
+                                       settings.eval_batch_size)
+                record = {"kind": "eval", "step": step, "train_seconds": train_seconds,
+                          **result_eval.as_dict()}
+                log.write(record)
+                bar.write(f"step {step}: held-out exact {result_eval.exact_accuracy:.3f} "
+                          f"cell {result_eval.cell_accuracy:.3f}")
+                checkpoint(evaluated, step, {"paper": result_eval.as_dict()})
+    except KeyboardInterrupt:
+        # Ctrl-C: the weights so far (EMA when on) become the checkpoint, written atomically,
+        # so the interrupted run leaves a loadable one; then the interrupt goes on.
+        bar.close()
+        checkpoint(evaluation_model(), step, {"interrupted": True,
+                                              "train_seconds": train_seconds})
+        raise
     bar.close()
 
     evaluated = evaluation_model()
@@ -347,7 +392,7 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
                     warmup_steps: int = 100, weight_decay: float = 0.1,
                     ema_rate: float | None = None, eval_segments: int | None = None,
                     device: str = "cpu", progress: bool = True,
-                    task: str | None = None,
+                    task: str | None = None, data_workers: int = 0,
                     init_from: Path | str | None = None) -> dict[str, Any]:
     """Trains preset `preset` of architecture `model` ("trm" or "hrm") on generated puzzles; the
     CLI's `mcts-mesh train trm|hrm --preset ... [--task sudoku|maze]`.
@@ -355,7 +400,8 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
     The task comes from `task_for_preset(preset, task, blanks)`: Sudoku N x N with `blanks`
     blanks, or mazes (`MazeTask`) for a maze preset such as "trm-mlp-cpu-maze9". The held-out set
     is `held_out_set(task, eval_puzzles, seed + 1)` (`mcts-mesh puzzles heldout` writes it).
-    `ema_rate` None means 0.999 for TRM and no EMA for HRM (as the references). Writes
+    `ema_rate` None means 0.999 for TRM and no EMA for HRM (as the references). `data_workers`
+    processes generate the training puzzles ahead of the steps (`TrainingSettings`). Writes
     `output_dir/metrics.jsonl` and the checkpoint `output_dir/checkpoint/`. Returns a JSON-ready
     summary: steps, train_seconds, checkpoint, metrics_file, parameters, task, and the final
     held-out evaluations ("paper" and "act", each with exact_by_segment and segment_gain); for
@@ -383,7 +429,8 @@ def train_reasoning(model: str, preset: str, output_dir: Path | str, steps: int 
                        lr=lr, puzzle_emb_lr=lr, warmup_steps=warmup_steps,
                        weight_decay=weight_decay, ema_rate=ema_rate, eval_every=eval_every,
                        eval_puzzles=eval_puzzles, eval_segments=eval_segments,
-                       time_limit_s=time_limit_s, device=device, progress=progress)
+                       time_limit_s=time_limit_s, device=device, progress=progress,
+                       data_workers=data_workers)
     torch.manual_seed(seed)
     network = MODEL_ARCHITECTURES[model].model_type(chosen.config)
     metadata: dict[str, Any] = {"preset": preset}

@@ -1,5 +1,6 @@
 """Training data for HRM and TRM: token encodings of Sudoku grids and mazes, an endless seeded
-stream of generated puzzles with on-the-fly augmentation, and a fixed held-out set.
+stream of generated puzzles with on-the-fly augmentation (generated in worker processes when
+asked, so that the training step does not wait for the generator), and a fixed held-out set.
 
 Token layouts follow the reference dataset builders (sapientinc/HRM
 `dataset/build_sudoku_dataset.py` and `dataset/build_maze_dataset.py`), where id 0 is padding:
@@ -15,10 +16,14 @@ puzzle identifiers int32 [B] (all 0: generated Sudoku and mazes share one identi
 
 from __future__ import annotations
 
+import itertools
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from libs.puzzles import maze as maze_lib
 from libs.puzzles import sudoku as sudoku_lib
@@ -65,9 +70,11 @@ class PuzzleBatch:
     def __len__(self) -> int:
         return self.inputs.shape[0]
 
-    def to(self, device: torch.device | str) -> PuzzleBatch:
-        return PuzzleBatch(self.inputs.to(device), self.labels.to(device),
-                           self.puzzle_identifiers.to(device))
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> PuzzleBatch:
+        """The batch on `device`; `non_blocking` copies asynchronously from pinned memory."""
+        return PuzzleBatch(self.inputs.to(device, non_blocking=non_blocking),
+                           self.labels.to(device, non_blocking=non_blocking),
+                           self.puzzle_identifiers.to(device, non_blocking=non_blocking))
 
     def slice(self, start: int, stop: int) -> PuzzleBatch:
         return PuzzleBatch(self.inputs[start:stop], self.labels[start:stop],
@@ -197,33 +204,132 @@ def held_out_set(task: Task, count: int, seed: int) -> PuzzleBatch:
     return _batch(inputs, labels, task.seq_len)
 
 
-class PuzzleStream:
-    """An endless seeded stream of fresh training examples: each one a newly generated puzzle
-    under a fresh random augmentation. Puzzles whose inputs appear in `exclude` (the held-out
-    set) are skipped, so evaluation never sees a training puzzle; `take` raises ValueError when
-    `MAX_FRUITLESS_DRAWS` draws in a row are all held out.
+CHUNK_SIZE = 32
+"""Examples per generated chunk: the unit a worker generates and hands over."""
+PREFETCH_CHUNKS = 4
+"""Chunks each worker may have ready ahead of the trainer (the queue's bound per worker)."""
 
-    `take(k)` returns the next k examples as a `PuzzleBatch`; the sequence depends only on `seed`.
+
+class PuzzleChunks(IterableDataset):
+    """The stream's examples cut into chunks; chunk i holds `chunk_size` examples drawn with the
+    generator `np.random.default_rng([seed, 0, i])`, each a freshly generated puzzle under a
+    fresh random augmentation, skipping puzzles whose inputs are in `excluded`.
+
+    Iterated in the main process it yields chunks 0, 1, 2, ...; in worker w of a W-worker
+    `DataLoader` it yields chunks w, w + W, w + 2W, ..., and the loader returns its workers'
+    chunks round-robin, so the order is 0, 1, 2, ... whatever the number of workers. A chunk is
+    (inputs int32 [C, L], labels int64 [C, L]).
     """
 
-    def __init__(self, task: Task, seed: int, exclude: PuzzleBatch | None = None) -> None:
+    def __init__(self, task: Task, seed: int, excluded: frozenset[bytes],
+                 chunk_size: int = CHUNK_SIZE) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.task = task
-        self.rng = np.random.default_rng([seed, 0])
-        self.excluded: set[bytes] = set()
-        if exclude is not None:
-            self.excluded = {row.astype(np.int32).tobytes() for row in exclude.inputs.numpy()}
-        self.generated = 0
+        self.seed = seed
+        self.excluded = excluded
+        self.chunk_size = chunk_size
 
-    def _next(self) -> tuple[np.ndarray, np.ndarray]:
+    def chunk(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Chunk `index` (the same for the same seed, task and exclusions).
+
+        Raises:
+            ValueError: `MAX_FRUITLESS_DRAWS` draws in a row were all held out.
+        """
+        rng = np.random.default_rng([self.seed, 0, index])
+        pairs = [self._draw(rng) for _ in range(self.chunk_size)]
+        batch = _batch([p for p, _ in pairs], [s for _, s in pairs], self.task.seq_len)
+        return batch.inputs, batch.labels
+
+    def _draw(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         for _ in range(MAX_FRUITLESS_DRAWS):
-            puzzle, solution = self.task.generate(self.rng)
-            puzzle, solution = self.task.augment(puzzle, solution, self.rng)
+            puzzle, solution = self.task.generate(rng)
+            puzzle, solution = self.task.augment(puzzle, solution, rng)
             if puzzle.astype(np.int32).tobytes() not in self.excluded:
-                self.generated += 1
                 return puzzle, solution
         raise ValueError(f"{self.task}: {MAX_FRUITLESS_DRAWS} generated puzzles in a row were "
                          f"all held out; the held-out set leaves nothing to train on")
 
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        worker = get_worker_info()
+        first, step = (0, 1) if worker is None else (worker.id, worker.num_workers)
+        for index in itertools.count(first, step):
+            yield self.chunk(index)
+
+
+class PuzzleStream:
+    """An endless seeded stream of fresh training examples (`PuzzleChunks` in order). Puzzles
+    whose inputs appear in `exclude` (the held-out set) are skipped, so evaluation never sees a
+    training puzzle; `take` raises ValueError when `MAX_FRUITLESS_DRAWS` draws in a row are all
+    held out.
+
+    `workers` > 0 generates in that many worker processes of a torch `DataLoader`, each keeping
+    up to `prefetch_chunks` chunks ready (a bounded queue), so `take` only waits when the
+    generators fall behind; `workers` = 0 generates inside `take`. The examples are the same
+    for any number of workers: they depend only on `seed` (and the task and exclusions).
+    `pin_memory` (for CUDA) returns page-locked tensors that `PuzzleBatch.to(device,
+    non_blocking=True)` copies asynchronously.
+
+    `take(k)` returns the next k examples as a `PuzzleBatch`; `generated` counts the examples
+    taken; `wait_seconds` sums the seconds `take` spent waiting for (or, without workers,
+    generating) chunks. `close()` stops the workers.
+    """
+
+    def __init__(self, task: Task, seed: int, exclude: PuzzleBatch | None = None,
+                 workers: int = 0, chunk_size: int = CHUNK_SIZE,
+                 prefetch_chunks: int = PREFETCH_CHUNKS, pin_memory: bool = False) -> None:
+        if workers < 0 or prefetch_chunks < 1:
+            raise ValueError(f"invalid workers {workers} or prefetch_chunks {prefetch_chunks}")
+        self.task = task
+        excluded: frozenset[bytes] = frozenset()
+        if exclude is not None:
+            excluded = frozenset(row.astype(np.int32).tobytes()
+                                 for row in exclude.inputs.numpy())
+        self.chunks = PuzzleChunks(task, seed, excluded, chunk_size)
+        self.workers = workers
+        self.pin_memory = pin_memory
+        # Spawned, not forked: a fork of a process holding threads (JAX's, gRPC's) can deadlock.
+        loader = DataLoader(self.chunks, batch_size=None, num_workers=workers,
+                            prefetch_factor=prefetch_chunks if workers else None,
+                            multiprocessing_context="spawn" if workers else None)
+        self._iterator: Iterator[tuple[torch.Tensor, torch.Tensor]] | None = iter(loader)
+        self._inputs = torch.zeros(0, task.seq_len, dtype=torch.int32)
+        self._labels = torch.zeros(0, task.seq_len, dtype=torch.int64)
+        self.generated = 0
+        self.wait_seconds = 0.0
+
     def take(self, count: int) -> PuzzleBatch:
-        pairs = [self._next() for _ in range(count)]
-        return _batch([p for p, _ in pairs], [s for _, s in pairs], self.task.seq_len)
+        """The next `count` examples. Raises ValueError (see the class) or RuntimeError after
+        `close()`."""
+        if self._iterator is None:
+            raise RuntimeError("the puzzle stream is closed")
+        inputs, labels = [self._inputs], [self._labels]
+        ready = len(self._inputs)
+        if ready < count:
+            started = time.perf_counter()
+            while ready < count:
+                chunk_inputs, chunk_labels = next(self._iterator)
+                inputs.append(chunk_inputs)
+                labels.append(chunk_labels)
+                ready += len(chunk_inputs)
+            self.wait_seconds += time.perf_counter() - started
+        if len(inputs) > 1:
+            self._inputs, self._labels = torch.cat(inputs), torch.cat(labels)
+        taken_inputs, self._inputs = self._inputs[:count], self._inputs[count:]
+        taken_labels, self._labels = self._labels[:count], self._labels[count:]
+        self.generated += count
+        batch = PuzzleBatch(taken_inputs, taken_labels, torch.zeros(count, dtype=torch.int32))
+        if self.pin_memory:
+            batch = PuzzleBatch(*(field.pin_memory() for field in (
+                batch.inputs, batch.labels, batch.puzzle_identifiers)))
+        return batch
+
+    def close(self) -> None:
+        """Stops the worker processes (dropping the loader's iterator shuts them down)."""
+        self._iterator = None
+
+    def __enter__(self) -> PuzzleStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -76,27 +76,25 @@ def evaluate(model: nn.Module, data: PuzzleBatch, segments: int, mode: str = "pa
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    exact_by_segment = torch.zeros(segments, dtype=torch.float64)
-    cell_by_segment = torch.zeros(segments, dtype=torch.float64)
-    exact = cells = changed_right = changed_total = used_segments = 0.0
-    valid_total = 0
+    # Counts stay on the device and come back in one transfer at the end (float64: exact).
+    exact_by_segment = torch.zeros(segments, dtype=torch.float64, device=device)
+    cell_by_segment = torch.zeros(segments, dtype=torch.float64, device=device)
+    totals = torch.zeros(6, dtype=torch.float64, device=device)
     for start in range(0, len(data), batch_size):
         chunk = data.slice(start, start + batch_size).to(device)
         valid = chunk.labels != IGNORE_LABEL_ID
+        valid_count = valid.sum(-1)
         changed = valid & (chunk.labels != chunk.inputs.long())
         run = run_segments(model, chunk.inputs, chunk.puzzle_identifiers, segments,
                            act=mode == "act", stop_early=False)
-        for segment, prediction in enumerate(run.predictions):
-            right = valid & (prediction == chunk.labels)
-            exact_by_segment[segment] += (right.sum(-1) == valid.sum(-1)).sum().item()
-            cell_by_segment[segment] += right.sum().item()
+        right_by_segment = valid & (run.predictions == chunk.labels)  # [S, B, L]
+        exact_by_segment += (right_by_segment.sum(-1) == valid_count).sum(-1)
+        cell_by_segment += right_by_segment.sum((-2, -1))
         right = valid & (run.answers == chunk.labels)
-        exact += (right.sum(-1) == valid.sum(-1)).sum().item()
-        cells += right.sum().item()
-        changed_right += (right & changed).sum().item()
-        changed_total += changed.sum().item()
-        valid_total += int(valid.sum())
-        used_segments += run.segments_used.sum().item()
+        totals += torch.stack([(right.sum(-1) == valid_count).sum(), right.sum(),
+                               (right & changed).sum(), changed.sum(), valid.sum(),
+                               run.segments_used.sum()]).double()
+    exact, cells, changed_right, changed_total, valid_total, used_segments = totals.tolist()
     model.train(was_training)
     count = len(data)
     return Evaluation(
@@ -105,4 +103,4 @@ def evaluate(model: nn.Module, data: PuzzleBatch, segments: int, mode: str = "pa
         changed_cell_accuracy=changed_right / max(changed_total, 1),
         mean_segments=used_segments / count,
         exact_by_segment=(exact_by_segment / count).tolist(),
-        cell_by_segment=(cell_by_segment / max(valid_total, 1)).tolist())
+        cell_by_segment=(cell_by_segment / max(valid_total, 1.0)).tolist())

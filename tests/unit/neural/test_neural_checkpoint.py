@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from services.neural.checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
     load_checkpoint,
+    replace_checkpoint,
     save_checkpoint,
 )
 from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PVConfig, predict
@@ -166,3 +168,55 @@ def test_refuses_weights_with_nan(saved, tiny_model):
     _rewrite_config(directory, lambda d: d["weights"].update(sha256=digest))
     with pytest.raises(CheckpointError, match=f"{name}.*NaN"):
         load_checkpoint(directory)
+
+
+@pytest.mark.parametrize("interrupt_after", [0, 1])
+def test_an_interrupted_replacement_leaves_the_previous_checkpoint(saved, tiny_model,
+                                                                   monkeypatch, interrupt_after):
+    """Ctrl-C while the weights (0) or the config (1) of the new checkpoint is being written."""
+    from services.neural import checkpoint as module
+
+    directory, version = saved
+    with torch.no_grad():
+        for parameter in tiny_model.parameters():
+            parameter.add_(1.0)
+    real = module._write_atomically
+    calls = []
+
+    def interrupted(path, write):
+        if len(calls) == interrupt_after:
+            raise KeyboardInterrupt
+        calls.append(path)
+        real(path, write)
+
+    monkeypatch.setattr(module, "_write_atomically", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        replace_checkpoint(directory, tiny_model, ARCHITECTURE, {"games": 4})
+    monkeypatch.undo()
+    assert load_checkpoint(directory).version == version
+    assert sorted(p.name for p in directory.parent.iterdir()) == [directory.name]
+    new_version = replace_checkpoint(directory, tiny_model, ARCHITECTURE, {"games": 4})
+    loaded = load_checkpoint(directory)
+    assert loaded.version == new_version != version and loaded.metadata == {"games": 4}
+    assert sorted(p.name for p in directory.parent.iterdir()) == [directory.name]
+
+
+def test_ctrl_c_during_the_swap_waits_for_it_to_finish(saved, tiny_model, monkeypatch):
+    import os
+    import signal
+
+    from services.neural import checkpoint as module
+
+    directory, _ = saved
+    real_rename = Path.rename
+
+    def rename_with_a_signal(self, target):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives between the two renames
+        return real_rename(self, target)
+
+    monkeypatch.setattr(module.Path, "rename", rename_with_a_signal)
+    with pytest.raises(KeyboardInterrupt):
+        replace_checkpoint(directory, tiny_model, ARCHITECTURE, {"games": 5})
+    monkeypatch.undo()
+    assert load_checkpoint(directory).metadata == {"games": 5}  # the swap completed first
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

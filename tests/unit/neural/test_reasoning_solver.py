@@ -446,3 +446,73 @@ def test_run_segments_refuses_an_empty_batch_or_no_segments():
     with pytest.raises(ValueError):
         run_segments(model, torch.ones(1, 36, dtype=torch.int32),
                      torch.zeros(1, dtype=torch.int32), 0, False)
+
+
+class CountingModel(torch.nn.Module):
+    """A fake reasoning model whose answers are obvious: the carry counts segments, every cell
+    predicts that count, and a row halts (q_halt > 0) from the segment given by its first token."""
+
+    config = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+
+    def initial_carry(self, batch: int) -> torch.Tensor:
+        return torch.zeros(batch)
+
+    def forward(self, carry, inputs, puzzle_identifiers):
+        from types import SimpleNamespace
+
+        carry = carry + 1
+        logits = torch.nn.functional.one_hot(carry.long(), 16).float()
+        logits = logits[:, None, :].expand(len(inputs), inputs.shape[1], 16)
+        return carry, SimpleNamespace(logits=logits,
+                                      q_halt_logits=carry - inputs[:, 0].float() + 0.5)
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the tensor operations that copy a value to the host (a sync on a GPU)."""
+
+    READS = {"__bool__", "__int__", "__float__", "__index__", "item", "tolist", "cpu", "numpy"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.READS:
+            self.reads.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_paper_batch_reads_nothing_back_until_the_end():
+    inputs = torch.tensor([[2, 1], [3, 1], [5, 1]], dtype=torch.int32)
+    with HostReads() as counter:
+        run = run_segments(CountingModel(), inputs, torch.zeros(3, dtype=torch.int32), 8, False)
+    assert counter.reads == []
+    assert run.predictions.shape == (8, 3, 2) and run.segments_used.tolist() == [8, 8, 8]
+    assert run.answers[:, 0].tolist() == [8, 8, 8]
+
+
+@pytest.mark.parametrize("lag", [0, 1, 2])
+def test_a_late_stop_check_gives_the_same_answers_and_at_most_lag_more_segments(lag):
+    inputs = torch.tensor([[2, 1], [3, 1], [5, 1]], dtype=torch.int32)
+    ids = torch.zeros(3, dtype=torch.int32)
+    with HostReads() as counter:
+        run = run_segments(CountingModel(), inputs, ids, torch.tensor([8, 8, 4]),
+                           torch.tensor([True, True, True]), stop_check_lag=lag)
+    assert run.segments_used.tolist() == [2, 3, 4]  # the last row stops at its max_segments
+    assert run.answers[:, 0].tolist() == [2, 3, 4]
+    assert run.predictions.shape[0] == 4 + lag
+    # bounds and "any act row" read from the host tensors, then each segment's flag `lag`
+    # segments later (none is read for the last `lag` segments run)
+    assert counter.reads.count("tolist") == 1
+    assert counter.reads.count("__bool__") == 1 + run.predictions.shape[0] - lag
+    full = run_segments(CountingModel(), inputs, ids, torch.tensor([8, 8, 4]),
+                        torch.tensor([True, True, True]), stop_early=False)
+    assert full.predictions.shape[0] == 8 and full.segments_used.tolist() == [2, 3, 4]
+    mixed = run_segments(CountingModel(), inputs, ids, 6, torch.tensor([True, False, True]),
+                         stop_check_lag=lag)
+    assert mixed.segments_used.tolist() == [2, 6, 5]

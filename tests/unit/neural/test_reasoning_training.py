@@ -194,6 +194,48 @@ def test_sudoku_tokens_round_trip_and_stream_is_seeded_augmented_and_disjoint():
         assert sudoku_lib.check_solution(grid, answer).valid
 
 
+def test_worker_processes_generate_the_same_stream_as_the_training_process():
+    task = SudokuTask(size=4, blanks=4)
+    held = held_out_set(task, 30, seed=7)
+    sizes = [5, 0, 23, 1, 40]  # across chunk boundaries (chunks of 8)
+    with PuzzleStream(task, 2, held, workers=0, chunk_size=8) as inline, \
+            PuzzleStream(task, 2, held, workers=2, chunk_size=8, prefetch_chunks=2) as pooled:
+        for size in sizes:
+            mine, theirs = inline.take(size), pooled.take(size)
+            assert len(mine) == size
+            assert torch.equal(mine.inputs, theirs.inputs)
+            assert torch.equal(mine.labels, theirs.labels)
+            assert mine.inputs.dtype == torch.int32 and mine.labels.dtype == torch.int64
+        assert inline.generated == pooled.generated == sum(sizes)
+    held_rows = {bytes(row.numpy().tobytes()) for row in held.inputs}
+    assert not held_rows & {bytes(row.numpy().tobytes()) for row in mine.inputs}
+    with pytest.raises(RuntimeError, match="closed"):
+        pooled.take(1)
+    other = PuzzleStream(task, 3, held, chunk_size=8).take(40)
+    assert not torch.equal(other.inputs, mine.inputs)  # the seed matters
+
+
+def test_a_worker_error_reaches_the_trainer():
+    task = MazeTask(rows=1, cols=2, min_path_length=1)
+    with PuzzleStream(task, seed=0, exclude=held_out_set(task, 2, 0), workers=1) as stream:
+        with pytest.raises(ValueError, match="all held out"):
+            stream.take(1)
+
+
+def test_training_with_data_workers_equals_training_without():
+    def run(workers: int) -> tuple[dict, dict]:
+        settings = replace(SETTINGS, steps=4, batch_size=8, eval_every=0, eval_puzzles=10,
+                           ema_rate=None, data_workers=workers)
+        result = train(tiny_trm(), "trm", TASK, settings, None)
+        metrics = dict(result.last_metrics)
+        del metrics["step_time_s"], metrics["data_wait_s"]
+        return metrics, result.paper.as_dict()
+
+    inline, pooled = run(0), run(2)
+    assert inline == pooled
+    assert inline[0]["loss"] > 0 and inline[0]["halted"] >= 0
+
+
 # --- ACT carry and losses ------------------------------------------------------------------
 
 
@@ -464,3 +506,23 @@ def test_a_task_with_too_few_distinct_puzzles_is_refused_not_looped_on():
     with pytest.raises(ValueError, match="all held out"):
         stream.take(1)
     assert len(everything) == 20
+
+
+def test_ctrl_c_during_training_leaves_a_loadable_checkpoint(tmp_path, monkeypatch):
+    from services.neural.training import reasoning
+
+    real, calls = reasoning.run_segment, []
+
+    def interrupted_at_the_third_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reasoning, "run_segment", interrupted_at_the_third_step)
+    settings = replace(SETTINGS, steps=10, batch_size=4, eval_every=0, eval_puzzles=10)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_trm(), "trm", TASK, settings, tmp_path)
+    loaded = load_checkpoint(tmp_path / "checkpoint")
+    assert loaded.metadata["step"] == 2 and loaded.metadata["metrics"]["interrupted"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "metrics.jsonl"]

@@ -18,6 +18,7 @@ from mcts_mesh.training.az.settings import AZSettings
 from mcts_mesh.training.device import resolve_device
 from services.neural.checkpoint import CheckpointError, save_checkpoint
 from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
+from services.neural.models.trm import TRM, TRMConfig
 
 
 @pytest.fixture(autouse=True)
@@ -140,6 +141,11 @@ def test_a_checkpoint_of_another_architecture_or_size_is_refused_by_name(tmp_pat
     save_checkpoint(tmp_path / "other", Connect4PV(Connect4PVConfig(16, 1, 8)), "connect4_pv")
     with pytest.raises(CheckpointError, match="other/config.json.*network"):
         learner.load_generation(tmp_path / "other", network, "cpu")
+    reasoning = TRM(TRMConfig(vocab_size=8, seq_len=36, hidden_size=16, num_heads=2, layers=1,
+                              puzzle_emb_ndim=16, puzzle_emb_len=1))
+    save_checkpoint(tmp_path / "trm", reasoning, "trm")
+    with pytest.raises(CheckpointError, match="trm/config.json.*architecture 'trm'"):
+        learner.load_generation(tmp_path / "trm", network, "cpu")
     model = learner.new_model(network, 0, "cpu")
     path = learner.save_generation(tmp_path, 1, model, {"history": []})
     loaded, _ = learner.load_generation(path, network, "cpu")
