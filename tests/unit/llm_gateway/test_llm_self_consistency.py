@@ -38,7 +38,8 @@ PRICES = {"llama3.2": (1000.0, 2000.0)}
 """USD per million tokens: one scripted draft (42 + 7 tokens) costs 0.042 + 0.014 = $0.056."""
 DRAFT_TOKENS = 49
 DRAFT_COST = 0.056
-PASSAGE = Passage("d1", "Arithmetic", "Six sevens are forty-two.", 0.7, "a.txt")
+PASSAGE = Passage("d1", "Arithmetic", "Six sevens are forty-two.", 0.7, "a.txt",
+                  cosine_similarity=0.7)
 
 
 class Retrieval:

@@ -45,7 +45,8 @@ class Retrieval:
     async def __call__(self, problem, timeout_s: float) -> tuple[Passage, ...]:
         self.queries.append(problem.query)
         number = len(self.queries)
-        return (Passage(f"d{number}", "Apples", f"Passage {number}.", 0.5, "a.txt"),)
+        return (Passage(f"d{number}", "Apples", f"Passage {number}.", 0.5, "a.txt",
+                        cosine_similarity=0.5),)
 
 
 class FakeContext:
