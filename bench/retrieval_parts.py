@@ -186,16 +186,19 @@ def query_parts(embedder: OnnxEmbedder, store_dir: str, claims: list[str], targe
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def start_service(data_dir: str, work: Path) -> tuple[subprocess.Popen, str]:
-    """A retrieval service on a free port over `data_dir` (as the mesh starts it)."""
+def start_service(data_dir: str, work: Path, extra_env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """A retrieval service on a free port over `data_dir` (as the mesh starts it), with
+    `extra_env` added to its environment and run from `cwd` (`bench/retrieval_query.py` runs
+    another source tree that way). Returns the process and its gRPC target."""
     port_file = work / "retrieval.json"
     env = {**os.environ, "RETRIEVAL_DATA_DIR": data_dir, "RETRIEVAL_PORT": "0",
            "RETRIEVAL_METRICS_PORT": "0", "RETRIEVAL_DEFAULT_COLLECTION": COLLECTION,
-           "HF_HUB_OFFLINE": "1"}
+           "HF_HUB_OFFLINE": "1", **(extra_env or {})}
     log = (work / "retrieval.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "mcts_mesh.cli", "serve", "retrieval", "--port-file",
-         str(port_file)], env=env, stdout=log, stderr=subprocess.STDOUT)
+         str(port_file)], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while not port_file.exists():
         if process.poll() is not None or time.monotonic() > deadline:

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import grpc
+import retrieval_parts
 from mesh.common.v1 import common_pb2
 from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
@@ -74,26 +75,10 @@ def build_store(data: Path, documents: int | None, directory: Path) -> None:
 
 def start_service(code: Path, store: Path, work: Path) -> tuple[subprocess.Popen, str]:
     """`mcts-mesh serve retrieval` run from the source tree `code` over `store`."""
-    port_file = work / "port.json"
-    env = {**os.environ, "RETRIEVAL_DATA_DIR": str(store), "RETRIEVAL_PORT": "0",
-           "RETRIEVAL_METRICS_PORT": "0", "RETRIEVAL_DEFAULT_COLLECTION": COLLECTION,
-           "RETRIEVAL_ONNX_PATH": str(RetrievalSettings().onnx_path.resolve()),
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(code)}
-    log = (work / "service.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mcts_mesh.cli", "serve", "retrieval", "--port-file",
-         str(port_file)], cwd=code, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while not port_file.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"retrieval did not start: {(work / 'service.log').read_text()}")
-        time.sleep(0.2)
-    ports = json.loads(port_file.read_text())
-    if "grpc" not in ports:
-        process.kill()
-        raise RuntimeError(f"retrieval did not start: {ports}")
-    return process, f"127.0.0.1:{ports['grpc']}"
+    return retrieval_parts.start_service(
+        str(store), work, cwd=code,
+        extra_env={"RETRIEVAL_ONNX_PATH": str(RetrievalSettings().onnx_path.resolve()),
+                   "PYTHONPATH": str(code)})
 
 
 def main() -> None:
