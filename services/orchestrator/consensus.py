@@ -25,7 +25,7 @@ import enum
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -90,6 +90,9 @@ class Round:
         context: what the context agents found (retrieved passages), empty for games.
         candidates: for a verifier only: the proposers' new answers to check, `(agent, answer)`
             in the order the agents were routed.
+        earlier: each agent's latest proposal from the earlier iterations of this run (empty in
+            the first); an anytime agent continues from its own (the search adds simulations to
+            reach this round's `simulations` in all, instead of starting again).
     """
 
     problem: Any
@@ -99,6 +102,7 @@ class Round:
     deadline: float
     context: tuple = ()
     candidates: tuple[tuple[AgentName, str], ...] = ()
+    earlier: Mapping[AgentName, Proposal] = field(default_factory=dict)
 
     def remaining_s(self) -> float:
         """Seconds left before `deadline` (0 when passed)."""
@@ -432,7 +436,8 @@ class ConsensusLoop(Generic[AnswerT]):
                candidates: tuple[tuple[AgentName, str], ...] = ()) -> Round:
         return Round(problem=problem, iteration=run.iteration, simulations=run.simulations,
                      seed=(run.budget.seed + run.iteration - 1) % (1 << 64),
-                     deadline=run.budget.deadline, context=run.context, candidates=candidates)
+                     deadline=run.budget.deadline, context=run.context, candidates=candidates,
+                     earlier=dict(run.proposals))
 
     async def _retrieve(self, problem: Any, run: _Run) -> None:
         """Runs every context agent once; their failures end the request (raised as they are)."""

@@ -1,7 +1,13 @@
 """The MCTS agent: a client of mesh.mcts.v1.MctsService.Search (UCT with random rollouts).
 
-Its confidence is the visit share of the best column; a later round searches again with more
-simulations (the loop doubles them), so it is `repeatable`.
+Its confidence is the visit share of the best column. It is `repeatable`: the loop doubles the
+round's simulations each iteration, and a later round continues the agent's earlier search rather
+than starting again. It runs only the simulations still missing (4,000 in all at iteration 2 is
+2,000 new ones), with the round's own seed, and merges the new tree with the earlier ones at the
+root by summing each column's visits and values. This is root parallelisation spread over the
+rounds (Chaslot, Winands & van den Herik 2008, "Parallel Monte-Carlo Tree Search", section 3.1;
+the mcts service merges its root-parallel trees the same way). On a round that the cap on
+simulations keeps at the earlier total, it runs that many again.
 """
 
 from __future__ import annotations
@@ -43,24 +49,88 @@ class MctsAgent:
         timeout = min(self._deadline_s, round_.remaining_s())
         if timeout <= 0:
             raise DeadlineExceeded("mcts: no time left for a search")
+        earlier = _earlier_statistics(round_)
+        done = earlier.simulations if earlier is not None else 0
+        simulations = round_.simulations - done
+        if simulations < 1:  # the cap on simulations stopped the doubling: search as much again
+            simulations = round_.simulations
         request = mcts_service_pb2.SearchRequest(
             game=mcts_service_pb2.GAME_CONNECT_FOUR,
             connect_four=common_pb2.ConnectFourPosition(moves=problem.position.moves),
-            simulations=round_.simulations,
+            simulations=simulations,
             seed=round_.seed,
         )
         try:
             response = await self._stub.Search(request, timeout=timeout)
         except grpc.aio.AioRpcError as error:
             raise propagate(error, "mcts") from error
-        answer = str(response.best_action)
-        if answer not in problem.legal_answers():
+        if str(response.best_action) not in problem.legal_answers():
             raise Unavailable(f"mcts proposed column {response.best_action}, which is not "
                               f"playable in {problem.position.moves!r}")
         statistics = response.statistics
+        best_action = response.best_action
+        if earlier is not None:
+            statistics = merge_at_root(earlier, statistics)
+            best_action = most_visited(statistics)
         visits = {action.action: action.visits for action in statistics.actions}
         total = sum(visits.values())
-        best = visits.get(response.best_action, 0)
+        best = visits.get(best_action, 0)
         confidence = best / total if total > 0 else 0.0
-        return Proposal(answer, confidence, f"visits {best}/{total}",
+        return Proposal(str(best_action), confidence, f"visits {best}/{total}",
                         value=float(statistics.root_value), detail=statistics)
+
+
+def _earlier_statistics(round_: Round) -> common_pb2.SearchStatistics | None:
+    """This agent's search statistics from the run's earlier iterations, if it answered one."""
+    earlier = round_.earlier.get(AgentName.MCTS)
+    if earlier is None or not isinstance(earlier.detail, common_pb2.SearchStatistics):
+        return None
+    return earlier.detail
+
+
+def merge_at_root(first: common_pb2.SearchStatistics, second: common_pb2.SearchStatistics
+                  ) -> common_pb2.SearchStatistics:
+    """Two independent searches of one position as one: each column's visits summed and its value
+    averaged weighted by visits (root parallelisation; see the module docstring).
+
+    Counts and times add up (simulations, tree size, elapsed ms, evaluations, ...), the depth is
+    the deeper one's, the root value is the visit-weighted mean, `seed` is the first search's, and
+    `simulations_per_second` is the total simulations over the total elapsed time.
+    """
+    merged = common_pb2.SearchStatistics()
+    for name in _SUMMED:
+        setattr(merged, name, getattr(first, name) + getattr(second, name))
+    merged.max_depth = max(first.max_depth, second.max_depth)
+    merged.threads = max(first.threads, second.threads)
+    merged.tree_full = first.tree_full or second.tree_full
+    merged.seed = first.seed
+    if merged.elapsed_ms > 0:
+        merged.simulations_per_second = merged.simulations / (merged.elapsed_ms / 1e3)
+    merged.root_value = _weighted(first.root_value, first.simulations, second.root_value,
+                                  second.simulations)
+    columns: dict[int, list[common_pb2.ActionStatistics]] = {}
+    for action in (*first.actions, *second.actions):
+        columns.setdefault(action.action, []).append(action)
+    for column in sorted(columns):
+        parts = columns[column]
+        visits = sum(part.visits for part in parts)
+        value = sum(part.value * part.visits for part in parts) / visits if visits else 0.0
+        merged.actions.add(action=column, visits=visits, value=value, prior=parts[-1].prior)
+    return merged
+
+
+def most_visited(statistics: common_pb2.SearchStatistics) -> int:
+    """The column with the most visits; among equals the higher value, then the lower column."""
+    best = max(statistics.actions, key=lambda a: (a.visits, a.value, -a.action))
+    return best.action
+
+
+def _weighted(a: float, weight_a: int, b: float, weight_b: int) -> float:
+    total = weight_a + weight_b
+    return (a * weight_a + b * weight_b) / total if total > 0 else 0.0
+
+
+_SUMMED = ("simulations", "tree_size", "elapsed_ms", "collisions", "evaluations", "batches",
+           "batch_selection_ms", "evaluation_ms", "batch_backup_ms", "transposition_hits",
+           "selection_ms", "expansion_ms", "rollout_ms", "backup_ms", "wait_ms",
+           "timed_simulations")

@@ -179,16 +179,22 @@ async def test_connect_four_solve_returns_a_legal_move_with_votes_and_statistics
                                                    "synthesize"}
 
 
-async def test_disagreement_iterates_mcts_with_more_simulations(mesh):
+async def test_disagreement_continues_the_search_to_double_the_simulations(mesh):
     # Column 4 is full: mcts falls back to column 1, the network's argmax over legal columns is
-    # column 3 (ties broken to the centre), so they disagree and mcts searches again.
+    # column 3 (ties broken to the centre), so they disagree and mcts searches again: 200 and then
+    # 400 simulations in all, each later round adding only the missing ones with its own seed.
     moves = "444444"
-    response = await mesh.stub.SolveProblem(solve_request(moves, simulations=100,
+    response = await mesh.stub.SolveProblem(solve_request(moves, simulations=100, seed=7,
                                                           max_iterations=3), timeout=30)
     assert str(response.connect_four.column) in {"1", "3"}
     assert response.iterations == 3 and not response.consensus_reached
-    sims = [r.simulations for r in mesh.fakes["mcts"].requests]
-    assert sims == [100, 200, 400]
+    requests = mesh.fakes["mcts"].requests
+    assert [r.simulations for r in requests] == [100, 100, 200]
+    assert [r.seed for r in requests] == [7, 8, 9]
+    statistics = response.search_statistics
+    assert statistics.simulations == 400 and statistics.seed == 7
+    visits = {a.action: a.visits for a in statistics.actions}
+    assert sum(visits.values()) == 400 and visits[1] == 60 + 60 + 120
 
 
 async def test_checker_solves_a_position_near_the_end(mesh):
