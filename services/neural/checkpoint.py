@@ -246,7 +246,11 @@ def load_checkpoint(directory: Path | str, device: str = "cpu") -> Checkpoint:
     for key, tensor in state.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"{weights}: tensor {key!r} holds NaN or infinite values")
-    model = architecture.model_type(config)
+    try:
+        model = architecture.model_type(config)
+    except (ValueError, OSError) as error:  # e.g. a text router's packaged encoder changed
+        raise CheckpointError(f"{directory}: cannot build {architecture.name}: {error}") \
+            from error
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:

@@ -15,7 +15,7 @@ from libs.connect4.board import IllegalPosition, Position, encode, legal_mask
 from libs.errors import FailedPrecondition, InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.neural.evaluator import PositionEvaluator
-from services.neural.models import router_gru
+from services.neural.models import router_gru, router_text
 from services.neural.reasoning_solver import ReasoningSolver, Solution
 from services.neural.registry import RegisteredModel
 from services.neural.warmup import warm_up
@@ -104,6 +104,20 @@ def parse_steps(steps, num_features: int) -> list[list[float]]:
     return parsed
 
 
+def parse_query(query: str) -> str:
+    """The query of a PredictTextRoute request.
+
+    Raises:
+        InvalidArgument("query"): empty, blank, or longer than `router_text.MAX_QUERY_CHARS`.
+    """
+    if not query.strip():
+        raise InvalidArgument("query", "a non-blank query is required")
+    if len(query) > router_text.MAX_QUERY_CHARS:
+        raise InvalidArgument("query", f"{len(query)} characters; at most "
+                                       f"{router_text.MAX_QUERY_CHARS}")
+    return query
+
+
 class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
     """NeuralService over a `PositionEvaluator` and a `ReasoningSolver` sharing one registry."""
 
@@ -173,6 +187,23 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
         set_work_attributes({"mesh.neural.model": model.name,
                              "mesh.neural.route_steps": len(steps)})
         return neural_service_pb2.PredictRouteResponse(
+            routes=[neural_service_pb2.RouteProbability(route=route, probability=p)
+                    for route, p in zip(config.routes, probabilities, strict=True)],
+            model=model_proto(model))
+
+    async def PredictTextRoute(self, request, context):
+        if not request.model:
+            raise InvalidArgument("model", "a text router model name is required")
+        query = parse_query(request.query)
+        model = self._evaluator.registry.get(request.model)
+        if model.architecture != router_text.ARCHITECTURE:
+            raise FailedPrecondition(f"model {model.name!r} is a {model.architecture}, not a "
+                                     f"text router ({router_text.ARCHITECTURE})")
+        config: router_text.RouterTextConfig = model.module.config
+        # A 6-layer encoder over up to 128 word pieces: milliseconds of CPU, off the event loop.
+        probabilities = await asyncio.to_thread(router_text.predict, model.module, query)
+        set_work_attributes({"mesh.neural.model": model.name})
+        return neural_service_pb2.PredictTextRouteResponse(
             routes=[neural_service_pb2.RouteProbability(route=route, probability=p)
                     for route, p in zip(config.routes, probabilities, strict=True)],
             model=model_proto(model))

@@ -6,14 +6,15 @@ import numpy as np
 import torch
 
 from libs.connect4.board import Position, encode, legal_mask
-from services.neural.models import connect4_pv, router_gru
+from services.neural.models import connect4_pv, router_gru, router_text
 from services.neural.reasoning_solver import solve_batch
 from services.neural.registry import RegisteredModel
 
 
 def warm_up(model: RegisteredModel) -> None:
     """One forward pass of `model` on a placeholder input: the empty Connect Four board for a
-    policy/value network, one step of features all 0.5 for a meta-controller, a blank grid of its
+    policy/value network, one step of features all 0.5 for a meta-controller, a short
+    question for a text router, a blank grid of its
     task for a reasoning model (one segment). The first request then pays no lazy
     initialisation, and a model that cannot run fails before serving.
 
@@ -27,6 +28,8 @@ def warm_up(model: RegisteredModel) -> None:
                                 np.repeat(legal_mask(start)[None], 2, 0))
         elif model.architecture == router_gru.ARCHITECTURE:
             router_gru.predict(model.module, [[0.5] * model.module.config.num_features])
+        elif model.architecture == router_text.ARCHITECTURE:
+            router_text.predict(model.module, "How many apples are left?")
         elif model.task is not None:
             inputs = model.task.encode(model.task.placeholder())[None]
             solve_batch(model.module, inputs, np.ones(1, dtype=np.int64), np.zeros(1, dtype=bool))

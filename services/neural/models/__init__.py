@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from services.neural.models import connect4_pv, hrm, router_gru, trm
+from services.neural.models import connect4_pv, hrm, router_gru, router_text, trm
 
 
 @dataclass(frozen=True)
@@ -30,5 +30,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     trm.ARCHITECTURE: Architecture(trm.ARCHITECTURE, trm.TRMConfig, trm.TRM),
     router_gru.ARCHITECTURE: Architecture(
         router_gru.ARCHITECTURE, router_gru.RouterGRUConfig, router_gru.RouterGRU
+    ),
+    router_text.ARCHITECTURE: Architecture(
+        router_text.ARCHITECTURE, router_text.RouterTextConfig, router_text.RouterText
     ),
 }

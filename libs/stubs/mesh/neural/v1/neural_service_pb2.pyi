@@ -165,3 +165,19 @@ class PredictRouteResponse(_message.Message):
     routes: _containers.RepeatedCompositeFieldContainer[RouteProbability]
     model: Model
     def __init__(self, routes: _Optional[_Iterable[_Union[RouteProbability, _Mapping]]] = ..., model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...
+
+class PredictTextRouteRequest(_message.Message):
+    __slots__ = ("model", "query")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    query: str
+    def __init__(self, model: _Optional[str] = ..., query: _Optional[str] = ...) -> None: ...
+
+class PredictTextRouteResponse(_message.Message):
+    __slots__ = ("routes", "model")
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    routes: _containers.RepeatedCompositeFieldContainer[RouteProbability]
+    model: Model
+    def __init__(self, routes: _Optional[_Iterable[_Union[RouteProbability, _Mapping]]] = ..., model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...

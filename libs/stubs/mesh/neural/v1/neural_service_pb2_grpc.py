@@ -66,6 +66,11 @@ class NeuralServiceStub:
                 request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteRequest.SerializeToString,
                 response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteResponse.FromString,
                 _registered_method=True)
+        self.PredictTextRoute = channel.unary_unary(
+                '/mesh.neural.v1.NeuralService/PredictTextRoute',
+                request_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictTextRouteRequest.SerializeToString,
+                response_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictTextRouteResponse.FromString,
+                _registered_method=True)
 
 
 class NeuralServiceServicer:
@@ -147,6 +152,22 @@ class NeuralServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PredictTextRoute(self, request, context):
+        """Asks a text router (a model of architecture "router_text": the packaged
+        all-MiniLM-L6-v2 with LoRA adapters, trained by `mcts-mesh train router
+        --text` from the orchestrator's routing log and a labelled text workload)
+        which text role should answer a query, from the query's text. Returns a
+        probability per role the model knows ("draft", "decompose", "refine",
+        "search").
+        Errors: INVALID_ARGUMENT (naming the field) for a missing model name, or
+        a query that is empty, blank or longer than 10,000 characters; NOT_FOUND
+        for an unknown model; FAILED_PRECONDITION when the model is not a text
+        router; UNAVAILABLE while no checkpoint is loaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NeuralServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +200,11 @@ def add_NeuralServiceServicer_to_server(servicer, server):
                     servicer.PredictRoute,
                     request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteRequest.FromString,
                     response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteResponse.SerializeToString,
+            ),
+            'PredictTextRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.PredictTextRoute,
+                    request_deserializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictTextRouteRequest.FromString,
+                    response_serializer=mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictTextRouteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -345,6 +371,33 @@ class NeuralService:
             '/mesh.neural.v1.NeuralService/PredictRoute',
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteRequest.SerializeToString,
             mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictRouteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PredictTextRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.neural.v1.NeuralService/PredictTextRoute',
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictTextRouteRequest.SerializeToString,
+            mesh_dot_neural_dot_v1_dot_neural__service__pb2.PredictTextRouteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -384,7 +384,7 @@ class Source(_message.Message):
     def __init__(self, document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class AnswerQueryResponse(_message.Message):
-    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known", "role", "sub_questions", "refinements", "step_search")
+    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known", "role", "sub_questions", "refinements", "step_search", "route_decider", "route_confidence")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -406,6 +406,8 @@ class AnswerQueryResponse(_message.Message):
     SUB_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     REFINEMENTS_FIELD_NUMBER: _ClassVar[int]
     STEP_SEARCH_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_DECIDER_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     answer: str
     confidence: float
     sources: _containers.RepeatedCompositeFieldContainer[Source]
@@ -427,7 +429,9 @@ class AnswerQueryResponse(_message.Message):
     sub_questions: _containers.RepeatedCompositeFieldContainer[SubQuestion]
     refinements: _containers.RepeatedCompositeFieldContainer[Refinement]
     step_search: StepSearchResult
-    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ..., role: _Optional[_Union[TextRole, str]] = ..., sub_questions: _Optional[_Iterable[_Union[SubQuestion, _Mapping]]] = ..., refinements: _Optional[_Iterable[_Union[Refinement, _Mapping]]] = ..., step_search: _Optional[_Union[StepSearchResult, _Mapping]] = ...) -> None: ...
+    route_decider: RouteDecider
+    route_confidence: float
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ..., role: _Optional[_Union[TextRole, str]] = ..., sub_questions: _Optional[_Iterable[_Union[SubQuestion, _Mapping]]] = ..., refinements: _Optional[_Iterable[_Union[Refinement, _Mapping]]] = ..., step_search: _Optional[_Union[StepSearchResult, _Mapping]] = ..., route_decider: _Optional[_Union[RouteDecider, str]] = ..., route_confidence: _Optional[float] = ...) -> None: ...
 
 class TextDraft(_message.Message):
     __slots__ = ("text", "answer", "votes", "iteration", "provider", "model", "total_tokens", "cost_usd")
