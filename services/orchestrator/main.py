@@ -33,7 +33,7 @@ from services.orchestrator.agents.retrieval import RetrievalAgent, search_passag
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
-from services.orchestrator.route_predictor import RoutePredictor
+from services.orchestrator.route_predictor import RoutePredictor, TextRoutePredictor
 from services.orchestrator.routing import QUICK_CHECKER_MAX_NODES, AgentName
 from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
@@ -138,6 +138,9 @@ async def build_servicers(
     route_predictor = (RoutePredictor(neural, settings.router_model,
                                       settings.router_deadline_ms / 1e3)
                        if settings.router_model else None)
+    text_route_predictor = (TextRoutePredictor(neural, settings.text_router_model,
+                                               settings.router_deadline_ms / 1e3)
+                            if settings.text_router_model else None)
     roles = RoleServices(
         llm=llm_service_pb2_grpc.LlmServiceStub(wiring.channels["llm"]),
         retrieve=functools.partial(search_passages, retrieval),
@@ -147,7 +150,8 @@ async def build_servicers(
     servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval,
                                     puzzle_agents=puzzle_agents, route_predictor=route_predictor,
                                     routing_log=wiring.routing_log, roles=roles,
-                                    quick_checker=quick_checker)
+                                    quick_checker=quick_checker,
+                                    text_route_predictor=text_route_predictor)
 
     async def ready() -> None:
         nodes = await warm_up_solvers(WARM_UP_MOVES, 10_000)

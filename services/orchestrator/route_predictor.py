@@ -1,4 +1,5 @@
-"""The client of the neural service's meta-controller (`NeuralService.PredictRoute`).
+"""The clients of the neural service's meta-controller (`NeuralService.PredictRoute`) and of its
+text router (`NeuralService.PredictTextRoute`).
 
 A prediction that cannot be had (the neural service down or slow, no such model, a model that is
 not a meta-controller, an answer naming agents this mesh does not have) is logged and returned as
@@ -14,7 +15,8 @@ import grpc
 import numpy as np
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
-from services.orchestrator.routing import RoutePrediction, parse_route
+from services.orchestrator.routing import Route, RoutePrediction, parse_route
+from services.orchestrator.text_roles import TextRole
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class RoutePredictor:
         self._warned_at = -WARN_EVERY_S
 
     async def predict(self, steps: list[np.ndarray],
-                      remaining_s: float | None = None) -> RoutePrediction | None:
+                      remaining_s: float | None = None) -> RoutePrediction[Route] | None:
         """The meta-controller's distribution over agent sets for the routing states `steps`
         (float32 [10] each, oldest first), or None when it cannot be had (logged).
 
@@ -76,3 +78,44 @@ class RoutePredictor:
         if level == logging.WARNING:
             self._warned_at = now
         log.log(level, message + "; the rules decide", *args)
+
+
+class TextRoutePredictor(RoutePredictor):
+    """Asks the neural service which text role should answer a query.
+
+    Args:
+        stub: a NeuralService stub.
+        model: the text router's model name ("router-text").
+        deadline_s: deadline of one call in seconds.
+    """
+
+    async def predict_text(self, query: str,
+                           remaining_s: float | None = None) -> RoutePrediction[TextRole] | None:
+        """The text router's distribution over text roles for `query`, or None when it cannot be
+        had (logged): the neural service failed or was too slow, the model is not a text
+        router, or it names a role this orchestrator does not know or fewer than two.
+
+        Args:
+            query: the query's text.
+            remaining_s: seconds left of the request; shortens the call's deadline.
+        """
+        timeout = self._deadline_s if remaining_s is None else min(self._deadline_s, remaining_s)
+        if timeout <= 0:
+            return None
+        request = neural_service_pb2.PredictTextRouteRequest(model=self._model, query=query)
+        try:
+            response = await self._stub.PredictTextRoute(request, timeout=timeout)
+            roles = tuple(TextRole(entry.route) for entry in response.routes)
+        except grpc.aio.AioRpcError as error:
+            self._warn("PredictTextRoute on %s failed: %s: %s", self._model, error.code().name,
+                       error.details())
+            return None
+        except ValueError as error:
+            self._warn("text router %s names a role this orchestrator does not know: %s",
+                       self._model, error)
+            return None
+        if len(roles) < 2:
+            self._warn("text router %s answered %d roles", self._model, len(roles))
+            return None
+        return RoutePrediction(roles, tuple(entry.probability for entry in response.routes),
+                               f"{response.model.name}@{response.model.version}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -387,9 +387,13 @@ def parse_route(name: str) -> Route:
     return Route(tuple(agents), quick, deep)
 
 
+R = TypeVar("R")
+
+
 @dataclass(frozen=True)
-class RoutePrediction:
-    """The meta-controller's answer for a routing state.
+class RoutePrediction(Generic[R]):
+    """The meta-controller's answer for a routing state (routes are `Route`s), or the text
+    router's for a query (routes are `text_roles.TextRole`s).
 
     Attributes:
         routes: the routes it chooses among, in the order of `probabilities`.
@@ -397,11 +401,11 @@ class RoutePrediction:
         model: the served model's name and version ("router-connect4@1a2b3c4d5e6f").
     """
 
-    routes: tuple[Route, ...]
+    routes: tuple[R, ...]
     probabilities: tuple[float, ...]
     model: str
 
-    def best(self) -> tuple[Route, float]:
+    def best(self) -> tuple[R, float]:
         """The most probable route and its probability."""
         index = max(range(len(self.probabilities)), key=self.probabilities.__getitem__)
         return self.routes[index], self.probabilities[index]
@@ -425,7 +429,7 @@ class LearnedRouter:
         quick_checker: the caller can run the checker on the quick budget.
     """
 
-    def __init__(self, prediction: RoutePrediction | None, threshold: float,
+    def __init__(self, prediction: RoutePrediction[Route] | None, threshold: float,
                  fallback: Router, quick_checker: bool = False) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
@@ -464,3 +468,26 @@ class LearnedRouter:
         return RoutingDecision(route.agents, f"learned router: {route.name} "
                                f"(p={confidence:.2f}, {self._prediction.model})", features,
                                Decider.LEARNED, confidence)
+
+
+def choose_text_role(prediction: RoutePrediction[R], threshold: float,
+                     available: Sequence[R]) -> tuple[R | None, float, str]:
+    """The text router's role for a query when it is followed, else None (the rules decide);
+    its probability; and why it is not followed ("" when it is).
+
+    Followed when the most probable role's probability is at least `threshold` and the role can
+    run here (it is in `available`: the roles need the gateway's roles configured, the search
+    the mcts service).
+
+    Raises:
+        ValueError: `threshold` outside [0, 1].
+    """
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    role, confidence = prediction.best()
+    if confidence < threshold:
+        return None, confidence, (f"text router {confidence:.2f} < threshold "
+                                  f"{threshold:.2f}")
+    if role not in available:
+        return None, confidence, f"text router chose {role}, which cannot run here"
+    return role, confidence, ""

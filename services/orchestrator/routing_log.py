@@ -17,6 +17,21 @@ A line (a JSON object) holds:
     iterations    consensus-loop iterations run
     latency_ms    wall-clock milliseconds of the loop, routing and synthesis included
 
+A text query's line (kind "text") also holds the text router's inputs and outcome (`text_fields`):
+
+    role          the role that answered: "draft" (self-consistent drafts, the consensus loop),
+                  "decompose", "refine" or "search"
+    role_decided_by  "request" (the request named it), "rules" or "learned" (the text router)
+    role_confidence  the text router's probability of its choice, or null when not asked
+    provider      the provider that answered ("offline": the extractive provider, never a label)
+    offline       the offline provider answered
+    total_tokens  prompt plus completion tokens of every call of the request
+    cost_usd      their cost in US dollars (0 when no price is configured)
+
+A role (anything but "draft") runs beside the loop, so its line has no routes, one vote (the
+role's answer), iterations 1 and latency_ms the retrieval's and the role's. The labelled text
+workload (`mcts_mesh.training.router_text`) joins its labels to these lines on thread_id.
+
 Writing happens off the event loop: `RoutingLog.write` serialises the line and hands it to a
 bounded queue that a `logging.handlers.QueueListener` thread drains into a
 `RotatingFileHandler`, so the file never grows past `max_bytes` and `backups` older files are kept
@@ -72,6 +87,36 @@ def routing_record(kind: str, query: str, thread_id: str, result: Any,
         "consensus": result.consensus_reached, "iterations": result.iterations,
         "latency_ms": round(latency_ms, 3),
     }
+
+
+def text_fields(role: str, decided_by: str, confidence: float | None, provider: str,
+                offline: bool, total_tokens: int, cost_usd: float) -> dict[str, Any]:
+    """The text-only fields of a log line (module docstring)."""
+    return {"role": role, "role_decided_by": decided_by,
+            "role_confidence": None if confidence is None else round(confidence, 6),
+            "provider": provider, "offline": offline, "total_tokens": int(total_tokens),
+            "cost_usd": round(cost_usd, 8)}
+
+
+def role_record(query: str, thread_id: str, answer: str, confidence: float, latency_ms: float,
+                fields: dict[str, Any]) -> dict[str, Any]:
+    """The log line (as a dict) of a text role that ran beside the loop.
+
+    Args:
+        query: the query's text.
+        thread_id: the request's thread id.
+        answer: the role's answer ("" when it gave none).
+        confidence: the role's confidence in [0, 1].
+        latency_ms: wall-clock milliseconds of the retrieval and the role.
+        fields: `text_fields` of the request.
+    """
+    votes = [{"agent": "llm", "answer": answer, "confidence": round(confidence, 6),
+              "iteration": 1, "latency_ms": round(latency_ms, 3), "verified": False}] \
+        if answer else []
+    return {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "kind": "text",
+            "query": query, "thread_id": thread_id, "routes": [], "votes": votes,
+            "answer": answer, "verified": False, "consensus": bool(answer), "iterations": 1,
+            "latency_ms": round(latency_ms, 3), **fields}
 
 
 class RoutingLog:

@@ -50,8 +50,13 @@ from services.orchestrator.events import (
     TallyUpdated,
 )
 from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
-from services.orchestrator.roles_grpc import failed_role_response, role_options, role_response
-from services.orchestrator.route_predictor import RoutePredictor
+from services.orchestrator.roles_grpc import (
+    ROLE_TO_PROTO,
+    failed_role_response,
+    role_options,
+    role_response,
+)
+from services.orchestrator.route_predictor import RoutePredictor, TextRoutePredictor
 from services.orchestrator.routing import (
     DEEP_SEARCH_FACTOR,
     AgentName,
@@ -64,9 +69,10 @@ from services.orchestrator.routing import (
     RoutingState,
     RuleRouter,
     TextRouter,
+    choose_text_role,
     routing_features,
 )
-from services.orchestrator.routing_log import RoutingLog, routing_record
+from services.orchestrator.routing_log import RoutingLog, role_record, routing_record, text_fields
 from services.orchestrator.self_consistency import Sampling, SamplingOptions
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.sudoku import SudokuAnswer, parse_sudoku, synthesize_sudoku
@@ -78,7 +84,7 @@ from services.orchestrator.text_query import (
     synthesize_text,
 )
 from services.orchestrator.text_reasoning import RoleServices, answer_with_role
-from services.orchestrator.text_roles import Ledger, RoleOptions
+from services.orchestrator.text_roles import Ledger, RoleOptions, TextRole
 from services.orchestrator.tracing import observe_result, observe_role
 
 log = logging.getLogger(__name__)
@@ -144,6 +150,9 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             logs nothing.
         roles: what the text roles (decompose, refine, the search over steps) call; requests
             that ask for one are FAILED_PRECONDITION when None.
+        text_route_predictor: the neural service's text router; when set, a text query that
+            names no role asks it which role answers and follows it above
+            `text_router_threshold` (`choose_text_role`); None: the rules (drafts).
     """
 
     def __init__(self, settings: OrchestratorSettings, game_agents: Sequence[Agent],
@@ -154,8 +163,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                  route_predictor: RoutePredictor | None = None,
                  routing_log: RoutingLog | None = None,
                  roles: RoleServices | None = None,
-                 quick_checker: Agent | None = None) -> None:
+                 quick_checker: Agent | None = None,
+                 text_route_predictor: TextRoutePredictor | None = None) -> None:
         self._settings = settings
+        self._text_route_predictor = text_route_predictor
         self._quick_checker = quick_checker
         self._route_predictor = route_predictor
         self._routing_log = routing_log
@@ -238,11 +249,13 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         return learned, agents, route
 
     def _log_routes(self, kind: str, query: str, thread_id: str, result: LoopResult,
-                    started: float) -> None:
-        """Appends the request's routing record to the routing log, when there is one."""
+                    started: float, extra: dict[str, Any] | None = None) -> None:
+        """Appends the request's routing record (with `extra` fields) to the routing log, when
+        there is one."""
         if self._routing_log is not None:
-            self._routing_log.write(routing_record(
-                kind, query, thread_id, result, (time.perf_counter() - started) * 1e3))
+            self._routing_log.write({**routing_record(
+                kind, query, thread_id, result, (time.perf_counter() - started) * 1e3),
+                **(extra or {})})
 
     async def StreamSolveProblem(self, request: pb.StreamSolveProblemRequest,
                                  context: grpc.aio.ServicerContext
@@ -295,9 +308,23 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         problem = self._validate_query(request)
         options = sampling_options(request, self._settings)
         chosen_role = role_options(request, self._settings, options)
+        deadline = self._deadline(context)
         if chosen_role is not None:
             return await self._answer_with_role(problem, chosen_role, request.thread_id,
-                                                self._deadline(context))
+                                                deadline, "request", None)
+        confidence: float | None = None
+        if self._text_route_predictor is not None and request.role == pb.TEXT_ROLE_UNSPECIFIED:
+            learned, confidence, why_not = await self._learned_role(request, problem, options,
+                                                                    deadline)
+            if learned is not None:
+                try:
+                    return await self._answer_with_role(problem, learned, request.thread_id,
+                                                        deadline, "learned", confidence)
+                except FailedPrecondition as error:  # e.g. only the offline provider answers
+                    log.info("text router's %s role cannot run (%s); the rules decide",
+                             learned.role, error.message)
+            elif why_not:
+                log.debug("text query left to the rules: %s", why_not)
         sampling = Sampling(options) if options.sample_count > 1 else None
         agents = [agent.for_request(sampling)
                   if sampling is not None and hasattr(agent, "for_request") else agent
@@ -305,20 +332,55 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         loop: ConsensusLoop[TextAnswer] = ConsensusLoop(
             agents, self._text_router, synthesize_text, problem.query_length_norm,
             fallback=synthesize_passages)
-        budget = Budget(max_iterations=self._settings.text_max_iterations,
-                        deadline=self._deadline(context))
+        budget = Budget(max_iterations=self._settings.text_max_iterations, deadline=deadline)
         started = time.perf_counter()
         result = await loop.run(problem, budget)
         observe_result("text_query", result)
-        self._log_routes("text", problem.query, request.thread_id, result, started)
         response = query_response(result, request.thread_id, sampling)
         response.role = pb.TEXT_ROLE_DRAFT
+        response.route_decider = pb.ROUTE_DECIDER_RULES
+        response.route_confidence = confidence or 0.0
+        self._log_routes("text", problem.query, request.thread_id, result, started,
+                         text_fields(str(TextRole.DRAFT), "rules", confidence, response.provider,
+                                     response.offline, response.total_tokens,
+                                     response.cost_usd))
         return response
 
+    async def _learned_role(self, request: pb.AnswerQueryRequest, problem: TextProblem,
+                            options: SamplingOptions, deadline: float
+                            ) -> tuple[RoleOptions | None, float | None, str]:
+        """The role the text router chose for `problem` with its limits when it is followed (its
+        probability clears `text_router_threshold` and the role can run here), else None; the
+        router's probability of its choice (None when it did not answer), and why not followed.
+        A chosen "draft" is None too: drafts are what the rules run."""
+        assert self._text_route_predictor is not None
+        prediction = await self._text_route_predictor.predict_text(
+            problem.query, deadline - time.monotonic())
+        if prediction is None:
+            return None, None, "no text router prediction"
+        available = [TextRole.DRAFT]
+        if self._roles is not None:
+            available += [TextRole.DECOMPOSE, TextRole.REFINE]
+            if self._roles.mcts is not None:
+                available.append(TextRole.SEARCH)
+        role, confidence, why_not = choose_text_role(prediction, self._settings
+                                                     .text_router_threshold, available)
+        if role is None or role is TextRole.DRAFT:
+            return None, confidence, why_not
+        routed = pb.AnswerQueryRequest()
+        routed.CopyFrom(request)
+        routed.role = ROLE_TO_PROTO[role]
+        if role is TextRole.SEARCH:
+            routed.mcts_iterations = self._settings.text_router_search_iterations
+        return role_options(routed, self._settings, options), confidence, ""
+
     async def _answer_with_role(self, problem: TextProblem, options: RoleOptions,
-                                thread_id: str, deadline: float) -> pb.AnswerQueryResponse:
+                                thread_id: str, deadline: float, decided_by: str,
+                                confidence: float | None) -> pb.AnswerQueryResponse:
         """Retrieves the problem's passages, then runs the role (`answer_with_role`). A failed
         gateway or mcts service answers the passages alone (`passages_only`), as drafts do.
+        `decided_by` ("request", "learned") and `confidence` (the text router's) are logged and
+        answered as `route_decider` / `route_confidence`.
 
         Raises:
             FailedPrecondition: no role is configured here, or only the offline provider answers.
@@ -344,12 +406,25 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                 raise
             timings.append(pb.StepTiming(step=str(options.role), iteration=1,
                                          elapsed_ms=(time.perf_counter() - retrieved) * 1e3))
-            return failed_role_response(options.role, error, ledger, passages, thread_id,
-                                        timings)
-        observe_role(str(options.role), ledger)
-        elapsed_ms = (time.perf_counter() - retrieved) * 1e3
-        timings.append(pb.StepTiming(step=str(options.role), iteration=1, elapsed_ms=elapsed_ms))
-        return role_response(result, ledger, provider, passages, thread_id, timings, elapsed_ms)
+            response = failed_role_response(options.role, error, ledger, passages, thread_id,
+                                            timings)
+        else:
+            observe_role(str(options.role), ledger)
+            elapsed_ms = (time.perf_counter() - retrieved) * 1e3
+            timings.append(pb.StepTiming(step=str(options.role), iteration=1,
+                                         elapsed_ms=elapsed_ms))
+            response = role_response(result, ledger, provider, passages, thread_id, timings,
+                                     elapsed_ms)
+        response.route_decider = (pb.ROUTE_DECIDER_LEARNED if decided_by == "learned"
+                                  else pb.ROUTE_DECIDER_RULES)
+        response.route_confidence = confidence or 0.0
+        if self._routing_log is not None:
+            self._routing_log.write(role_record(
+                problem.query, thread_id, response.answer, response.confidence,
+                (time.perf_counter() - started) * 1e3,
+                text_fields(str(options.role), decided_by, confidence, response.provider,
+                            response.offline, response.total_tokens, response.cost_usd)))
+        return response
 
     async def IngestDocuments(self, request: pb.IngestDocumentsRequest,
                               context: grpc.aio.ServicerContext) -> pb.IngestDocumentsResponse:

@@ -118,7 +118,19 @@ class OrchestratorSettings(ServiceSettings):
     """Smallest probability of the meta-controller's choice that is followed, in [0, 1]; below
     it the rules decide (the response says which did)."""
     router_deadline_ms: float = 200.0
-    """Milliseconds one PredictRoute call may take; past it (or on any error) the rules decide."""
+    """Milliseconds one PredictRoute (or PredictTextRoute) call may take; past it (or on any
+    error) the rules decide."""
+    text_router_model: str = ""
+    """The neural service's text router (`mcts-mesh train router --text` writes
+    `models/router-text`) asked which role answers a text query that names none; empty (the
+    default: no text router is shipped, its labels need a language model's answers) leaves it to
+    the rules (self-consistent drafts)."""
+    text_router_threshold: float = 0.6
+    """Smallest probability of the text router's choice that is followed, in [0, 1]; below it
+    the rules decide (the response's route_decider says which did)."""
+    text_router_search_iterations: int = 20
+    """Simulations of the search over reasoning steps when the text router chooses it (the
+    request, naming no role, gives no mcts_iterations), 1..10,000."""
 
     connect_timeout_s: float = 1.0
     """Seconds a connection attempt to another service may take; a service that is down costs a
@@ -202,6 +214,10 @@ class OrchestratorSettings(ServiceSettings):
             raise ValueError("api_keys_reload_s must be positive")
         if not 0.0 <= self.router_threshold <= 1.0 or self.router_deadline_ms <= 0:
             raise ValueError("need router_threshold in [0, 1] and router_deadline_ms > 0")
+        if not 0.0 <= self.text_router_threshold <= 1.0 \
+                or not 1 <= self.text_router_search_iterations <= 10_000:
+            raise ValueError("need text_router_threshold in [0, 1] and "
+                             "text_router_search_iterations in 1..10,000")
         if self.routing_log_max_bytes < 1024 or self.routing_log_backups < 1:
             raise ValueError("need routing_log_max_bytes >= 1024 and routing_log_backups >= 1")
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
