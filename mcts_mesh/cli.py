@@ -574,9 +574,53 @@ def _router_routes(names: str):
     return routes
 
 
+def cmd_train_text_router(args) -> int:
+    """`train router --text`: optionally run the labelled text workload (a language model is
+    needed: without one it exits with one line), then train the text router from log + labels."""
+    from mcts_mesh.training.router_text import (
+        DATASETS,
+        NoLanguageModel,
+        generate,
+        train_text_router,
+    )
+    from services.orchestrator.text_roles import TextRole
+
+    run_dir = Path(args.router_dir)
+    logs = [Path(p) for p in args.routing_log] or [run_dir / "text-routing.jsonl"]
+    labels = [Path(p) for p in args.labels] or [run_dir / "text-labels.jsonl"]
+    if args.generate:
+        datasets = [name.strip() for name in args.datasets.split(",") if name.strip()]
+        roles = [name.strip() for name in args.roles.split(",") if name.strip()]
+        unknown = [n for n in datasets if n not in DATASETS] + \
+            [n for n in roles if n not in {str(role) for role in TextRole}]
+        if unknown:
+            raise SystemExit(f"train router --text: unknown dataset or role: {', '.join(unknown)}")
+        try:
+            counts = generate(logs[0], labels[0], Path(args.data_dir), args.generate, args.seed,
+                              datasets, roles, args.text_simulations)
+        except NoLanguageModel as error:
+            raise SystemExit(f"train router --text: FAILED_PRECONDITION: {error.message}") \
+                from error
+        print(json.dumps({"generated": counts}), flush=True)
+    try:
+        report = train_text_router(Path(args.output or "models/router-text"), logs, labels,
+                                   token_weight=args.token_weight,
+                                   latency_weight=args.text_latency_weight,
+                                   epochs=args.text_epochs, lora_rank=args.lora_rank,
+                                   seed=args.seed)
+    except (ValueError, KeyError) as error:
+        raise SystemExit(f"train router --text: {error}") from error
+    history = report.pop("history")
+    print(json.dumps({**report, "history": history[-1:]}, indent=2, default=str))
+    return 0
+
+
 def cmd_train_router(args) -> int:
     """`train router`: optionally run the labelled workload, then train from log + labels."""
     from mcts_mesh.training.router import generate, train_router
+
+    if args.text:
+        return cmd_train_text_router(args)
 
     run_dir = Path(args.router_dir)
     logs = [Path(p) for p in args.routing_log] or [run_dir / "routing.jsonl"]
@@ -886,6 +930,28 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--hidden", type=int, default=16, help="router: GRU hidden units")
     train.add_argument("--router-epochs", type=int, default=2000,
                        help="router: full-batch optimizer steps")
+    train.add_argument("--text", action="store_true",
+                       help="router: the text router (MiniLM with LoRA) instead of the Connect "
+                            "Four GRU; log and labels default to ROUTER_DIR/text-routing.jsonl "
+                            "and ROUTER_DIR/text-labels.jsonl, the output to models/router-text; "
+                            "--generate N asks N train-split questions per dataset once per "
+                            "role and needs a language model")
+    train.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent
+                                                 / "shared" / "data"),
+                       help="router --text: the shared data folder (gsm8k, strategyqa, hotpotqa)")
+    train.add_argument("--datasets", default="gsm8k,strategyqa,hotpotqa",
+                       help="router --text: --generate asks these datasets' questions")
+    train.add_argument("--roles", default="draft,decompose,refine,search",
+                       help="router --text: --generate runs these roles")
+    train.add_argument("--text-simulations", type=int, default=20,
+                       help="router --text: the search role's mcts_iterations")
+    train.add_argument("--token-weight", type=float, default=0.01,
+                       help="router --text: correct share traded for 1,000 tokens")
+    train.add_argument("--text-latency-weight", type=float, default=0.01,
+                       help="router --text: correct share traded for one second of latency")
+    train.add_argument("--text-epochs", type=int, default=30,
+                       help="router --text: full-batch optimizer steps")
+    train.add_argument("--lora-rank", type=int, default=8, help="router --text: LoRA rank r")
     train.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                        help="connect4-az/trm/hrm: auto (default) = CUDA when present")
     from mcts_mesh import az_commands
