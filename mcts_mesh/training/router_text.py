@@ -307,26 +307,19 @@ def sample_questions(data_dir: Path, datasets: Sequence[str], per_dataset: int,
     return chosen
 
 
-def configured_providers(settings) -> list[str]:
-    """The providers of the gateway's fallback order that can answer: a key (or a local URL);
-    never offline.
+def require_language_model(settings) -> list[str]:
+    """The providers of the gateway's fallback order that can answer (a key, or a local URL),
+    never the offline one.
 
     Args:
         settings: `services.llm_gateway.settings.LlmGatewaySettings`.
-    """
-    ready = {"openai": settings.openai_api_key is not None,
-             "anthropic": settings.anthropic_api_key is not None,
-             "local": settings.local_base_url is not None}
-    return [name for name in settings.fallback_order if ready.get(name, False)]
-
-
-def require_language_model(settings) -> list[str]:
-    """`configured_providers(settings)`.
-
     Raises:
         NoLanguageModel: none is configured.
     """
-    providers = configured_providers(settings)
+    from services.llm_gateway.gateway import configured_providers
+
+    providers = [provider.name for provider in configured_providers(
+        settings.model_copy(update={"offline_enabled": False}))]
     if not providers:
         raise NoLanguageModel(
             "the labelled text workload needs a language model (LLM_OPENAI_API_KEY, "
