@@ -313,9 +313,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             return await self._answer_with_role(problem, chosen_role, request.thread_id,
                                                 deadline, "request", None)
         confidence: float | None = None
+        decided_by = "rules"
         if self._text_route_predictor is not None and request.role == pb.TEXT_ROLE_UNSPECIFIED:
-            learned, confidence, why_not = await self._learned_role(request, problem, options,
-                                                                    deadline)
+            role, learned, confidence, why_not = await self._learned_role(
+                request, problem, options, deadline)
             if learned is not None:
                 try:
                     return await self._answer_with_role(problem, learned, request.thread_id,
@@ -323,7 +324,9 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                 except FailedPrecondition as error:  # e.g. only the offline provider answers
                     log.info("text router's %s role cannot run (%s); the rules decide",
                              learned.role, error.message)
-            elif why_not:
+            elif role is TextRole.DRAFT:
+                decided_by = "learned"
+            else:
                 log.debug("text query left to the rules: %s", why_not)
         sampling = Sampling(options) if options.sample_count > 1 else None
         agents = [agent.for_request(sampling)
@@ -338,26 +341,28 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         observe_result("text_query", result)
         response = query_response(result, request.thread_id, sampling)
         response.role = pb.TEXT_ROLE_DRAFT
-        response.route_decider = pb.ROUTE_DECIDER_RULES
+        response.route_decider = (pb.ROUTE_DECIDER_LEARNED if decided_by == "learned"
+                                  else pb.ROUTE_DECIDER_RULES)
         response.route_confidence = confidence or 0.0
         self._log_routes("text", problem.query, request.thread_id, result, started,
-                         text_fields(str(TextRole.DRAFT), "rules", confidence, response.provider,
+                         text_fields(str(TextRole.DRAFT), decided_by, confidence,
+                                     response.provider,
                                      response.offline, response.total_tokens,
                                      response.cost_usd))
         return response
 
     async def _learned_role(self, request: pb.AnswerQueryRequest, problem: TextProblem,
                             options: SamplingOptions, deadline: float
-                            ) -> tuple[RoleOptions | None, float | None, str]:
-        """The role the text router chose for `problem` with its limits when it is followed (its
-        probability clears `text_router_threshold` and the role can run here), else None; the
-        router's probability of its choice (None when it did not answer), and why not followed.
-        A chosen "draft" is None too: drafts are what the rules run."""
+                            ) -> tuple[TextRole | None, RoleOptions | None, float | None, str]:
+        """The role the text router chose for `problem` when it is followed (its probability
+        clears `text_router_threshold` and the role can run here), else None; that role's
+        limits (None for drafts, which run in the consensus loop); the router's probability of
+        its choice (None when it did not answer); and why it is not followed."""
         assert self._text_route_predictor is not None
         prediction = await self._text_route_predictor.predict_text(
             problem.query, deadline - time.monotonic())
         if prediction is None:
-            return None, None, "no text router prediction"
+            return None, None, None, "no text router prediction"
         available = [TextRole.DRAFT]
         if self._roles is not None:
             available += [TextRole.DECOMPOSE, TextRole.REFINE]
@@ -366,13 +371,13 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         role, confidence, why_not = choose_text_role(prediction, self._settings
                                                      .text_router_threshold, available)
         if role is None or role is TextRole.DRAFT:
-            return None, confidence, why_not
+            return role, None, confidence, why_not
         routed = pb.AnswerQueryRequest()
         routed.CopyFrom(request)
         routed.role = ROLE_TO_PROTO[role]
         if role is TextRole.SEARCH:
             routed.mcts_iterations = self._settings.text_router_search_iterations
-        return role_options(routed, self._settings, options), confidence, ""
+        return role, role_options(routed, self._settings, options), confidence, ""
 
     async def _answer_with_role(self, problem: TextProblem, options: RoleOptions,
                                 thread_id: str, deadline: float, decided_by: str,

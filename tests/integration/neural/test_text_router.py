@@ -221,7 +221,7 @@ async def test_the_orchestrator_follows_the_text_router_above_the_threshold(neur
     draft = await servicer.AnswerQuery(pb.AnswerQueryRequest(
         query=HELD_OUT["draft"][0], thread_id="t2"), Context())
     assert draft.role == pb.TEXT_ROLE_DRAFT
-    assert draft.route_decider == pb.ROUTE_DECIDER_RULES  # drafts are what the rules run
+    assert draft.route_decider == pb.ROUTE_DECIDER_LEARNED  # the router chose the drafts
     assert draft.route_confidence > 0.5
     named = await servicer.AnswerQuery(pb.AnswerQueryRequest(
         query=HELD_OUT["refine"][0], role=pb.TEXT_ROLE_DRAFT, thread_id="t3"), Context())
@@ -229,7 +229,7 @@ async def test_the_orchestrator_follows_the_text_router_above_the_threshold(neur
     log.close()
     lines = [json.loads(line) for line in (tmp_path / "routing.jsonl").read_text().splitlines()]
     assert [(r["thread_id"], r["role"], r["role_decided_by"]) for r in lines] == [
-        ("t1", "refine", "learned"), ("t2", "draft", "rules"), ("t3", "draft", "rules")]
+        ("t1", "refine", "learned"), ("t2", "draft", "learned"), ("t3", "draft", "rules")]
     assert lines[0]["total_tokens"] == refine.total_tokens > 0
     assert lines[0]["provider"] == "openai" and lines[0]["offline"] is False
 
