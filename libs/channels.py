@@ -6,6 +6,12 @@ A dependency that is down costs a call at most `connect_timeout_s`: a refused co
 once (UNAVAILABLE), and a connection attempt that gets no HTTP/2 handshake (a frozen process, a
 dropped packet) gives up after `connect_timeout_s` instead of gRPC's 20 s; a service that comes back
 is reconnected within `MAX_RECONNECT_BACKOFF_MS`.
+
+A dependency that freezes on an open connection (SIGSTOP, a wedged host: the kernel keeps the TCP
+connection, nothing answers) is found by gRPC's HTTP/2 keepalive (`Keepalive`, gRPC's
+doc/keepalive.md): a ping unanswered for `Keepalive.timeout_s` closes the connection, its calls
+fail UNAVAILABLE, and new calls fail once a reconnection attempt has had its `connect_timeout_s`,
+instead of each waiting for its deadline. Servers accept these pings (`keepalive_server_options`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import asyncio
 import contextvars
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
@@ -34,6 +41,22 @@ DEFAULT_CONNECT_TIMEOUT_S = 1.0
 """Seconds a connection attempt may take before calls on it fail UNAVAILABLE."""
 MAX_RECONNECT_BACKOFF_MS = 2000
 """Longest wait between reconnection attempts to a dependency that went away."""
+MIN_KEEPALIVE_TIME_S = 1.0
+"""Shortest keepalive interval, in seconds: gRPC core's client sends at most one ping a second
+on a connection with calls (chttp2's `NextAllowedPingInterval`), so a shorter one would not be
+what the channel does."""
+DEFAULT_KEEPALIVE_TIME_S = 1.0
+"""Seconds between two keepalive pings on a mesh connection (see `Keepalive`)."""
+DEFAULT_KEEPALIVE_TIMEOUT_S = 2.0
+"""Seconds a keepalive ping may wait for its acknowledgement before the connection is closed
+(see `Keepalive`)."""
+SERVER_MIN_PING_INTERVAL_MS = round(MIN_KEEPALIVE_TIME_S * 1e3 / 2)
+"""Shortest interval, in ms, between two pings a server accepts from a client that sends no data:
+half the shortest client interval, so that a ping delayed on a busy machine and the next one on
+time are not a strike (see `keepalive_server_options`)."""
+SERVER_MAX_PING_STRIKES = 2
+"""Pings closer than `SERVER_MIN_PING_INTERVAL_MS` a server tolerates (between two of its own data
+frames) before it closes the connection with GOAWAY "too_many_pings" (gRPC's default)."""
 
 # Retry only on UNAVAILABLE (the server never saw the call or is restarting): every RPC between mesh
 # services is safe to repeat, since none of them changes state except an ingest, which is idempotent
@@ -192,12 +215,74 @@ class MeshChannel:
         await self._channel.close(None)
 
 
+@dataclass(frozen=True)
+class Keepalive:
+    """gRPC's HTTP/2 keepalive on a mesh channel (grpc/grpc doc/keepalive.md): a PING every
+    `time_s` seconds on each connection, with calls in flight or not, and the connection closed
+    when one is not acknowledged within `timeout_s` seconds (its calls fail UNAVAILABLE, and are
+    retried on a new connection if they had no answer yet).
+
+    A frozen peer is thus found `time_s` to `time_s + timeout_s` seconds after it froze (1-3 s with
+    the defaults); a call to it then costs at most the channel's connect timeout (the reconnection
+    to a port that accepts TCP but never answers HTTP/2), then nothing while the channel is in
+    TRANSIENT_FAILURE. Why these values:
+    - `time_s` 1 s is gRPC core's floor (`MIN_KEEPALIVE_TIME_S`); a ping is 17 bytes each way, and
+      it is acknowledged by gRPC core's threads, not the service's event loop (a server whose loop
+      was blocked for 5 s still acknowledged them, and its call completed).
+    - `timeout_s` 2 s: a false alarm closes a healthy connection with every call on it, so the
+      timeout is twice the 1 s that the connect timeout already allows a healthy peer's handshake,
+      many times a loaded 2-core machine's scheduling delays (tens of ms), while the detection (at
+      most 3 s) stays below every agent deadline of the orchestrator (5-60 s).
+    - pings without calls (`grpc.keepalive_permit_without_calls`) let an idle channel find the
+      freeze before the next request does, so that request fails at once instead of after 1-3 s;
+      `grpc.http2.max_pings_without_data` 0 keeps pinging through a long call that sends nothing
+      (a 30 s search) instead of stopping after gRPC's default of 2 pings.
+    - `grpc.http2.ping_timeout_ms` (every ping's, BDP probes' too) is set to `timeout_s` as well:
+      with grpcio 1.85.1 the keepalive timeout alone did not close the connection, an unanswered
+      keepalive ping waited for that general ping timeout, 1 min by default (measured: a call in
+      flight to a frozen server failed 60 s after the freeze, and 3.7 s with it set).
+    Servers must allow the pings (`keepalive_server_options`), or they answer GOAWAY
+    "too_many_pings" after 2 of them within 5 min of no data (gRPC's default policy).
+    Raises ValueError when `time_s` is below `MIN_KEEPALIVE_TIME_S` or `timeout_s` is not positive.
+    """
+
+    time_s: float = DEFAULT_KEEPALIVE_TIME_S
+    timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.time_s < MIN_KEEPALIVE_TIME_S:
+            raise ValueError(f"keepalive time must be at least {MIN_KEEPALIVE_TIME_S} s")
+        if self.timeout_s <= 0:
+            raise ValueError("keepalive timeout must be positive")
+
+    def options(self) -> list[tuple[str, int]]:
+        """The channel options that turn it on (gRPC channel arguments, in ms)."""
+        timeout_ms = max(1, round(self.timeout_s * 1e3))
+        return [("grpc.keepalive_time_ms", round(self.time_s * 1e3)),
+                ("grpc.keepalive_timeout_ms", timeout_ms),
+                ("grpc.http2.ping_timeout_ms", timeout_ms),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_pings_without_data", 0)]
+
+
+def keepalive_server_options() -> list[tuple[str, int]]:
+    """Server options that accept every mesh client's keepalive pings (`Keepalive`): pings with no
+    call in flight, and pings `SERVER_MIN_PING_INTERVAL_MS` apart while the server sends no data
+    (gRPC's default: 5 min, then GOAWAY "too_many_pings" after `SERVER_MAX_PING_STRIKES` strikes,
+    which would close a healthy connection in the middle of a long call). The strikes stay, so
+    a client that pings faster than any mesh channel can is still cut off."""
+    return [("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", SERVER_MIN_PING_INTERVAL_MS),
+            ("grpc.http2.max_ping_strikes", SERVER_MAX_PING_STRIKES)]
+
+
 def channel_options(connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                    max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, object]]:
+                    max_message_bytes: int = MAX_MESSAGE_BYTES,
+                    keepalive: Keepalive = Keepalive()) -> list[tuple[str, object]]:
     """The options of every mesh channel: retries (service config with a throttle), message
-    limits, and the connect timeout and reconnect backoff (gRPC's connection backoff spec: an
-    attempt may take max(min_reconnect_backoff, current backoff), retries wait 1x-1.6x longer each
-    time up to the maximum)."""
+    limits, keepalive pings (`Keepalive`), and the connect timeout (seconds) and reconnect
+    backoff (gRPC's connection backoff spec: an attempt may take max(min_reconnect_backoff,
+    current backoff), retries wait 1x-1.6x longer each time up to the maximum)."""
     if connect_timeout_s <= 0:
         raise ValueError("connect_timeout_s must be positive")
     connect_ms = max(1, round(connect_timeout_s * 1e3))
@@ -206,18 +291,22 @@ def channel_options(connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
             *message_limit_options(max_message_bytes),
             ("grpc.min_reconnect_backoff_ms", connect_ms),
             ("grpc.initial_reconnect_backoff_ms", min(connect_ms, MAX_RECONNECT_BACKOFF_MS)),
-            ("grpc.max_reconnect_backoff_ms", max(connect_ms, MAX_RECONNECT_BACKOFF_MS))]
+            ("grpc.max_reconnect_backoff_ms", max(connect_ms, MAX_RECONNECT_BACKOFF_MS)),
+            *keepalive.options()]
 
 
 def open_channel(target: str, tracer_provider: TracerProvider | None = None,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> MeshChannel:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 keepalive: Keepalive = Keepalive()) -> MeshChannel:
     """An insecure grpc.aio channel to `target` ("host:port") with tracing, retries, 4 MiB message
-    limits, a connect timeout, and deadlines bounded by the served call's (`MeshChannel`).
+    limits, a connect timeout (seconds), keepalive pings that find a frozen peer (`Keepalive`), and
+    deadlines bounded by the served call's (`MeshChannel`).
 
     The trace context of the current span travels in the call's metadata, so the callee's spans join
     the caller's trace; cancelling a call cancels it on the server. Close it with
     `await channel.close()`.
     """
-    channel = grpc.aio.insecure_channel(target, options=channel_options(connect_timeout_s))
+    channel = grpc.aio.insecure_channel(
+        target, options=channel_options(connect_timeout_s, keepalive=keepalive))
     return MeshChannel(channel, trace.get_tracer("mcts_mesh.channels",
                                                  tracer_provider=tracer_provider))

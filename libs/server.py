@@ -29,7 +29,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_status import rpc_status
 from opentelemetry.sdk.trace import TracerProvider
 
-from libs.channels import message_limit_options, set_caller_deadline
+from libs.channels import keepalive_server_options, message_limit_options, set_caller_deadline
 from libs.errors import InvalidArgument, MeshError, to_status
 from libs.health_metrics import watch_health
 from libs.logs import setup_logging
@@ -334,6 +334,7 @@ async def start_server(
                                                  metrics=settings.metrics_port >= 0),
                       ErrorMappingInterceptor(name), *interceptors],
         options=[*message_limit_options(MAX_MESSAGE_BYTES),
+                 *keepalive_server_options(),  # the mesh channels' pings, once a second
                  ("grpc.so_reuseport", 0),
                  # Read metadata up to gRPC's hard limit instead of refusing 8-16 KiB at random
                  # (the soft limit), so that an oversized API key gets a clear UNAUTHENTICATED.

@@ -12,6 +12,13 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from libs.channels import (
+    DEFAULT_KEEPALIVE_TIME_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    MIN_KEEPALIVE_TIME_S,
+    Keepalive,
+)
+
 
 class ServiceSettings(BaseSettings):
     """Fields every gRPC service has."""
@@ -51,3 +58,24 @@ class ServiceSettings(BaseSettings):
         for name, value in self.model_dump().items():
             out[name] = "**********" if isinstance(getattr(self, name), SecretStr) else value
         return out
+
+
+class ChannelSettings(BaseSettings):
+    """Fields of a service that calls other mesh services (the orchestrator, mcts): the HTTP/2
+    keepalive of its channels (`libs.channels.Keepalive`, which says why these defaults). Mixed
+    into the service's settings class beside `ServiceSettings`, under the service's env prefix
+    (`ORCHESTRATOR_KEEPALIVE_TIME_S`, `MCTS_KEEPALIVE_TIME_S`, ...)."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    keepalive_time_s: float = Field(default=DEFAULT_KEEPALIVE_TIME_S, ge=MIN_KEEPALIVE_TIME_S)
+    """Seconds between two keepalive pings on each connection to another service, >= 1 (gRPC
+    core's floor; every mesh server accepts pings this often)."""
+    keepalive_timeout_s: float = Field(default=DEFAULT_KEEPALIVE_TIMEOUT_S, gt=0)
+    """Seconds a keepalive ping may go unanswered before the connection is closed and its calls
+    fail UNAVAILABLE: a frozen dependency is found within keepalive_time_s + keepalive_timeout_s."""
+
+    @property
+    def keepalive(self) -> Keepalive:
+        """The keepalive of this service's channels (`libs.channels.open_channel(keepalive=)`)."""
+        return Keepalive(self.keepalive_time_s, self.keepalive_timeout_s)

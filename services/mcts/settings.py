@@ -10,7 +10,7 @@ import math
 from pydantic import model_validator
 from pydantic_settings import SettingsConfigDict
 
-from libs.settings import ServiceSettings
+from libs.settings import ChannelSettings, ServiceSettings
 from services.mcts.tree import MIN_CAPACITY
 
 MAX_SIMULATIONS = 10_000_000
@@ -38,7 +38,7 @@ GUMBEL_NUM_CONSIDERED = 16
 """Default m of Gumbel-top-m at the root (`gumbel_num_considered`; mctx's default)."""
 
 
-class MctsSettings(ServiceSettings):
+class MctsSettings(ServiceSettings, ChannelSettings):
     """The mcts service's one frozen settings object."""
 
     model_config = SettingsConfigDict(

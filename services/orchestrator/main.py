@@ -19,7 +19,7 @@ from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
-from libs.channels import open_channel
+from libs.channels import MeshChannel, open_channel
 from libs.server import RunningServer, Servicer, run_service, serve
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
@@ -65,12 +65,15 @@ class Wiring:
     `aclose()` closes them."""
 
     def __init__(self, settings: OrchestratorSettings) -> None:
-        connect = settings.connect_timeout_s
+        def channel(target: str) -> MeshChannel:
+            return open_channel(target, connect_timeout_s=settings.connect_timeout_s,
+                                keepalive=settings.keepalive)
+
         self.channels = {
-            "mcts": open_channel(settings.mcts_target, connect_timeout_s=connect),
-            "neural": open_channel(settings.neural_target, connect_timeout_s=connect),
-            "retrieval": open_channel(settings.retrieval_target, connect_timeout_s=connect),
-            "llm": open_channel(settings.llm_target, connect_timeout_s=connect),
+            "mcts": channel(settings.mcts_target),
+            "neural": channel(settings.neural_target),
+            "retrieval": channel(settings.retrieval_target),
+            "llm": channel(settings.llm_target),
         }
         self.routing_log = (RoutingLog(Path(settings.routing_log_path),
                                        settings.routing_log_max_bytes,

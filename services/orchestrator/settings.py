@@ -11,10 +11,10 @@ from typing import Literal
 from pydantic import SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from libs.settings import ServiceSettings
+from libs.settings import ChannelSettings, ServiceSettings
 
 
-class OrchestratorSettings(ServiceSettings):
+class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """The orchestrator's one frozen settings object (env prefix `ORCHESTRATOR_`)."""
 
     model_config = SettingsConfigDict(

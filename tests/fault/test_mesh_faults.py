@@ -15,8 +15,12 @@ between a second orchestrator and the real neural process delays every neural ca
 service carries a test-only delay setting) while that orchestrator waits 1 s for one: a Connect
 Four request with the default agents is still answered by the other agents before its deadline,
 one that allows the network alone fails with a clear status by its deadline, and once the delay
-is gone the network votes again. The supervision tests check that the launcher itself
-restarts each service (the orchestrator included) and skip while it cannot.
+is gone the network votes again. Frozen under a long agent deadline: a second orchestrator
+waits 30 s for each neural call; with neural frozen, HTTP/2 keepalive (`libs.channels.Keepalive`)
+finds the freeze within seconds, and the requests (the search and the network) are answered by
+the search with the network's failure named, well before the network's deadline. The supervision
+tests check that the launcher itself restarts each service (the orchestrator included) and skip
+while it cannot.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ DELAY_S = 3.0
 SLOW_DEADLINE_S = 8.0
 POSITION = common_pb2.ConnectFourPosition(moves="4453")
 BACKENDS = ("mcts", "neural", "retrieval", "llm_gateway")
+# Neural frozen under a long agent deadline: the orchestrator would wait this long for a neural call
+# without keepalive; keepalive (1 s pings, 2 s timeout) plus a 1 s reconnection should end one in
+# about 4 s at most.
+LONG_NEURAL_DEADLINE_S = 30.0
+LONG_FROZEN_S = 12.0
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +190,102 @@ async def proxied(mesh, tmp_path):
 
 def _agents(reply: pb.SolveProblemResponse) -> set[str]:
     return {pb.Agent.Name(vote.agent) for vote in reply.votes}
+
+
+def _failed_agents(reply: pb.SolveProblemResponse) -> set[str]:
+    return {pb.Agent.Name(failure.agent) for failure in reply.failures}
+
+
+@pytest.fixture
+async def patient(mesh, tmp_path):
+    """The stub of a second orchestrator on the mesh's services that gives each neural call
+    `LONG_NEURAL_DEADLINE_S` (its channels' keepalive at the defaults)."""
+    env = {
+        "ORCHESTRATOR_PORT": "0",
+        "ORCHESTRATOR_REST_PORT": "-1",
+        "ORCHESTRATOR_MCTS_TARGET": f"127.0.0.1:{mesh.ports['mcts']}",
+        "ORCHESTRATOR_NEURAL_TARGET": f"127.0.0.1:{mesh.ports['neural']}",
+        "ORCHESTRATOR_RETRIEVAL_TARGET": f"127.0.0.1:{mesh.ports['retrieval']}",
+        "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm_gateway']}",
+        "ORCHESTRATOR_NEURAL_DEADLINE_S": str(LONG_NEURAL_DEADLINE_S),
+    }
+    orchestrator, port = await asyncio.to_thread(spawn_service, "orchestrator", env, tmp_path)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+    await channel.close()
+    stop_process(orchestrator)
+
+
+async def test_keepalive_finds_a_frozen_network_long_before_its_deadline(mesh, patient):
+    request = pb.SolveProblemRequest(connect_four=POSITION, simulations=2000,
+                                     agents=[pb.AGENT_MCTS, pb.AGENT_NEURAL])
+    deadline_s = LONG_NEURAL_DEADLINE_S + 10
+    replies: list[tuple[float, float, pb.SolveProblemResponse]] = []
+
+    async def call(timeout_s: float):
+        started = time.monotonic()
+        reply = await patient.SolveProblem(request, timeout=timeout_s)
+        replies.append((started, time.monotonic(), reply))
+        return reply
+
+    async def with_network(timeout_s: float):
+        reply = await call(timeout_s)
+        if "AGENT_NEURAL" not in _agents(reply):
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                       grpc.aio.Metadata(), details=f"{reply.failures}")
+        return reply
+
+    pid = mesh.processes["neural"].pid
+    try:
+        await wait_for_full_success(with_network, deadline_s, needed=3)
+        load = Load(call, deadline_s, workers=2)
+        load.start()
+        await asyncio.sleep(1.0)
+        frozen_at = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(LONG_FROZEN_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        thawed_at = time.monotonic()
+        recovery_s = await wait_for_full_success(with_network, deadline_s, needed=10, within_s=60)
+        recovered_at = time.monotonic()
+        await asyncio.sleep(1.0)
+        await load.stop()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    assert_no_hang(load.outcomes)
+    assert_clear_failures(load.outcomes)
+    assert all(o.code is None for o in load.outcomes), "the search could always answer"
+    # Every request was answered by the search: a frozen neural tore down no other connection.
+    assert not any("AGENT_MCTS" in _failed_agents(reply) for _, _, reply in replies)
+    assert all(1 <= reply.connect_four.column <= 7 for _, _, reply in replies)
+    degraded = [(started, ended, reply) for started, ended, reply in replies
+                if frozen_at <= ended <= thawed_at and "AGENT_NEURAL" in _failed_agents(reply)]
+    assert degraded, "no request was answered without the network while it was frozen"
+    codes = {f.code for _, _, reply in degraded for f in reply.failures}
+    assert codes <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}, codes
+    detected_at = min(ended for _, ended, _ in degraded)
+    # Without keepalive the first of these ended a whole neural deadline (30 s) after the freeze.
+    assert detected_at - frozen_at < LONG_NEURAL_DEADLINE_S / 2
+    before = [ended - started for started, ended, _ in replies
+              if started < detected_at and ended > frozen_at]
+    after = [ended - started for started, ended, _ in replies
+             if detected_at <= started and ended <= thawed_at]
+    assert before, "no request was in flight when the freeze was found"
+    assert after, "no request was sent after the freeze was found"
+    assert max(after) < LONG_NEURAL_DEADLINE_S / 3, after
+    assert max(before) < LONG_NEURAL_DEADLINE_S / 2, before
+    back = [reply for started, _, reply in replies if started >= recovered_at]
+    assert back and all("AGENT_NEURAL" in _agents(reply) for reply in back)
+    after.sort()
+    print(f"\nneural frozen, {LONG_NEURAL_DEADLINE_S:.0f} s agent deadline: first answer without "
+          f"the network {detected_at - frozen_at:.2f} s after SIGSTOP "
+          f"({sorted(codes)}); the {len(before)} requests in flight then took up to "
+          f"{max(before):.2f} s; {len(after)} sent after it: p50 "
+          f"{after[len(after) // 2]:.3f} s, max {max(after):.3f} s; the network votes again "
+          f"{recovery_s:.1f} s after SIGCONT")
 
 
 async def test_a_slow_network_costs_its_vote_not_the_answer(proxied):
