@@ -28,6 +28,13 @@ from opentelemetry import trace
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from libs.settings import (
+    DEFAULT_KEEPALIVE_TIME_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    MIN_KEEPALIVE_TIME_S,
+    ChannelSettings,
+)
+
 if TYPE_CHECKING:  # the SDK is not needed to make calls (the CLI imports this module)
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -41,15 +48,6 @@ DEFAULT_CONNECT_TIMEOUT_S = 1.0
 """Seconds a connection attempt may take before calls on it fail UNAVAILABLE."""
 MAX_RECONNECT_BACKOFF_MS = 2000
 """Longest wait between reconnection attempts to a dependency that went away."""
-MIN_KEEPALIVE_TIME_S = 1.0
-"""Shortest keepalive interval, in seconds: gRPC core's client sends at most one ping a second
-on a connection with calls (chttp2's `NextAllowedPingInterval`), so a shorter one would not be
-what the channel does."""
-DEFAULT_KEEPALIVE_TIME_S = 1.0
-"""Seconds between two keepalive pings on a mesh connection (see `Keepalive`)."""
-DEFAULT_KEEPALIVE_TIMEOUT_S = 2.0
-"""Seconds a keepalive ping may wait for its acknowledgement before the connection is closed
-(see `Keepalive`)."""
 SERVER_MIN_PING_INTERVAL_MS = round(MIN_KEEPALIVE_TIME_S * 1e3 / 2)
 """Shortest interval, in ms, between two pings a server accepts from a client that sends no data:
 half the shortest client interval, so that a ping delayed on a busy machine and the next one on
@@ -254,6 +252,11 @@ class Keepalive:
             raise ValueError(f"keepalive time must be at least {MIN_KEEPALIVE_TIME_S} s")
         if self.timeout_s <= 0:
             raise ValueError("keepalive timeout must be positive")
+
+    @classmethod
+    def of(cls, settings: ChannelSettings) -> Keepalive:
+        """The keepalive that a service's settings ask for (`keepalive_time_s`, `_timeout_s`)."""
+        return cls(settings.keepalive_time_s, settings.keepalive_timeout_s)
 
     def options(self) -> list[tuple[str, int]]:
         """The channel options that turn it on (gRPC channel arguments, in ms)."""

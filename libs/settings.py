@@ -12,12 +12,16 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from libs.channels import (
-    DEFAULT_KEEPALIVE_TIME_S,
-    DEFAULT_KEEPALIVE_TIMEOUT_S,
-    MIN_KEEPALIVE_TIME_S,
-    Keepalive,
-)
+MIN_KEEPALIVE_TIME_S = 1.0
+"""Shortest keepalive interval, in seconds: gRPC core's client sends at most one ping a second
+on a connection with calls (chttp2's `NextAllowedPingInterval`), so a shorter one would not be
+what the channel does. (Here, not in `libs.channels`, so that a service's settings never import
+grpc: the mcts search core imports its settings, and its import contract forbids grpc.)"""
+DEFAULT_KEEPALIVE_TIME_S = 1.0
+"""Seconds between two keepalive pings on a mesh connection (see `libs.channels.Keepalive`)."""
+DEFAULT_KEEPALIVE_TIMEOUT_S = 2.0
+"""Seconds a keepalive ping may wait for its acknowledgement before the connection is closed
+(see `libs.channels.Keepalive`)."""
 
 
 class ServiceSettings(BaseSettings):
@@ -74,8 +78,3 @@ class ChannelSettings(BaseSettings):
     keepalive_timeout_s: float = Field(default=DEFAULT_KEEPALIVE_TIMEOUT_S, gt=0)
     """Seconds a keepalive ping may go unanswered before the connection is closed and its calls
     fail UNAVAILABLE: a frozen dependency is found within keepalive_time_s + keepalive_timeout_s."""
-
-    @property
-    def keepalive(self) -> Keepalive:
-        """The keepalive of this service's channels (`libs.channels.open_channel(keepalive=)`)."""
-        return Keepalive(self.keepalive_time_s, self.keepalive_timeout_s)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
-from libs.channels import open_channel
+from libs.channels import Keepalive, open_channel
 from libs.server import Servicer, run_service, serve
 from services.mcts.batched import warm_up as batched_warm_up
 from services.mcts.search import uct_search
@@ -40,7 +40,7 @@ async def build_servicers(
     SERVING only after it). `neural_channel` serves LEAF_EVALUATOR_NEURAL searches; None opens
     one to `settings.neural_target` (connected on first use, closed with the process)."""
     if neural_channel is None:
-        neural_channel = open_channel(settings.neural_target, keepalive=settings.keepalive)
+        neural_channel = open_channel(settings.neural_target, keepalive=Keepalive.of(settings))
 
     async def ready() -> None:
         await asyncio.to_thread(_warm_up)

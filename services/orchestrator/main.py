@@ -19,7 +19,7 @@ from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
-from libs.channels import MeshChannel, open_channel
+from libs.channels import Keepalive, MeshChannel, open_channel
 from libs.server import RunningServer, Servicer, run_service, serve
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
@@ -67,7 +67,7 @@ class Wiring:
     def __init__(self, settings: OrchestratorSettings) -> None:
         def channel(target: str) -> MeshChannel:
             return open_channel(target, connect_timeout_s=settings.connect_timeout_s,
-                                keepalive=settings.keepalive)
+                                keepalive=Keepalive.of(settings))
 
         self.channels = {
             "mcts": channel(settings.mcts_target),

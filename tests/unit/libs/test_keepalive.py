@@ -63,7 +63,7 @@ def test_keepalive_below_grpcs_floor_is_refused():
     with pytest.raises(ValidationError):
         ChannelSettings(keepalive_time_s=0.5)
     settings = ChannelSettings(keepalive_time_s=2, keepalive_timeout_s=3)
-    assert settings.keepalive == Keepalive(time_s=2.0, timeout_s=3.0)
+    assert Keepalive.of(settings) == Keepalive(time_s=2.0, timeout_s=3.0)
 
 
 @pytest.mark.slow
