@@ -1,6 +1,7 @@
 """Dynamic batching of concurrent inference requests (as in NVIDIA Triton's dynamic batcher and
 TorchServe's batch aggregation): requests queue up, and one forward pass runs on up to `max_batch`
-rows, waiting at most `max_wait_ms` after the first queued request for others to join.
+rows, waiting at most `max_wait_ms` after the first queued request for others to join (the service's
+default is 0: eager batching, where the requests that arrive while a batch runs form the next).
 
 Inference runs in one worker thread under `torch.inference_mode()`, so the event loop keeps
 accepting requests while a batch runs; those requests form the next batch. Each caller gets its own
@@ -52,7 +53,7 @@ class DynamicBatcher:
         rows_run: rows passed to `run_batch` so far.
     """
 
-    def __init__(self, run_batch: BatchFunction, max_batch: int = 256, max_wait_ms: float = 2.0,
+    def __init__(self, run_batch: BatchFunction, max_batch: int = 256, max_wait_ms: float = 0.0,
                  name: str = "model") -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
