@@ -31,7 +31,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import served
 from mesh.common.v1 import common_pb2
 from mesh.neural.v1 import neural_service_pb2 as npb
 from mesh.neural.v1 import neural_service_pb2_grpc
@@ -57,23 +57,11 @@ def start_neural(work: Path, device: str, runtime: str, max_wait_ms: float
                  ) -> tuple[subprocess.Popen, str, int]:
     """`mcts-mesh serve neural` on free ports; returns the process, its gRPC target and its
     metrics port. Raises RuntimeError with the service's log when it does not start."""
-    name = f"neural-{device}-{runtime}-{max_wait_ms:g}"
-    port_file = work / f"{name}.json"
-    log_path = work / f"{name}.log"
-    env = {**os.environ, "NEURAL_PORT": "0", "NEURAL_METRICS_PORT": "0", "NEURAL_DEVICE": device,
+    env = {"NEURAL_PORT": "0", "NEURAL_METRICS_PORT": "0", "NEURAL_DEVICE": device,
            "NEURAL_PV_RUNTIME": runtime, "NEURAL_MAX_WAIT_MS": str(max_wait_ms),
            "NEURAL_MODELS_DIR": str(ROOT / "models")}
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mcts_mesh.cli", "serve", "neural", "--port-file",
-             str(port_file)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while not port_file.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"neural did not start:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.2)
-    ports = json.loads(port_file.read_text())
+    process, ports = served.start_service("neural", env, work, cwd=ROOT,
+                                          label=f"neural-{device}-{runtime}-{max_wait_ms:g}")
     return process, f"127.0.0.1:{ports['grpc']}", int(ports["metrics"])
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import served
 from mesh.common.v1 import common_pb2
 from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
@@ -191,24 +192,9 @@ def start_service(data_dir: str, work: Path, extra_env: dict[str, str] | None = 
     """A retrieval service on a free port over `data_dir` (as the mesh starts it), with
     `extra_env` added to its environment and run from `cwd` (`bench/retrieval_query.py` runs
     another source tree that way). Returns the process and its gRPC target."""
-    port_file = work / "retrieval.json"
-    env = {**os.environ, "RETRIEVAL_DATA_DIR": data_dir, "RETRIEVAL_PORT": "0",
-           "RETRIEVAL_METRICS_PORT": "0", "RETRIEVAL_DEFAULT_COLLECTION": COLLECTION,
-           "HF_HUB_OFFLINE": "1", **(extra_env or {})}
-    log = (work / "retrieval.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mcts_mesh.cli", "serve", "retrieval", "--port-file",
-         str(port_file)], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while not port_file.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"retrieval did not start: {(work / 'retrieval.log').read_text()}")
-        time.sleep(0.2)
-    ports = json.loads(port_file.read_text())
-    if "grpc" not in ports:
-        process.kill()
-        raise RuntimeError(f"retrieval did not start: {ports}")
+    env = {"RETRIEVAL_DATA_DIR": data_dir, "RETRIEVAL_PORT": "0", "RETRIEVAL_METRICS_PORT": "0",
+           "RETRIEVAL_DEFAULT_COLLECTION": COLLECTION, "HF_HUB_OFFLINE": "1", **(extra_env or {})}
+    process, ports = served.start_service("retrieval", env, work, cwd=cwd)
     return process, f"127.0.0.1:{ports['grpc']}"
 
 
