@@ -35,8 +35,9 @@ class NeuralSettings(ServiceSettings):
     0 (the default) batches eagerly: a batch runs as soon as the worker is free, and what queued
     while it ran forms the next one. A wait made every batch of a lone caller that long: a PUCT
     search of 800 simulations through the mesh (52 leaf batches) took 351-365 ms with 2 ms
-    against 206-237 ms with 0, and 256 single-position callers got 827 against 874 positions/s
-    (`bench/batcher.py`, 2026-11-26, loaded 2-core machine). A wait can still pay where many
+    against 206-237 ms with 0 (loaded 2-core machine), and on the idle machine 256
+    single-position callers got 1,372 against 1,453 positions/s, one caller 4.54 against 1.67 ms
+    (`bench/batcher.py`, 2026-11-26). A wait can still pay where many
     independent callers send one row each to a device that wants full batches (a GPU)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """"auto" runs on CUDA when torch sees a GPU, else on the CPU."""
