@@ -3,12 +3,14 @@ with 256 requests in flight, for the Connect Four policy/value network, on the C
 torch sees one) on a GPU.
 
     .venv/bin/python bench/batcher.py [--seconds 10] [--concurrency 256] [--devices cpu cuda]
-        [--runtimes onnxruntime torch] [--max-wait-ms 2 0] [--json]
+        [--runtimes onnxruntime torch] [--cuda-runtimes torch cuda-graphs] [--max-wait-ms 2 0]
+        [--json]
 
-For each device (and, on the CPU, each runtime: onnxruntime, the default, and torch) and each
-batcher wait (`NEURAL_MAX_WAIT_MS`: 2 ms, the default, and 0, which runs whatever is queued as
+For each device and runtime (on the CPU onnxruntime, the default, and torch; on a GPU eager
+torch and "cuda-graphs", torch replayed from CUDA graphs, `NEURAL_CUDA_GRAPHS`) and each
+batcher wait (`NEURAL_MAX_WAIT_MS`: 2 ms, and 0, the default, which runs whatever is queued as
 soon as the worker is free) it starts `mcts-mesh serve neural` on a free port with
-`NEURAL_DEVICE` / `NEURAL_PV_RUNTIME` / `NEURAL_MAX_WAIT_MS` set, then over
+`NEURAL_DEVICE` / `NEURAL_PV_RUNTIME` / `NEURAL_CUDA_GRAPHS` / `NEURAL_MAX_WAIT_MS` set, then over
 one kept-alive grpc.aio channel:
 1. **batch 1**: one `EvaluatePositions` call of one position at a time, closed loop: p50 / p99
    latency (ms);
@@ -58,7 +60,9 @@ def start_neural(work: Path, device: str, runtime: str, max_wait_ms: float
     """`mcts-mesh serve neural` on free ports; returns the process, its gRPC target and its
     metrics port. Raises RuntimeError with the service's log when it does not start."""
     env = {"NEURAL_PORT": "0", "NEURAL_METRICS_PORT": "0", "NEURAL_DEVICE": device,
-           "NEURAL_PV_RUNTIME": runtime, "NEURAL_MAX_WAIT_MS": str(max_wait_ms),
+           "NEURAL_PV_RUNTIME": "torch" if runtime == "cuda-graphs" else runtime,
+           "NEURAL_CUDA_GRAPHS": str(runtime == "cuda-graphs").lower(),
+           "NEURAL_MAX_WAIT_MS": str(max_wait_ms),
            "NEURAL_MODELS_DIR": str(ROOT / "models")}
     process, ports = served.start_service("neural", env, work, cwd=ROOT,
                                           label=f"neural-{device}-{runtime}-{max_wait_ms:g}")
@@ -126,6 +130,7 @@ def measure_in_process(device: str, runtime: str, batch: int, seconds: float) ->
 
     from libs.connect4.board import Position, encode, legal_mask
     from services.neural.checkpoint import load_checkpoint
+    from services.neural.cuda_graphs import GraphedPolicyValue
     from services.neural.models.connect4_onnx import OnnxPolicyValue
     from services.neural.models.connect4_pv import predict
 
@@ -139,6 +144,11 @@ def measure_in_process(device: str, runtime: str, batch: int, seconds: float) ->
 
         def run() -> None:
             runner.predict(planes, legal)
+    elif runtime == "cuda-graphs":
+        graphed = GraphedPolicyValue(model, max_batch=batch)
+
+        def run() -> None:
+            graphed.predict(planes, legal)
     else:
         def run() -> None:
             predict(model, planes, legal)
@@ -165,16 +175,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--devices", nargs="+", default=["cpu", "cuda"], choices=["cpu", "cuda"])
     parser.add_argument("--runtimes", nargs="+", default=["onnxruntime", "torch"],
-                        choices=["onnxruntime", "torch"], help="CPU runtimes (GPUs use torch)")
+                        choices=["onnxruntime", "torch"], help="CPU runtimes")
+    parser.add_argument("--cuda-runtimes", nargs="+", default=["torch", "cuda-graphs"],
+                        choices=["torch", "cuda-graphs"],
+                        help="GPU runtimes: eager torch, or torch replayed from CUDA graphs")
     parser.add_argument("--max-wait-ms", nargs="+", type=float, default=[2.0, 0.0],
-                        help="the batcher's NEURAL_MAX_WAIT_MS values to run (2.0 is the default)")
+                        help="the batcher's NEURAL_MAX_WAIT_MS values to run (0 is the default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-batcher-") as work:
         for device in args.devices:
             reason = cuda_reason() if device == "cuda" else None
-            runtimes = args.runtimes if device == "cpu" else ["torch"]
+            runtimes = args.runtimes if device == "cpu" else args.cuda_runtimes
             for runtime, wait in ((r, w) for r in runtimes for w in args.max_wait_ms):
                 row: dict = {"device": device, "runtime": runtime, "max_wait_ms": wait}
                 if reason is not None:

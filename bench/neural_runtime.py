@@ -6,7 +6,12 @@ Loads `models/connect4-pv` (or `--model DIR`), builds the neural service's two r
 (Pons' Test_L2_R1, repeated to fill the batch) at batch sizes 1, 8 and 64, and prints the process
 CPU time per forward pass (median of `--rounds` rounds) and the ratio torch / onnxruntime.
 
-    .venv/bin/python bench/neural_runtime.py [--rounds 5] [--passes 300]
+Where torch sees a GPU, a second table times the network there: eager torch (`predict`, one
+kernel launch at a time) against `GraphedPolicyValue` (one CUDA graph replay per padded batch
+size, what the service runs with `NEURAL_CUDA_GRAPHS=true`), wall-clock milliseconds per call,
+numpy in and out (the host copies included, as in the service), at batch 1, 8, 64 and 256.
+
+    .venv/bin/python bench/neural_runtime.py [--rounds 5] [--passes 300] [--devices cpu cuda]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch
 
 from libs.connect4.board import Position, encode, legal_mask
 from services.neural.checkpoint import load_checkpoint
+from services.neural.cuda_graphs import GraphedPolicyValue
 from services.neural.models.connect4_onnx import OnnxPolicyValue
 from services.neural.models.connect4_pv import predict
 
@@ -42,27 +48,69 @@ def _cpu_ms(run, planes, legal, passes: int) -> float:
     return (time.process_time() - started) * 1e3 / passes
 
 
+def _wall_ms(run, planes, legal, passes: int) -> float:
+    started = time.perf_counter()
+    for _ in range(passes):
+        run(planes, legal)  # numpy out: each call waits for the GPU
+    return (time.perf_counter() - started) * 1e3 / passes
+
+
+def cuda_table(model_dir: Path, rounds: int, passes: int) -> None:
+    """Eager torch against CUDA graphs on the GPU (see the module doc)."""
+    network = load_checkpoint(model_dir, device="cuda").model.eval()
+    graphed = GraphedPolicyValue(network, max_batch=256)
+    graphed.capture_all()
+    runners = {"eager": lambda p, m: predict(network, p, m), "graphs": graphed.predict}
+    print(f"\n{torch.cuda.get_device_name()}: wall ms per call (numpy in and out), median of "
+          f"{rounds} rounds")
+    print("| batch | eager torch ms | CUDA graphs ms | eager / graphs | max |policy diff| |")
+    print("|---|---|---|---|---|")
+    for rows in (1, 8, 64, 256):
+        planes, legal = _positions(rows)
+        diff = float(np.abs(runners["eager"](planes, legal)[0]
+                            - runners["graphs"](planes, legal)[0]).max())
+        times: dict[str, list[float]] = {name: [] for name in runners}
+        for _ in range(rounds):
+            for name, run in runners.items():
+                run(planes, legal)
+                times[name].append(_wall_ms(run, planes, legal, passes))
+        slow, fast = statistics.median(times["eager"]), statistics.median(times["graphs"])
+        print(f"| {rows} | {slow:.3f} | {fast:.3f} | {slow / fast:.1f}x | {diff:.1e} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "connect4-pv")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--passes", type=int, default=300)
+    parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], default=["cpu", "cuda"])
     args = parser.parse_args()
+    if "cpu" in args.devices:
+        cpu_table(args.model, args.rounds, args.passes)
+    if "cuda" in args.devices:
+        if torch.cuda.is_available():
+            cuda_table(args.model, args.rounds, args.passes)
+        else:
+            print(f"\nCUDA rows not measured: torch {torch.__version__} sees no CUDA device")
+
+
+def cpu_table(model_dir: Path, rounds: int, passes_per_round: int) -> None:
+    """torch against onnxruntime on the CPU, process CPU ms per pass (see the module doc)."""
     torch.set_num_threads(1)
-    network = load_checkpoint(args.model).model.eval()
+    network = load_checkpoint(model_dir).model.eval()
     runners = {"torch": lambda p, m: predict(network, p, m),
                "onnxruntime": OnnxPolicyValue(network, threads=1).predict}
-    print(f"model {args.model.name}; process CPU ms per forward pass, median of {args.rounds} "
-          f"rounds of {args.passes} passes; one intra-op thread")
+    print(f"model {model_dir.name}; process CPU ms per forward pass, median of {rounds} "
+          f"rounds of {passes_per_round} passes; one intra-op thread")
     print("| batch | torch ms | onnxruntime ms | torch / onnxruntime | max |policy diff| |")
     print("|---|---|---|---|---|")
     for rows in (1, 8, 64):
         planes, legal = _positions(rows)
         diff = float(np.abs(runners["torch"](planes, legal)[0]
                             - runners["onnxruntime"](planes, legal)[0]).max())
-        passes = max(10, args.passes // rows)
+        passes = max(10, passes_per_round // rows)
         times: dict[str, list[float]] = {name: [] for name in runners}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for name, run in runners.items():
                 run(planes, legal)
                 times[name].append(_cpu_ms(run, planes, legal, passes))

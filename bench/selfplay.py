@@ -64,8 +64,9 @@ def openings(games: int, plies: int, seed: int) -> tuple[np.ndarray, np.ndarray]
     return np.array(positions), np.array(masks)
 
 
-def ours(model, position, mask, steps: int, simulations: int, leaves: int) -> dict:
-    evaluate = learner.evaluator(model, "cpu")
+def ours(model, position, mask, steps: int, simulations: int, leaves: int,
+         device: str = "cpu") -> dict:
+    evaluate = learner.evaluator(model.to(device), device)
     options = SearchOptions(simulations=simulations, leaves_per_search=leaves)
     count = len(position)
     searched, calls, started = 0, 0, time.perf_counter()
@@ -222,13 +223,18 @@ def main() -> None:
     parser.add_argument("--leaves-per-search", type=int, default=8)
     parser.add_argument("--opening-plies", type=int, default=8)
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where our network runs (bf16 autocast on CUDA, as the loop runs "
+                             "it); mctx runs on JAX's default backend, printed beside the table")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
     model = load_checkpoint(args.checkpoint).model
     position, mask = openings(args.games, args.opening_plies, 0)
     rows = {"ours (batched PUCT, torch)": ours(model, position, mask, args.steps,
-                                               args.simulations, args.leaves_per_search)}
+                                               args.simulations, args.leaves_per_search,
+                                               args.device)}
+    model = model.cpu()
     print(json.dumps({"ours": rows["ours (batched PUCT, torch)"]}), flush=True)
     skipped = None
     if mctx is None:
@@ -251,7 +257,8 @@ def main() -> None:
         print(json.dumps({"mctx": rows["mctx.gumbel_muzero_policy (JAX, jit)"]}), flush=True)
     load = os.getloadavg()
     print(f"\nself-play at {args.simulations} simulations, {args.games} concurrent games, "
-          f"{args.steps} steps, network {args.checkpoint}, torch threads {args.torch_threads}; "
+          f"{args.steps} steps, network {args.checkpoint}, torch threads {args.torch_threads}, "
+          f"ours on {args.device}, mctx on {jax.default_backend() if jax else '-'}; "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     base = rows["ours (batched PUCT, torch)"]
     base_rate = base["positions"] / base["seconds"]

@@ -17,7 +17,7 @@ first `--data-workers` value the baseline of its other rows. The machine is shar
 average is printed beside the table.
 
     .venv/bin/python bench/train_speed.py [--seconds 20] [--presets trm-mlp-cpu-sudoku6 ...]
-        [--data-workers 0 1] [--rounds 2] [--skip-az] [--generation-only]
+        [--data-workers 0 1] [--rounds 2] [--skip-az] [--generation-only] [--devices cpu cuda]
 """
 
 from __future__ import annotations
@@ -115,10 +115,12 @@ def main() -> None:
                         help="trm/hrm: repeat the worker counts, alternating")
     parser.add_argument("--az-batch-size", type=int, default=256)
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], default=["cpu", "cuda"],
+                        help="cuda rows run only where torch sees a GPU")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = [d for d in args.devices if d == "cpu" or torch.cuda.is_available()]
     if args.generation_only:
         load = os.getloadavg()
         print(f"generation and augmentation, one process; load average {load[0]:.2f} "
@@ -152,15 +154,15 @@ def main() -> None:
           f"{'' if 'cuda' in devices else ' (no GPU seen by torch: CPU rows only)'}; "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if az_rows:
-        header = f"{'preset':<26} {'batch':>5} {'cpu steps/s':>12}"
-        if "cuda" in devices:
-            header += f" {'cuda steps/s':>13} {'cuda/cpu':>9}"
-        print(header)
+        header = f"{'preset':<26} {'batch':>5}" + "".join(f" {d + ' steps/s':>13}"
+                                                           for d in devices)
+        both = devices == ["cpu", "cuda"]
+        print(header + (f" {'cuda/cpu':>9}" if both else ""))
         for row in az_rows:
-            line = f"{row['preset']:<26} {row['batch']:>5} {row['cpu_steps_per_s']:>12.2f}"
-            if "cuda" in devices:
-                line += (f" {row['cuda_steps_per_s']:>13.2f} "
-                         f"{row['cuda_steps_per_s'] / row['cpu_steps_per_s']:>8.1f}x")
+            line = f"{row['preset']:<26} {row['batch']:>5}" + "".join(
+                f" {row[d + '_steps_per_s']:>13.2f}" for d in devices)
+            if both:
+                line += f" {row['cuda_steps_per_s'] / row['cpu_steps_per_s']:>8.1f}x"
             print(line)
     if rows:
         print(f"\n{'preset':<22} {'device':>6} {'batch':>5} {'workers':>7} {'steps/s':>8} "

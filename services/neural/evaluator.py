@@ -14,6 +14,7 @@ import numpy as np
 
 from libs.errors import InvalidArgument, Unavailable
 from services.neural.batcher import BatcherPool, DynamicBatcher
+from services.neural.cuda_graphs import GraphedPolicyValue
 from services.neural.models import connect4_pv
 from services.neural.models.connect4_onnx import OnnxPolicyValue
 from services.neural.registry import ModelRegistry, RegisteredModel
@@ -33,16 +34,20 @@ class PositionEvaluator:
         runtime: what runs a network on the CPU: "onnxruntime" (`OnnxPolicyValue`, made once per
             model version; torch when the export fails) or "torch". On a GPU, always torch.
         cpu_threads: intra-op threads of onnxruntime (0: its default).
+        cuda_graphs: on a GPU, replay one CUDA graph per padded batch size
+            (`cuda_graphs.GraphedPolicyValue`, captured when the model is prepared) instead of
+            launching torch's kernels one by one; torch when a capture fails.
     """
 
     def __init__(self, default_model: str, max_batch: int, max_wait_ms: float,
                  runtime: Literal["onnxruntime", "torch"] = "onnxruntime",
-                 cpu_threads: int = 1) -> None:
+                 cpu_threads: int = 1, cuda_graphs: bool = False) -> None:
         self.default_model = default_model
         self.max_batch = max_batch
         self.max_wait_ms = max_wait_ms
         self.runtime = runtime
         self.cpu_threads = cpu_threads
+        self.cuda_graphs = cuda_graphs
         self._registry: ModelRegistry | None = None
         self._batchers = BatcherPool(max_batch, max_wait_ms)
         self._runners: dict[tuple[str, str], Predict] = {}
@@ -54,8 +59,8 @@ class PositionEvaluator:
 
     def prepare(self, registry: ModelRegistry) -> None:
         """Makes the runner of every policy/value network of `registry` now (the ONNX export
-        takes about 0.5 s per model) rather than on its first request; blocking, call it off the
-        event loop."""
+        takes about 0.5 s per model, the CUDA graphs' capture about as long) rather than on its
+        first request; blocking, call it off the event loop."""
         for model in registry.list():
             if model.architecture == connect4_pv.ARCHITECTURE:
                 self.runner(model)
@@ -79,6 +84,14 @@ class PositionEvaluator:
                 return OnnxPolicyValue(module, self.cpu_threads).predict
             except Exception as error:  # an export the installed torch or onnxruntime refuses
                 log.warning("model %s: onnxruntime unavailable (%s: %s); running it with torch",
+                            model.name, type(error).__name__, error)
+        if self.cuda_graphs and model.device != "cpu":
+            try:
+                graphed = GraphedPolicyValue(module, self.max_batch)
+                graphed.capture_all()
+                return graphed.predict
+            except Exception as error:  # a capture this torch or driver refuses
+                log.warning("model %s: CUDA graphs unavailable (%s: %s); running it with torch",
                             model.name, type(error).__name__, error)
         return lambda planes, legal: connect4_pv.predict(module, planes, legal)
 

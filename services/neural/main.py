@@ -29,6 +29,18 @@ def _warm_up(registry: ModelRegistry) -> None:
         warm_up(model)
 
 
+def make_evaluator(settings: NeuralSettings) -> PositionEvaluator:
+    """The policy/value evaluator the settings describe."""
+    return PositionEvaluator(settings.default_model, settings.max_batch, settings.max_wait_ms,
+                             settings.pv_runtime, settings.torch_threads, settings.cuda_graphs)
+
+
+def make_solver(settings: NeuralSettings, evaluator: PositionEvaluator) -> ReasoningSolver:
+    """The HRM/TRM solver the settings describe, over `evaluator`'s registry."""
+    return ReasoningSolver(lambda: evaluator.registry, settings.max_batch, settings.max_wait_ms,
+                           settings.cuda_graphs)
+
+
 async def build_servicers(
     settings: NeuralSettings, evaluator: PositionEvaluator | None = None,
     solver: ReasoningSolver | None = None,
@@ -41,11 +53,8 @@ async def build_servicers(
         CheckpointError: a checkpoint directory cannot be loaded.
         FailedPrecondition: device "cuda" requested without a GPU.
     """
-    evaluator = evaluator or PositionEvaluator(settings.default_model, settings.max_batch,
-                                               settings.max_wait_ms, settings.pv_runtime,
-                                               settings.torch_threads)
-    solver = solver or ReasoningSolver(lambda: evaluator.registry, settings.max_batch,
-                                       settings.max_wait_ms)
+    evaluator = evaluator or make_evaluator(settings)
+    solver = solver or make_solver(settings, evaluator)
     servicer = NeuralServicer(evaluator, solver)
 
     async def ready() -> None:
@@ -56,6 +65,7 @@ async def build_servicers(
         registry = await asyncio.to_thread(ModelRegistry.load, models_dir, device)
         await asyncio.to_thread(_warm_up, registry)
         await asyncio.to_thread(evaluator.prepare, registry)
+        await asyncio.to_thread(solver.prepare, registry)
         evaluator.install(registry)
         log.info("neural: %d model(s) from %s on %s; default %r", len(registry), models_dir,
                  device, settings.default_model)
@@ -73,11 +83,8 @@ def main(settings: NeuralSettings | None = None,
     settings = settings or NeuralSettings()
 
     async def run() -> None:
-        evaluator = PositionEvaluator(settings.default_model, settings.max_batch,
-                                      settings.max_wait_ms, settings.pv_runtime,
-                                      settings.torch_threads)
-        solver = ReasoningSolver(lambda: evaluator.registry, settings.max_batch,
-                                 settings.max_wait_ms)
+        evaluator = make_evaluator(settings)
+        solver = make_solver(settings, evaluator)
         servicers, ready = await build_servicers(settings, evaluator, solver)
         try:
             await serve(NAME, settings, servicers, ready, on_listening=on_listening,

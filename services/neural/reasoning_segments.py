@@ -15,7 +15,9 @@ A prediction is the argmax token of each cell's logits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -117,7 +119,9 @@ class _StopFlags:
 @torch.inference_mode()
 def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor,
                  max_segments: torch.Tensor | int, act: torch.Tensor | bool,
-                 stop_early: bool = True, stop_check_lag: int | None = None) -> SegmentRun:
+                 stop_early: bool = True, stop_check_lag: int | None = None,
+                 step: Callable[[Any, torch.Tensor, torch.Tensor], tuple[Any, Any]] | None = None
+                 ) -> SegmentRun:
     """Runs up to max(max_segments) segments of `model` (an HRM or TRM, used as it is: call
     `.eval()` first) on a batch, under bf16 autocast on CUDA as in training.
 
@@ -136,6 +140,9 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
             a bool) it is read without touching the device.
         stop_early: stop once every example has stopped; False runs all max(max_segments)
             segments (evaluation's per-segment curve).
+        step: what runs one segment, `(carry, inputs, puzzle_identifiers) -> (carry, output)`;
+            None calls `model` itself under autocast. On CUDA the solver passes a
+            `cuda_graphs.GraphedSegments` of the model (same arithmetic, one launch a segment).
     Raises:
         ValueError: an empty batch or a max_segments below 1.
     """
@@ -160,7 +167,7 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
     used = max_segments.clone()
     for segment in range(1, most + 1):
         with autocast(device):
-            carry, output = model(carry, inputs, puzzle_identifiers)
+            carry, output = (step or model)(carry, inputs, puzzle_identifiers)
         halt = halting_decision(output)
         predictions.append(output.logits.argmax(-1))
         q_halts.append(output.q_halt_logits.float())

@@ -14,6 +14,7 @@ Every example uses puzzle identifier 0, as the trainer's generated Sudoku and ma
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from torch import nn
 
 from libs.errors import FailedPrecondition, InvalidArgument, Unavailable
 from services.neural.batcher import BatcherPool, DynamicBatcher
+from services.neural.cuda_graphs import GraphedSegments
 from services.neural.reasoning_segments import MODES, run_segments
 from services.neural.registry import ModelRegistry, RegisteredModel
 
@@ -58,11 +60,13 @@ class Solution:
 
 
 def solve_batch(module: nn.Module, inputs: np.ndarray, max_segments: np.ndarray,
-                act: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                act: np.ndarray, step: GraphedSegments | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One batch of requests through `run_segments` on the module's device.
 
     Args:
         module: an HRM or TRM in eval mode.
+        step: the module's CUDA graphs (on a GPU), or None to run it eagerly.
         inputs: int32 [B, L] token ids.
         max_segments: int64 [B], each in 1..MAX_SEGMENTS.
         act: bool [B], "act" mode per row.
@@ -77,7 +81,7 @@ def solve_batch(module: nn.Module, inputs: np.ndarray, max_segments: np.ndarray,
     # them itself, so no segment waits for the device (see run_segments).
     run = run_segments(module, tokens, torch.zeros(len(inputs), dtype=torch.int32, device=device),
                        torch.from_numpy(np.asarray(max_segments, dtype=np.int64)),
-                       torch.from_numpy(np.asarray(act, dtype=np.bool_)))
+                       torch.from_numpy(np.asarray(act, dtype=np.bool_)), step=step)
     return (run.predictions.transpose(0, 1).cpu().numpy(),
             run.halt_probabilities.transpose(0, 1).cpu().numpy(),
             run.segments_used.cpu().numpy())
@@ -90,12 +94,42 @@ class ReasoningSolver:
         registry: returns the registry currently served (raises `Unavailable` while loading).
         max_batch: most requests in one forward pass.
         max_wait_ms: how long a request waits for others to join its batch, in milliseconds.
+        cuda_graphs: on a GPU, run segments by replaying CUDA graphs (`cuda_graphs`); ignored on
+            the CPU.
     """
 
     def __init__(self, registry: Callable[[], ModelRegistry], max_batch: int,
-                 max_wait_ms: float) -> None:
+                 max_wait_ms: float, cuda_graphs: bool = False) -> None:
         self._registry = registry
         self._batchers = BatcherPool(max_batch, max_wait_ms)
+        self.max_batch = max_batch
+        self.cuda_graphs = cuda_graphs
+        self._graphs: dict[str, tuple[str, GraphedSegments]] = {}
+        self._graphs_lock = threading.Lock()
+
+    def graphs(self, model: RegisteredModel) -> GraphedSegments | None:
+        """The CUDA graphs that run `model`'s segments, made on first use (one per model name,
+        replaced when the model is reloaded), or None on the CPU or with `cuda_graphs` off."""
+        if not self.cuda_graphs or model.device == "cpu":
+            return None
+        with self._graphs_lock:
+            found = self._graphs.get(model.name)
+            if found is None or found[0] != model.version:
+                found = self._graphs[model.name] = (
+                    model.version, GraphedSegments(model.module, self.max_batch))
+            return found[1]
+
+    def prepare(self, registry: ModelRegistry) -> None:
+        """Captures the batch-1 graphs of every reasoning model now (one "paper" segment on its
+        task's placeholder grid) rather than on the first request; blocking, call it off the
+        event loop. Nothing to do on the CPU."""
+        for model in registry.list():
+            step = self.graphs(model) if model.is_reasoning and model.task is not None else None
+            if step is not None:
+                inputs = model.task.encode(model.task.placeholder())[None]
+                # two segments: the initial carry's graph, then the returned carry's
+                solve_batch(model.module, inputs, np.full(1, 2, dtype=np.int64),
+                            np.zeros(1, dtype=bool), step)
 
     def model(self, name: str) -> RegisteredModel:
         """The reasoning model called `name`.
@@ -150,10 +184,11 @@ class ReasoningSolver:
         task = model.task
         inputs = task.encode(grid)[None]
         module = model.module
+        step = self.graphs(model)
 
         def run_batch(batch_inputs: np.ndarray, batch_segments: np.ndarray,
                       batch_act: np.ndarray):
-            return solve_batch(module, batch_inputs, batch_segments, batch_act)
+            return solve_batch(module, batch_inputs, batch_segments, batch_act, step)
 
         predictions, halt_probabilities, used = await self._batchers.submit(
             model.name, model.version, run_batch, inputs,

@@ -45,6 +45,10 @@ class NeuralSettings(ServiceSettings):
     """What runs the Connect Four policy/value networks on the CPU: onnxruntime (an export made
     in memory when a model loads; about 7x less CPU than torch at batch 1, 2x at batch 64) or
     torch. On a GPU they always run in torch."""
+    cuda_graphs: bool = True
+    """On a GPU, run the Connect Four policy/value networks and the HRM/TRM segments by replaying
+    CUDA graphs, one per padded batch size (`services/neural/cuda_graphs.py`), instead of
+    launching their kernels one by one from Python. Ignored on the CPU."""
     torch_threads: int = 1
     """Intra-op CPU threads for torch (and onnxruntime); 0 keeps their default (one per core).
     One by default: the neural service shares the machine's cores with the other four services,

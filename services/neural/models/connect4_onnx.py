@@ -17,22 +17,14 @@ import warnings
 
 import numpy as np
 import torch
-from torch import nn
 
-from services.neural.models.connect4_pv import COLUMNS, PLANES, ROWS, Connect4PV
-
-
-class _PolicyValue(nn.Module):
-    """`Connect4PV` with the legal-column softmax of `connect4_pv.predict` folded in."""
-
-    def __init__(self, network: Connect4PV) -> None:
-        super().__init__()
-        self.network = network
-
-    def forward(self, planes: torch.Tensor, legal: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, value = self.network(planes, legal)
-        return torch.softmax(logits, dim=-1), value
+from services.neural.models.connect4_pv import (
+    COLUMNS,
+    PLANES,
+    ROWS,
+    Connect4PV,
+    PolicyValueProbabilities,
+)
 
 
 class OnnxPolicyValue:
@@ -54,7 +46,7 @@ class OnnxPolicyValue:
         batch = {0: "batch"}
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
-            torch.onnx.export(_PolicyValue(network).eval(), (planes, legal), graph,
+            torch.onnx.export(PolicyValueProbabilities(network).eval(), (planes, legal), graph,
                               input_names=["planes", "legal"], output_names=["policy", "value"],
                               dynamic_axes={"planes": batch, "legal": batch, "policy": batch,
                                             "value": batch},

@@ -99,6 +99,20 @@ def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+class PolicyValueProbabilities(nn.Module):
+    """`Connect4PV` with the legal-column softmax of `predict` folded in: (planes, legal) ->
+    (policy float32 [B, 7], value float32 [B]), one module for an export or a CUDA graph."""
+
+    def __init__(self, network: Connect4PV) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(self, planes: torch.Tensor, legal: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value = self.network(planes, legal)
+        return torch.softmax(logits.float(), dim=-1), value.float()
+
+
 def predict(model: Connect4PV, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray,
                                                                               np.ndarray]:
     """One forward pass on numpy arrays, on the model's device, without gradients.
