@@ -49,8 +49,8 @@ class RoutePredictor:
             steps: the routing-feature vectors so far.
             remaining_s: seconds left of the request; shortens the call's deadline.
         """
-        timeout = self._deadline_s if remaining_s is None else min(self._deadline_s, remaining_s)
-        if timeout <= 0:
+        timeout = self._timeout(remaining_s)
+        if timeout is None:
             return None
         request = neural_service_pb2.PredictRouteRequest(
             model=self._model,
@@ -71,6 +71,12 @@ class RoutePredictor:
             return None
         return RoutePrediction(routes, tuple(entry.probability for entry in response.routes),
                                f"{response.model.name}@{response.model.version}")
+
+    def _timeout(self, remaining_s: float | None) -> float | None:
+        """Deadline of one call in seconds: `deadline_s`, shortened to `remaining_s` (the
+        request's seconds left, None: no limit); None when nothing is left to call with."""
+        timeout = self._deadline_s if remaining_s is None else min(self._deadline_s, remaining_s)
+        return timeout if timeout > 0 else None
 
     def _warn(self, message: str, *args: object) -> None:
         now = time.monotonic()
@@ -99,8 +105,8 @@ class TextRoutePredictor(RoutePredictor):
             query: the query's text.
             remaining_s: seconds left of the request; shortens the call's deadline.
         """
-        timeout = self._deadline_s if remaining_s is None else min(self._deadline_s, remaining_s)
-        if timeout <= 0:
+        timeout = self._timeout(remaining_s)
+        if timeout is None:
             return None
         request = neural_service_pb2.PredictTextRouteRequest(model=self._model, query=query)
         try:

@@ -314,9 +314,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                                                 deadline, "request", None)
         confidence: float | None = None
         decided_by = "rules"
-        if self._text_route_predictor is not None and request.role == pb.TEXT_ROLE_UNSPECIFIED:
+        predictor = self._text_route_predictor
+        if predictor is not None and request.role == pb.TEXT_ROLE_UNSPECIFIED:
             role, learned, confidence, why_not = await self._learned_role(
-                request, problem, options, deadline)
+                predictor, request, problem, options, deadline)
             if learned is not None:
                 try:
                     return await self._answer_with_role(problem, learned, request.thread_id,
@@ -351,16 +352,14 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                                      response.cost_usd))
         return response
 
-    async def _learned_role(self, request: pb.AnswerQueryRequest, problem: TextProblem,
-                            options: SamplingOptions, deadline: float
+    async def _learned_role(self, predictor: TextRoutePredictor, request: pb.AnswerQueryRequest,
+                            problem: TextProblem, options: SamplingOptions, deadline: float
                             ) -> tuple[TextRole | None, RoleOptions | None, float | None, str]:
-        """The role the text router chose for `problem` when it is followed (its probability
-        clears `text_router_threshold` and the role can run here), else None; that role's
-        limits (None for drafts, which run in the consensus loop); the router's probability of
-        its choice (None when it did not answer); and why it is not followed."""
-        assert self._text_route_predictor is not None
-        prediction = await self._text_route_predictor.predict_text(
-            problem.query, deadline - time.monotonic())
+        """The role the text router (`predictor`) chose for `problem` when it is followed (its
+        probability clears `text_router_threshold` and the role can run here), else None; that
+        role's limits (None for drafts, which run in the consensus loop); the router's probability
+        of its choice (None when it did not answer); and why it is not followed."""
+        prediction = await predictor.predict_text(problem.query, deadline - time.monotonic())
         if prediction is None:
             return None, None, None, "no text router prediction"
         available = [TextRole.DRAFT]
