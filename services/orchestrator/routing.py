@@ -422,25 +422,41 @@ class LearnedRouter:
     `choice`); otherwise, and in every later round, `fallback` decides. A None prediction (the
     neural service failed, or no router model is served) leaves every decision to `fallback`.
 
+    The network's check. A followed route that runs the search without the network ends after
+    one round (nothing disagrees with the search), so it drops the rules' safety net: when search
+    and network disagree, the rules search again with twice the simulations. Where the route's
+    probability is below `network_check_below`, the network joins the route's first round (it
+    runs beside the search, one evaluation, and a later round continues the search rather than
+    repeating it), so the rules' disagreement check stays where the model is less sure of its
+    choice; at or above it the route runs as predicted.
+
     Args:
         prediction: the meta-controller's answer for the first round, or None.
         threshold: the smallest probability that is followed, in [0, 1].
         fallback: the rule router.
         quick_checker: the caller can run the checker on the quick budget.
+        network_check_below: routes with the search and without the network, followed with a
+            probability below this, run with the network too; in [0, 1] (0: never; 1: whenever
+            the probability is below 1).
     """
 
     def __init__(self, prediction: RoutePrediction[Route] | None, threshold: float,
-                 fallback: Router, quick_checker: bool = False) -> None:
+                 fallback: Router, quick_checker: bool = False,
+                 network_check_below: float = 0.0) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if not 0.0 <= network_check_below <= 1.0:
+            raise ValueError(f"network_check_below must be in [0, 1], got {network_check_below}")
         self._prediction = prediction
         self._threshold = threshold
         self._fallback = fallback
         self._quick_checker = quick_checker
+        self._network_check_below = network_check_below
 
     def choice(self, candidates: Sequence[AgentName]) -> tuple[Route | None, str]:
         """The route followed in the first round given its `candidates` (None: the rules
-        decide), and why not when None ("" when there is no prediction)."""
+        decide), with the network added where its check applies (see the class docstring), and
+        why not when None ("" when there is no prediction)."""
         if self._prediction is None:
             return None, ""
         route, confidence = self._prediction.best()
@@ -450,6 +466,10 @@ class LearnedRouter:
             return None, f"learned route {route.name} is not among the candidates"
         if route.quick_checker and not self._quick_checker:
             return None, f"learned route {route.name} needs a quick checker, which is not here"
+        if (confidence < self._network_check_below and AgentName.MCTS in route.agents
+                and AgentName.NEURAL not in route.agents and AgentName.NEURAL in candidates):
+            route = Route((*route.agents, AgentName.NEURAL), route.quick_checker,
+                          route.deep_search)
         return route, ""
 
     def route(self, features: np.ndarray, candidates: Sequence[AgentName]) -> RoutingDecision:
@@ -465,9 +485,12 @@ class LearnedRouter:
         if route is None:
             return RoutingDecision(decision.agents, f"{decision.reason} ({why_not})",
                                    features, Decider.RULES, confidence)
-        return RoutingDecision(route.agents, f"learned router: {route.name} "
-                               f"(p={confidence:.2f}, {self._prediction.model})", features,
-                               Decider.LEARNED, confidence)
+        predicted = self._prediction.best()[0]
+        check = (f", with the network's check (p < {self._network_check_below:.2f})"
+                 if route != predicted else "")
+        return RoutingDecision(route.agents, f"learned router: {predicted.name} "
+                               f"(p={confidence:.2f}, {self._prediction.model}){check}",
+                               features, Decider.LEARNED, confidence)
 
 
 def choose_text_role(prediction: RoutePrediction[R], threshold: float,

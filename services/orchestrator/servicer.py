@@ -241,7 +241,8 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             has_context=False))
         prediction = await self._route_predictor.predict([first], deadline - time.monotonic())
         learned = LearnedRouter(prediction, self._settings.router_threshold, rules,
-                                quick_checker=self._quick_checker is not None)
+                                quick_checker=self._quick_checker is not None,
+                                network_check_below=self._settings.router_network_check_below)
         route, _ = learned.choice([agent.name for agent in agents])
         if route is not None and route.quick_checker:
             agents = [self._quick_checker if agent.name is AgentName.CHECKER

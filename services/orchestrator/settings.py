@@ -117,6 +117,13 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     router_threshold: float = 0.6
     """Smallest probability of the meta-controller's choice that is followed, in [0, 1]; below
     it the rules decide (the response says which did)."""
+    router_network_check_below: float = 0.99
+    """A followed route that runs the search without the network gets the network too when its
+    probability is below this, in [0, 1]: the rules' check (search again with twice the
+    simulations while search and network disagree) then stays where the model is less sure;
+    0 never adds it (`routing.LearnedRouter`). The shipped router-connect4 is below 0.99 where it
+    chooses the checker's tactics with the search (0-8 plies, p 0.96) and at 17-18 and 38-41
+    plies, at or above it where it chooses the search alone at 10-16 plies (p 1.00)."""
     router_deadline_ms: float = 200.0
     """Milliseconds one PredictRoute (or PredictTextRoute) call may take; past it (or on any
     error) the rules decide."""
@@ -212,8 +219,10 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
             raise ValueError("rate limits and max_in_flight must be >= 0 (0: no limit)")
         if self.api_keys_reload_s <= 0:
             raise ValueError("api_keys_reload_s must be positive")
-        if not 0.0 <= self.router_threshold <= 1.0 or self.router_deadline_ms <= 0:
-            raise ValueError("need router_threshold in [0, 1] and router_deadline_ms > 0")
+        if not 0.0 <= self.router_threshold <= 1.0 or self.router_deadline_ms <= 0 \
+                or not 0.0 <= self.router_network_check_below <= 1.0:
+            raise ValueError("need router_threshold and router_network_check_below in [0, 1] "
+                             "and router_deadline_ms > 0")
         if not 0.0 <= self.text_router_threshold <= 1.0 \
                 or not 1 <= self.text_router_search_iterations <= 10_000:
             raise ValueError("need text_router_threshold in [0, 1] and "

@@ -99,6 +99,40 @@ def test_a_learned_route_outside_the_requested_agents_falls_back():
     assert decision.decided_by is Decider.RULES
 
 
+SEARCH_ALONE = CONNECT_FOUR_ROUTES.index(parse_route("mcts"))
+CHECKER_AND_SEARCH = CONNECT_FOUR_ROUTES.index(parse_route("checker+mcts"))
+
+
+def test_a_search_route_below_the_network_check_runs_with_the_network():
+    router = LearnedRouter(prediction(CHECKER_AND_SEARCH, 0.96), 0.6, RuleRouter(),
+                           network_check_below=0.99)
+    decision = router.route(first_round(5), ALL)
+    assert decision.agents == ALL
+    assert decision.decided_by is Decider.LEARNED
+    assert "checker+mcts" in decision.reason and "network's check" in decision.reason
+    assert router.choice(ALL)[0] == Route(ALL)
+
+
+def test_the_network_check_leaves_sure_routes_and_routes_without_the_search_alone():
+    sure = LearnedRouter(prediction(SEARCH_ALONE, 0.995), 0.6, RuleRouter(),
+                         network_check_below=0.99)
+    assert sure.route(first_round(12), ALL).agents == (AgentName.MCTS,)
+    no_search = LearnedRouter(prediction(1, 0.9), 0.6, RuleRouter(),  # checker+neural
+                              network_check_below=0.99)
+    assert no_search.route(first_round(), ALL).agents == (AgentName.CHECKER, AgentName.NEURAL)
+    off = LearnedRouter(prediction(SEARCH_ALONE, 0.9), 0.6, RuleRouter())
+    assert off.route(first_round(), ALL).agents == (AgentName.MCTS,)
+    # A request that leaves the network out keeps the route as predicted.
+    narrowed = LearnedRouter(prediction(SEARCH_ALONE, 0.9), 0.6, RuleRouter(),
+                             network_check_below=0.99)
+    assert narrowed.route(first_round(), [AgentName.CHECKER, AgentName.MCTS]).agents == \
+        (AgentName.MCTS,)
+    with pytest.raises(ValueError, match="network_check_below"):
+        LearnedRouter(None, 0.6, RuleRouter(), network_check_below=1.5)
+    with pytest.raises(ValueError, match="router_network_check_below"):
+        OrchestratorSettings(router_network_check_below=-0.1)
+
+
 class Fixed:
     def __init__(self, name: AgentName, answer: str) -> None:
         self.name = name
@@ -129,9 +163,12 @@ class Context:
 
 
 def servicer(threshold: float, predictor, log: RoutingLog | None = None,
-             quick: Fixed | None = None):
-    agents = {name: Fixed(name, "4") for name in ALL}
-    settings = OrchestratorSettings(router_threshold=threshold)
+             quick: Fixed | None = None, network_check_below: float = 0.0,
+             answers: dict[AgentName, str] | None = None):
+    agents = {name: Fixed(name, (answers or {}).get(name, "4")) for name in ALL}
+    agents[AgentName.MCTS].repeatable = True  # a larger budget can change the search's answer
+    settings = OrchestratorSettings(router_threshold=threshold,
+                                    router_network_check_below=network_check_below)
     front = OrchestratorServicer(settings, list(agents.values()), [], None,
                                  route_predictor=predictor, routing_log=log,
                                  quick_checker=quick)
@@ -174,6 +211,23 @@ async def test_a_deep_search_route_runs_the_search_alone_with_four_times_the_sim
     assert response.route_decider == pb.ROUTE_DECIDER_LEARNED
     assert [agent.calls for agent in agents.values()] == [0, 1, 0]
     assert agents[AgentName.MCTS].simulations == 12_000
+
+
+async def test_below_the_network_check_the_search_continues_while_the_network_disagrees():
+    predictor = FakePredictor(prediction(SEARCH_ALONE, 0.9))
+    front, agents = servicer(0.6, predictor, network_check_below=0.99,
+                             answers={AgentName.NEURAL: "3"})
+    request = pb.SolveProblemRequest(connect_four=common_pb2.ConnectFourPosition(moves="4453"),
+                                     simulations=1000)
+    response = await front.SolveProblem(request, Context())
+    assert response.route_decider == pb.ROUTE_DECIDER_LEARNED
+    # Round 1: the search and the network; they disagree, so the rules search again, twice.
+    assert [agent.calls for agent in agents.values()] == [0, 3, 1]
+    assert agents[AgentName.MCTS].simulations == 4000
+    front, agents = servicer(0.6, FakePredictor(prediction(SEARCH_ALONE, 0.9)),
+                             answers={AgentName.NEURAL: "3"})  # no check: one search
+    await front.SolveProblem(request, Context())
+    assert [agent.calls for agent in agents.values()] == [0, 1, 0]
 
 
 async def test_a_quick_checker_route_without_a_quick_checker_is_left_to_the_rules():
