@@ -4,16 +4,20 @@ workload, in the same run.
 Starts mcts, neural (serving `models/`, the meta-controller included) and two orchestrators over
 them as child processes: "rules" (no router model: the rules run every agent) and "learned"
 (`ORCHESTRATOR_ROUTER_MODEL`, default router-connect4, followed above
-`ORCHESTRATOR_ROUTER_THRESHOLD`). The workload is `--per-file` positions of the "test" split of
-each of Pons' six files (positions `mcts-mesh train router` never trains on; see
-`mcts_mesh.training.router_workload`), early and late shuffled together. Each position is sent to
-both orchestrators one after the other, alternating which goes first, at concurrency 1 over one
+`ORCHESTRATOR_ROUTER_THRESHOLD`, the network added to a search route below
+`ORCHESTRATOR_ROUTER_NETWORK_CHECK_BELOW`). The workload is `--per-file` positions of the "test"
+split of each of Pons' six files (positions `mcts-mesh train router` never trains on; see
+`mcts_mesh.training.router_workload`; `--split train` takes the train split's, to choose a setting
+without looking at the test split), early and late shuffled together. Each position is sent to both
+orchestrators one after the other, alternating which goes first, at concurrency 1 over one
 kept-alive channel each, with default budgets. Every returned column is judged with the exact
 solver (cached in `--judge-cache`). Prints kept %, mean / median / p90 latency (client-side
-wall-clock ms) and the ratio of means, and the load average before and after.
+wall-clock ms), the ratio of means, the share of first rounds the model routed, the share of exact
+answers (the checker solved the position: the answer has an outcome), and the load average before
+and after.
 
     .venv/bin/python bench/router.py [--per-file 40] [--seed 0] [--model router-connect4] [--json]
-                                     [--rows var/router/rows.jsonl]
+                                     [--rows var/router/rows.jsonl] [--port-base 21000]
 """
 
 from __future__ import annotations
@@ -37,22 +41,32 @@ def summary(rows: list[dict]) -> dict:
             "kept_pct": 100.0 * sum(r["kept"] for r in answered) / max(1, len(rows)),
             "mean_ms": float(ms.mean()), "median_ms": float(np.median(ms)),
             "p90_ms": float(np.percentile(ms, 90)),
-            "learned_pct": 100.0 * sum(r["decider"] == "learned" for r in rows) / len(rows)}
+            "learned_pct": 100.0 * sum(r["decider"] == "learned" for r in rows) / len(rows),
+            "exact_pct": 100.0 * sum(r.get("exact", False) for r in rows) / len(rows)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-file", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split", choices=("test", "train"), default="test",
+                        help="the positions: test (the table's; never trained on) or train (to "
+                             "choose a setting without looking at the test split)")
     parser.add_argument("--model", default="router-connect4")
     parser.add_argument("--threshold", default=None, help="ORCHESTRATOR_ROUTER_THRESHOLD")
+    parser.add_argument("--network-check-below", default=None,
+                        help="ORCHESTRATOR_ROUTER_NETWORK_CHECK_BELOW (the network joins a "
+                             "search route followed with a probability below it)")
     parser.add_argument("--judge-cache", default="var/router/judged.jsonl")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--rows", default="",
-                        help="write every request (router, moves, file, column, kept, ms) to "
-                             "this JSON-lines file")
+                        help="write every request (router, moves, file, column, kept, ms, "
+                             "exact) to this JSON-lines file")
+    parser.add_argument("--port-base", type=int, default=None,
+                        help="serve on consecutive ports from this one (mcts, neural, the two "
+                             "orchestrators); default: free ports the system chooses")
     args = parser.parse_args()
-    positions = mixed_positions("test", args.per_file, args.seed)
+    positions = mixed_positions(args.split, args.per_file, args.seed)
     cache = Path(args.judge_cache) if args.judge_cache else None
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -60,9 +74,11 @@ def main() -> None:
     learned_env = {"ORCHESTRATOR_ROUTER_MODEL": args.model}
     if args.threshold is not None:
         learned_env["ORCHESTRATOR_ROUTER_THRESHOLD"] = args.threshold
+    if args.network_check_below is not None:
+        learned_env["ORCHESTRATOR_ROUTER_NETWORK_CHECK_BELOW"] = args.network_check_below
     load_before = os.getloadavg()
     rows: dict[str, list[dict]] = {"rules": [], "learned": []}
-    with Mesh({"rules": {}, "learned": learned_env}) as mesh:
+    with Mesh({"rules": {}, "learned": learned_env}, port_base=args.port_base) as mesh:
         channels = {name: grpc.insecure_channel(target) for name, target in mesh.targets.items()}
         stubs = {name: orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
                  for name, channel in channels.items()}
@@ -74,7 +90,8 @@ def main() -> None:
                 answer = solve(stubs[name], position.moves)
                 rows[name].append({"moves": position.moves, "file": position.file,
                                    "column": answer.column, "latency_ms": answer.latency_ms,
-                                   "decider": answer.decider, "error": answer.error})
+                                   "decider": answer.decider, "error": answer.error,
+                                   "exact": answer.exact})
         for channel in channels.values():
             channel.close()
     for name in rows:  # judged after the mesh is down, so judging does not load the timing
@@ -88,14 +105,15 @@ def main() -> None:
                     handle.write(json.dumps({"router": name, **row}) + "\n")
     table = {name: summary(r) for name, r in rows.items()}
     base = table["rules"]["mean_ms"]
-    print(f"{len(positions)} positions ({args.per_file} per Pons file, test split, shuffled); "
+    print(f"{len(positions)} positions ({args.per_file} per Pons file, {args.split} split, "
+          f"shuffled); "
           f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     print(f"{'router':<8} {'kept %':>7} {'mean ms':>8} {'median ms':>9} {'p90 ms':>7} "
-          f"{'x mean':>7} {'learned %':>9} {'failed':>6}")
+          f"{'x mean':>7} {'learned %':>9} {'exact %':>7} {'failed':>6}")
     for name, s in table.items():
         print(f"{name:<8} {s['kept_pct']:>7.1f} {s['mean_ms']:>8.1f} {s['median_ms']:>9.1f} "
               f"{s['p90_ms']:>7.1f} {s['mean_ms'] / base:>7.2f} {s['learned_pct']:>9.1f} "
-              f"{s['failed']:>6}")
+              f"{s['exact_pct']:>7.1f} {s['failed']:>6}")
     per_file = {name: {file: summary([r for r in rs if r["file"] == file])
                        for file in sorted({r["file"] for r in rs})} for name, rs in rows.items()}
     print(f"{'file':<11} " + " ".join(f"{n + ' kept/mean':>20}" for n in rows))

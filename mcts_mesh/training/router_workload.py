@@ -118,12 +118,15 @@ class Judge:
 
 @dataclass(frozen=True)
 class Answer:
-    """One request's result: the column (0 when it failed), wall-clock ms, who routed, error."""
+    """One request's result: the column (0 when it failed), wall-clock ms, who routed, error, and
+    whether the answer is exact (the checker solved the position: `ConnectFourAnswer.outcome` is
+    set)."""
 
     column: int
     latency_ms: float
     decider: str
     error: str = ""
+    exact: bool = False
 
 
 def solve(stub: orchestrator_service_pb2_grpc.OrchestratorServiceStub, moves: str,
@@ -140,30 +143,40 @@ def solve(stub: orchestrator_service_pb2_grpc.OrchestratorServiceStub, moves: st
                       f"{error.code().name}: {error.details()}")
     latency_ms = (time.perf_counter() - started) * 1e3
     decider = pb.RouteDecider.Name(response.route_decider).removeprefix("ROUTE_DECIDER_").lower()
-    return Answer(response.connect_four.column, latency_ms, decider)
+    return Answer(response.connect_four.column, latency_ms, decider,
+                  exact=response.connect_four.outcome != pb.OUTCOME_UNSPECIFIED)
 
 
 class Mesh:
     """mcts, neural and one orchestrator per entry of `orchestrators` (name -> extra environment),
-    each `mcts-mesh serve` child processes on free loopback ports; a context manager that stops
-    them all. `targets[name]` is each orchestrator's gRPC address."""
+    each `mcts-mesh serve` child processes on loopback ports; a context manager that stops
+    them all. `targets[name]` is each orchestrator's gRPC address.
+
+    Ports: free ones chosen by the system (`port_base` None), or consecutive ones from
+    `port_base`: mcts, neural, then the orchestrators in order (for a machine whose users keep to
+    port ranges)."""
 
     def __init__(self, orchestrators: dict[str, dict[str, str]],
-                 neural_env: dict[str, str] | None = None, start_timeout_s: float = 300.0):
+                 neural_env: dict[str, str] | None = None, start_timeout_s: float = 300.0,
+                 port_base: int | None = None):
+        if port_base is not None and not 1024 <= port_base <= 65535 - 2 - len(orchestrators):
+            raise ValueError(f"port_base {port_base} leaves no room for "
+                             f"{2 + len(orchestrators)} ports")
         self._orchestrators = orchestrators
         self._neural_env = neural_env or {}
         self._timeout = start_timeout_s
+        self._port_base = port_base
         self._processes: list[subprocess.Popen] = []
         self.targets: dict[str, str] = {}
         self.log_dir = Path(tempfile.mkdtemp(prefix="router-mesh-"))
 
     def __enter__(self) -> Mesh:
         try:
-            mcts = self._start("mcts", {"MCTS_PORT": "0"})
-            neural = self._start("neural", {"NEURAL_PORT": "0", **self._neural_env})
-            for name, env in self._orchestrators.items():
+            mcts = self._start("mcts", {"MCTS_PORT": self._port(0)})
+            neural = self._start("neural", {"NEURAL_PORT": self._port(1), **self._neural_env})
+            for index, (name, env) in enumerate(self._orchestrators.items()):
                 port = self._start("orchestrator", {
-                    "ORCHESTRATOR_PORT": "0", "ORCHESTRATOR_REST_PORT": "-1",
+                    "ORCHESTRATOR_PORT": self._port(2 + index), "ORCHESTRATOR_REST_PORT": "-1",
                     "ORCHESTRATOR_METRICS_PORT": "-1",
                     "ORCHESTRATOR_MCTS_TARGET": f"127.0.0.1:{mcts}",
                     "ORCHESTRATOR_NEURAL_TARGET": f"127.0.0.1:{neural}", **env})
@@ -175,6 +188,9 @@ class Mesh:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _port(self, offset: int) -> str:
+        return "0" if self._port_base is None else str(self._port_base + offset)
 
     def _start(self, service: str, env: dict[str, str]) -> int:
         port_file = self.log_dir / f"{service}-{len(self._processes)}.json"

@@ -1,5 +1,6 @@
 """The router's labelled workload: the train and test splits of Pons' files never share a position,
-and `max_plies` keeps only the sampled positions with fewer moves played."""
+`max_plies` keeps only the sampled positions with fewer moves played, and the private mesh serves
+on the ports it is given."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from mcts_mesh.training.router_workload import PONS_FILES, mixed_positions, split_of
+from mcts_mesh.training.router_workload import PONS_FILES, Mesh, mixed_positions, split_of
 
 
 @pytest.fixture
@@ -44,3 +45,12 @@ def test_max_plies_keeps_the_sampled_positions_below_it(pons):
 def test_a_bad_split_is_refused(pons):
     with pytest.raises(ValueError):
         mixed_positions("validation", 10, 0, pons)
+
+
+def test_the_mesh_takes_consecutive_ports_from_its_base_or_free_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.mkdtemp", lambda prefix: str(tmp_path))  # its log folder
+    mesh = Mesh({"rules": {}, "learned": {}}, port_base=21400)
+    assert [mesh._port(offset) for offset in range(4)] == ["21400", "21401", "21402", "21403"]
+    assert Mesh({"rules": {}})._port(1) == "0"
+    with pytest.raises(ValueError, match="port_base"):
+        Mesh({"rules": {}}, port_base=65534)
