@@ -57,7 +57,7 @@ step 1 tests 120 $PY -m pytest -q -p no:cacheprovider -o addopts="" \
 step 2 runtime 60 $PY bench/neural_runtime.py --devices cuda --rounds 5 --passes 200
 step 3 reasoning 100 $PY bench/reasoning_inference.py --devices cuda --batches 1 1000 \
   --rounds 3 --batch1-calls 10 --segments 8
-step 4 batcher 90 $PY bench/batcher.py --devices cuda --seconds 4 --max-wait-ms 0
+step 4 batcher 120 $PY bench/batcher.py --devices cuda --seconds 4 --max-wait-ms 0 2
 step 5 train 150 $PY bench/train_speed.py --devices cuda --seconds 12 --batch-size 384 \
   --presets trm-mlp-paper-sudoku hrm-paper-sudoku --data-workers 0 4
 step 6 selfplay 100 $PY bench/selfplay.py --device cuda --games 256 --steps 1

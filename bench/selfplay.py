@@ -244,7 +244,8 @@ def main() -> None:
         planes = boards.encode(position, mask)
         legal = boards.legal(mask)
         torch_policy, torch_value = learner.evaluator(model, "cpu")(planes, legal)
-        logits, value = jax_forward(params, jnp.asarray(planes), jnp.asarray(legal))
+        with jax.default_matmul_precision("float32"):  # GPUs default to TF32 / bf16 passes
+            logits, value = jax_forward(params, jnp.asarray(planes), jnp.asarray(legal))
         jax_policy = np.asarray(jax.nn.softmax(logits, axis=-1))
         difference = float(max(np.abs(jax_policy - torch_policy).max(),
                                np.abs(np.asarray(value) - torch_value).max()))

@@ -89,7 +89,10 @@ def test_segment_graphs_answer_what_the_eager_segment_loop_answers(act):
         graphed = run_segments(model, inputs, ids, 6, act, step=step)
         assert torch.equal(graphed.predictions, eager.predictions)
         assert torch.equal(graphed.segments_used, eager.segments_used)
-        torch.testing.assert_close(graphed.q_halt_logits, eager.q_halt_logits)
+        # bf16 under autocast: a padded batch is another matrix shape, so cuBLAS may pick
+        # another kernel and round differently (the H100 gave 2 bf16 ulps, 0.03 on logits ~4).
+        torch.testing.assert_close(graphed.q_halt_logits, eager.q_halt_logits, rtol=2e-2,
+                                   atol=6e-2)
 
 
 @cuda
