@@ -128,7 +128,9 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
     No segment waits for the host: "paper" rows all run their max_segments, so a batch without
     "act" rows runs max(max_segments) segments with no synchronisation until the caller reads
     the outputs; with "act" rows the early stop is checked `stop_check_lag` segments late
-    (None: `STOP_CHECK_LAG_CUDA` on CUDA, 0 elsewhere, where reading a flag costs nothing), so a
+    (None: `STOP_CHECK_LAG_CUDA` on CUDA when each segment launches its kernels one by one, 0
+    with a `step` (CUDA graphs: one launch a segment, so waiting before the next launch leaves the
+    GPU idle for microseconds) and on the CPU, where reading a flag costs nothing), so a
     run may hold that many segments past the last stop. Outputs are inference tensors.
 
     Args:
@@ -159,7 +161,7 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
         device, non_blocking=True).expand(batch)
     act = torch.as_tensor(act, dtype=torch.bool).to(device, non_blocking=True).expand(batch)
     if stop_check_lag is None:
-        stop_check_lag = STOP_CHECK_LAG_CUDA if device.type == "cuda" else 0
+        stop_check_lag = STOP_CHECK_LAG_CUDA if device.type == "cuda" and step is None else 0
     flags = _StopFlags(device, stop_check_lag)
     carry = model.initial_carry(batch)
     predictions, q_halts, halts = [], [], []

@@ -87,12 +87,16 @@ def test_segment_graphs_answer_what_the_eager_segment_loop_answers(act):
         ids = torch.zeros(rows, dtype=torch.int32, device="cuda")
         eager = run_segments(model, inputs, ids, 6, act)
         graphed = run_segments(model, inputs, ids, 6, act, step=step)
-        assert torch.equal(graphed.predictions, eager.predictions)
+        # With graphs the stop is read at once (eager CUDA reads it a segment late), so an
+        # "act" run may hold one segment fewer: compare the segments both ran.
+        ran = min(len(graphed.predictions), len(eager.predictions))
+        assert torch.equal(graphed.predictions[:ran], eager.predictions[:ran])
         assert torch.equal(graphed.segments_used, eager.segments_used)
+        assert torch.equal(graphed.answers, eager.answers)
         # bf16 under autocast: a padded batch is another matrix shape, so cuBLAS may pick
         # another kernel and round differently (the H100 gave 2 bf16 ulps, 0.03 on logits ~4).
-        torch.testing.assert_close(graphed.q_halt_logits, eager.q_halt_logits, rtol=2e-2,
-                                   atol=6e-2)
+        torch.testing.assert_close(graphed.q_halt_logits[:ran], eager.q_halt_logits[:ran],
+                                   rtol=2e-2, atol=6e-2)
 
 
 @cuda
