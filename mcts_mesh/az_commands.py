@@ -3,13 +3,22 @@
 Settings: `--set FIELD=VALUE` (repeatable) sets any field of
 `mcts_mesh.training.az.settings.AZSettings`; a few common ones also have their own flags. The
 values are validated by the settings object, so a bad one fails with the field's name.
+
+Stopping: Ctrl-C (SIGINT) or SIGTERM stops `train connect4-az` within seconds, with one line naming
+the last complete generation (its checkpoint is what the same command resumes from) and the
+status 128 + the signal's number (130, 143); `selfplay-actor` stops on SIGINT the same way, and on
+SIGTERM after its shard (a Kubernetes pod's grace period). Both hold to this when the shell started
+them with SIGINT ignored (a background job `&`), where Python would not see Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 
@@ -65,17 +74,83 @@ def _parse(value: str) -> Any:
         return value
 
 
-def train_connect4_az(args: argparse.Namespace) -> dict[str, Any]:
-    from mcts_mesh.training.az.loop import train_connect4_az as run
-    from mcts_mesh.training.az.replay import ReplayError
-    from services.neural.checkpoint import CheckpointError
+class StopSignals:
+    """A context manager under which each of `signals` raises KeyboardInterrupt in the main
+    thread (the first one; later ones are ignored while the program stops), whatever the
+    signal's disposition was, and which puts the previous handlers back on exit. `received` is
+    the first signal's number (None: none came).
 
-    try:
-        report = run(az_settings(args))
-    except (ReplayError, CheckpointError, FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"train connect4-az: {error}") from None
+    A signal other than SIGINT goes through SIGINT's handler of the moment, so code that holds
+    Ctrl-C off for a moment (the renames of `services.neural.checkpoint.replace_checkpoint`) holds
+    it off too. Only the main thread can set handlers (ValueError elsewhere).
+    """
+
+    def __init__(self, *signals: signal.Signals) -> None:
+        self._signals = signals
+        self._previous: dict[signal.Signals, Any] = {}
+        self._raised = False
+        self.received: int | None = None
+
+    def __enter__(self) -> StopSignals:
+        self._previous = {number: signal.signal(number, self._handle) for number in self._signals}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = number
+        if number != signal.SIGINT:
+            current = signal.getsignal(signal.SIGINT)
+            if callable(current) and current != self._handle:  # Ctrl-C is held off just now
+                current(signal.SIGINT, frame)
+                return
+        if not self._raised:
+            self._raised = True
+            raise KeyboardInterrupt
+
+    @property
+    def name(self) -> str:
+        """The first signal's name ("SIGINT" when none came: a KeyboardInterrupt of its own)."""
+        return signal.Signals(self.received or signal.SIGINT).name
+
+    def exit_status(self) -> int:
+        """128 + the first signal's number (130 for SIGINT, the shell's convention)."""
+        return 128 + (self.received or signal.SIGINT)
+
+
+def cmd_train_connect4_az(args: argparse.Namespace) -> int:
+    """`train connect4-az`: runs the loop and prints its summary (JSON); 0, or on SIGINT or
+    SIGTERM one line on stderr and 128 + the signal's number (see the module doc).
+
+    Raises:
+        SystemExit: bad settings, an unreadable replay directory or checkpoint, a missing Pons
+            file (one line naming it).
+    """
+    settings = az_settings(args)
+    with StopSignals(signal.SIGINT, signal.SIGTERM) as stop:
+        try:
+            # Imported here, not at the top: every CLI command builds the parser (see az_settings).
+            from mcts_mesh.training.az.loop import train_connect4_az as run
+            from mcts_mesh.training.az.replay import ReplayError
+            from services.neural.checkpoint import CheckpointError
+
+            try:
+                report = run(settings)
+            except (ReplayError, CheckpointError, FileNotFoundError, ValueError) as error:
+                raise SystemExit(f"train connect4-az: {error}") from None
+        except KeyboardInterrupt as interrupted:  # the loop's RunInterrupted, or in the imports
+            checkpoint = getattr(interrupted, "checkpoint", None)
+            done = (f"generation {interrupted.generation} ({checkpoint}) is the last complete "
+                    "one; the same command resumes from it" if checkpoint is not None
+                    else "no generation was complete")
+            print(f"train connect4-az: interrupted ({stop.name}); {done}", file=sys.stderr)
+            return stop.exit_status()
     report.pop("history")
-    return report
+    print(json.dumps(report, indent=2, default=str))
+    return 0
 
 
 def add_parsers(sub) -> None:
@@ -99,13 +174,22 @@ def add_parsers(sub) -> None:
 
 
 def cmd_selfplay_actor(args: argparse.Namespace) -> int:
-    from mcts_mesh.training.az.actor import run_actor
-    from mcts_mesh.training.az.replay import ReplayError
+    """`selfplay-actor`: 0 when it stops by itself (max shards, the run finished, SIGTERM
+    between shards); on SIGINT one line on stderr and 130, the shard in progress not written."""
+    with StopSignals(signal.SIGINT) as stop:
+        try:
+            from mcts_mesh.training.az.actor import run_actor
+            from mcts_mesh.training.az.replay import ReplayError
 
-    try:
-        run_actor(args.run_dir, args.actor_id, args.torch_threads, args.max_shards, args.device)
-    except (ReplayError, FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"selfplay-actor: {error}") from None
+            try:
+                run_actor(args.run_dir, args.actor_id, args.torch_threads, args.max_shards,
+                          args.device)
+            except (ReplayError, FileNotFoundError, ValueError) as error:
+                raise SystemExit(f"selfplay-actor: {error}") from None
+        except KeyboardInterrupt:
+            print(f"selfplay-actor {args.actor_id}: interrupted ({stop.name}); the shard in "
+                  "progress is not written", file=sys.stderr)
+            return stop.exit_status()
     return 0
 
 

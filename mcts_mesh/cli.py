@@ -644,10 +644,10 @@ def cmd_train(args) -> int:
     if args.what == "router":
         return cmd_train_router(args)
     if args.what == "connect4-az":
-        from mcts_mesh.az_commands import train_connect4_az
+        from mcts_mesh.az_commands import cmd_train_connect4_az
 
-        report = train_connect4_az(args)
-    elif args.what == "connect4-pv":
+        return cmd_train_connect4_az(args)
+    if args.what == "connect4-pv":
         from mcts_mesh.training.connect4_selfplay import train_connect4_pv
 
         report = train_connect4_pv(output_dir=Path(args.output or "models/connect4-pv"),

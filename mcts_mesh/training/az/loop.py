@@ -20,7 +20,12 @@ Generation 0 is the starting network (random, or `init_from`), evaluated on Pons
 
 Resuming: the newest checkpoint that loads is the state; one that does not (corrupt, another
 architecture or size) is reported with its path and the previous one is used. Temporary files of
-an interrupted write are removed.
+an interrupted write are removed. The self-play of the generation being redone is not played again
+when its shards were written before the interruption.
+
+Interrupting (Ctrl-C: KeyboardInterrupt): the generation in progress is dropped, the actors this
+learner started are interrupted too (`stop_actors`), and `RunInterrupted` names the last complete
+generation, whose checkpoint a resume starts from.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,7 +55,24 @@ from mcts_mesh.training.device import resolve_device
 from services.neural.checkpoint import CheckpointError
 
 SETTINGS_FILE = "settings.json"
+ACTOR_STOP_S = 10.0
+"""Seconds the actors this learner started get to exit after their SIGINT, before SIGKILL."""
 log = logging.getLogger(__name__)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The run was interrupted (KeyboardInterrupt) before it reached its last generation.
+
+    Attributes:
+        generation: the last complete generation: the newest checkpoint that loads, which a
+            resume starts from (`resumable_generation`); -1 when none does.
+        checkpoint: that checkpoint's directory (None when there is none).
+    """
+
+    def __init__(self, generation: int, checkpoint: Path | None) -> None:
+        super().__init__(generation, checkpoint)
+        self.generation = generation
+        self.checkpoint = checkpoint
 
 
 def selfplay_options(settings: AZSettings, simulations: int | None = None) -> SearchOptions:
@@ -211,11 +234,13 @@ class Run:
         """Self-play of `generation`: played here, or awaited from the actors' shards."""
         s = self.settings
         if s.actors == 0 and not s.external_actors:
-            clock = time.process_time()
-            records = self_play(s, learner.evaluator(self.best, self.device),
-                                s.games_per_generation, seed)
-            self.buffer.write(records, generation, "learner", time.process_time() - clock,
-                              self.best_generation)
+            # Games of this generation already on disk were written before an interruption.
+            missing = s.games_per_generation - self.buffer.produced(generation)["games"]
+            if missing > 0:
+                clock = time.process_time()
+                records = self_play(s, learner.evaluator(self.best, self.device), missing, seed)
+                self.buffer.write(records, generation, "learner", time.process_time() - clock,
+                                  self.best_generation)
         else:
             while self.buffer.produced(generation)["games"] < s.games_per_generation:
                 _check_actors(self.actors)
@@ -232,6 +257,8 @@ def train_connect4_az(settings: AZSettings, report: Callable[[str], None] = prin
         ValueError: a bad `--device`.
         ReplayError: the replay directory was written by a newer version (names the file).
         FileNotFoundError: a Pons file is missing.
+        RunInterrupted: a KeyboardInterrupt stopped the run (names the last complete generation;
+            the actors are stopped first).
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(settings.torch_threads)
@@ -243,6 +270,10 @@ def train_connect4_az(settings: AZSettings, report: Callable[[str], None] = prin
             run.step()
         # Tells the actors the run is over (an iteration past the last).
         learner.write_best(run.run_dir, run.best_generation, settings.generations + 1)
+    except KeyboardInterrupt as interrupt:
+        done = resumable_generation(run.run_dir, settings.network)
+        path = learner.generation_dir(run.run_dir, done) if done >= 0 else None
+        raise RunInterrupted(done, path) from interrupt
     finally:
         stop_actors(run.actors)
         torch.set_num_threads(previous)
@@ -268,16 +299,33 @@ def _check_actors(actors: list[subprocess.Popen]) -> None:
                                f"{actor.returncode}")
 
 
-def stop_actors(actors: list[subprocess.Popen]) -> None:
+def stop_actors(actors: list[subprocess.Popen], timeout_s: float = ACTOR_STOP_S) -> None:
+    """Interrupts the actors (SIGINT: the shard in progress is dropped, as it is of a generation
+    the run will not train on now) and waits for them, all together at most `timeout_s` seconds,
+    then kills those left. (SIGTERM would let each finish its shard: minutes at the default
+    settings.)"""
     for actor in actors:
         if actor.poll() is None:
-            actor.terminate()
+            actor.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout_s
     for actor in actors:
         try:
-            actor.wait(timeout=30)
+            actor.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             actor.kill()
             actor.wait()
+
+
+def resumable_generation(run_dir: Path, network: dict[str, int]) -> int:
+    """The generation a run in `run_dir` of the sizes `network` resumes from: its newest
+    checkpoint that loads (-1: none does). Reads the checkpoints, on the CPU."""
+    for generation in sorted(_generations(run_dir), reverse=True):
+        try:
+            learner.load_generation(learner.generation_dir(run_dir, generation), network, "cpu")
+        except CheckpointError:
+            continue
+        return generation
+    return -1
 
 
 def _generations(run_dir: Path) -> list[int]:
