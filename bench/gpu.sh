@@ -9,9 +9,10 @@
 #   5. bench/train_speed.py --devices cuda   (steps/s of the paper presets, data workers 0 and 4);
 #   6. bench/selfplay.py --device cuda   (our PUCT self-play with the network on the GPU against
 #      mctx on JAX's GPU backend).
-# Each step's log goes to $OUT (or var/gpu). Without an installed project (a bare machine with
-# torch), wheels in .whl/ are installed to /tmp/site first, and Pons' positions are read from
-# .gpudata/ when ../shared is absent.
+# Each step's log goes to $OUT (or var/gpu). Python is $PYTHON, else .venv/bin/python (a machine
+# set up with `make setup`), else python3. On a bare machine with torch (a lent GPU), the wheels
+# in .whl/ (the project's other dependencies, `pip download`ed for that machine) are installed to
+# /tmp/site first, and Pons' positions are read from .gpudata/ when ../shared is absent.
 #
 #     bash bench/gpu.sh [deadline seconds, default 420] [steps, default "1 2 3 4 5 6"]
 set -u
@@ -20,7 +21,7 @@ DEADLINE=$((SECONDS + ${1:-420}))
 STEPS=" ${2:-1 2 3 4 5 6} "
 OUT=${OUT:-var/gpu}
 mkdir -p "$OUT"
-PY=${PYTHON:-python3}
+PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 if compgen -G ".whl/*.whl" >/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
