@@ -33,6 +33,8 @@ from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
+from mcts_mesh.client import client_options
+
 AGENTS = ("mcts", "neural", "checker", "retrieval", "llm", "solver", "hrm", "trm")
 INSTRUCTIONS = (
     "mcts-mesh answers problems that have a checker (Connect Four moves, Sudoku, mazes) by "
@@ -52,8 +54,8 @@ class _Orchestrator:
         self._channel: grpc.aio.Channel | None = None
 
     def channel(self) -> grpc.aio.Channel:
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.target)
+        if self._channel is None:  # the options of the `mcts-mesh` command's channel
+            self._channel = grpc.aio.insecure_channel(self.target, options=client_options())
         return self._channel
 
     def stub(self) -> orchestrator_service_pb2_grpc.OrchestratorServiceStub:

@@ -51,12 +51,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
 import torch
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 from torch.nn import functional as F
 
+from mcts_mesh.client import open_channel
 from mcts_mesh.training.router_workload import Judge, Mesh, mixed_positions, solve
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
@@ -268,7 +268,7 @@ def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
     labels_path.parent.mkdir(parents=True, exist_ok=True)
     with Mesh({"full": env, "quick": quick_env, "deep": deep_env}) as mesh, \
             labels_path.open("a") as labels:
-        channels = {name: grpc.insecure_channel(target) for name, target in mesh.targets.items()}
+        channels = {name: open_channel(target) for name, target in mesh.targets.items()}
         stubs = {name: orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
                  for name, channel in channels.items()}
         for stub in stubs.values():

@@ -351,11 +351,11 @@ def generate(log_path: Path, labels_path: Path, data_dir: Path, per_dataset: int
 async def _generate(log_path: Path, labels_path: Path, questions: Sequence[Question],
                     providers: list[str], seed: int, roles: Sequence[str],
                     simulations: int) -> dict:
-    import grpc
     from mesh.llm.v1 import llm_service_pb2_grpc
     from mesh.mcts.v1 import mcts_service_pb2_grpc
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
+    from libs.channels import Keepalive, open_channel
     from libs.server import start_server
     from services.llm_gateway.main import build_servicers as build_llm
     from services.llm_gateway.settings import LlmGatewaySettings
@@ -371,13 +371,18 @@ async def _generate(log_path: Path, labels_path: Path, questions: Sequence[Quest
     llm_settings = LlmGatewaySettings(port=0, fallback_order=providers, offline_enabled=False)
     gateway = await start_server("llm_gateway", llm_settings, *await build_llm(llm_settings))
     mcts_settings = MctsSettings(port=0, neural_target="127.0.0.1:1")
-    no_neural = grpc.aio.insecure_channel("127.0.0.1:1")
+    # The channels the served mcts and orchestrator would open (services/*/main.py).
+    no_neural = open_channel(mcts_settings.neural_target, keepalive=Keepalive.of(mcts_settings))
     mcts = await start_server("mcts", mcts_settings,
                               *await build_mcts(mcts_settings, no_neural))
-    llm_channel = grpc.aio.insecure_channel(f"127.0.0.1:{gateway.port}")
-    mcts_channel = grpc.aio.insecure_channel(f"127.0.0.1:{mcts.port}")
-    llm = llm_service_pb2_grpc.LlmServiceStub(llm_channel)
     settings = OrchestratorSettings()
+    llm_channel = open_channel(f"127.0.0.1:{gateway.port}",
+                               connect_timeout_s=settings.connect_timeout_s,
+                               keepalive=Keepalive.of(settings))
+    mcts_channel = open_channel(f"127.0.0.1:{mcts.port}",
+                                connect_timeout_s=settings.connect_timeout_s,
+                                keepalive=Keepalive.of(settings))
+    llm = llm_service_pb2_grpc.LlmServiceStub(llm_channel)
     routing_log = RoutingLog(log_path, settings.routing_log_max_bytes,
                              settings.routing_log_backups)
 

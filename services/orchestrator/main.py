@@ -198,7 +198,8 @@ async def run(settings: OrchestratorSettings,
                          max_body_bytes=settings.rest_max_body_bytes,
                          max_json_depth=settings.rest_max_json_depth,
                          cors_allowed_origins=settings.rest_cors_allowed_origins,
-                         cors_max_age_s=settings.rest_cors_max_age_s),
+                         cors_max_age_s=settings.rest_cors_max_age_s,
+                         keepalive=Keepalive.of(settings)),
             dependencies=watcher.report)
         rest = await serve_rest(app, settings.host, settings.rest_port)
 

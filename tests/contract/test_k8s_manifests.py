@@ -8,6 +8,7 @@ every address a manifest sets names a Service (and port) that exists.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -17,9 +18,17 @@ import pytest
 import yaml
 
 from libs.server import LIVENESS
+from libs.settings import ChannelSettings
+from services.llm_gateway.settings import LlmGatewaySettings
+from services.mcts.settings import MctsSettings
+from services.neural.settings import NeuralSettings
+from services.orchestrator.settings import OrchestratorSettings
+from services.retrieval.settings import RetrievalSettings
 
 K8S_VERSION = "1.31.0"
 SERVICES = ("mcts", "neural", "retrieval", "llm-gateway", "orchestrator")
+SETTINGS = {"mcts": MctsSettings, "neural": NeuralSettings, "retrieval": RetrievalSettings,
+            "llm-gateway": LlmGatewaySettings, "orchestrator": OrchestratorSettings}
 KUBECTL = shutil.which("kubectl")
 
 
@@ -189,6 +198,52 @@ def test_every_address_names_an_existing_service_and_port(repo_root):
                     checked += 1
     # mcts -> neural, retrieval -> qdrant, orchestrator -> 4 backends + redis, 5 x jaeger
     assert checked >= 12
+
+
+def _read_settings(monkeypatch, settings_class, variables: dict[str, str]):
+    """`settings_class` read from an environment of `variables` alone (for its prefix), after
+    checking that each variable of its prefix names one of its fields: the settings ignore unknown
+    variables, so a misspelt one would be dropped without a word."""
+    prefix = settings_class.model_config["env_prefix"]
+    ours = {key: value for key, value in variables.items() if key.startswith(prefix)}
+    unknown = [key for key in ours if key[len(prefix):].lower() not in settings_class.model_fields]
+    assert not unknown, f"{settings_class.__name__} has no field for {unknown}"
+    for key in list(os.environ):
+        if key.startswith(prefix):
+            monkeypatch.delenv(key)
+    for key, value in ours.items():
+        monkeypatch.setenv(key, value)
+    return settings_class(), ours
+
+
+def test_every_service_variable_is_a_setting_and_each_caller_sets_its_keepalive(repo_root,
+                                                                                monkeypatch):
+    """Each variable a base manifest sets under a service's prefix is a field of its settings
+    and its value validates; the services that call others (`ChannelSettings`: the orchestrator,
+    mcts) spell out their channels' HTTP/2 keepalive, and the settings read it."""
+    pods = dict(_pod_specs(_base(repo_root)))
+    callers = 0
+    for name, settings_class in SETTINGS.items():
+        container = next(c for c in pods[name]["containers"] if c["name"] == name)
+        variables = {e["name"]: str(e["value"]) for e in container["env"] if "value" in e}
+        settings, ours = _read_settings(monkeypatch, settings_class, variables)
+        if issubclass(settings_class, ChannelSettings):
+            prefix = settings_class.model_config["env_prefix"]
+            time_s = ours.get(f"{prefix}KEEPALIVE_TIME_S")
+            timeout_s = ours.get(f"{prefix}KEEPALIVE_TIMEOUT_S")
+            assert time_s is not None and timeout_s is not None, f"{name}: no keepalive variables"
+            assert (settings.keepalive_time_s, settings.keepalive_timeout_s) == (
+                float(time_s), float(timeout_s))
+            callers += 1
+    assert callers == 2
+
+
+def test_every_compose_variable_is_a_setting(repo_root, monkeypatch):
+    compose = yaml.safe_load((repo_root / "deploy" / "compose.yaml").read_text())
+    for name, settings_class in SETTINGS.items():
+        environment = compose["services"][name]["environment"]
+        _read_settings(monkeypatch, settings_class,
+                       {key: str(value) for key, value in environment.items()})
 
 
 def test_compose_sets_the_neural_target_and_an_address_for_each_backend(repo_root):

@@ -70,7 +70,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from libs.channels import channel_options
+from libs.channels import Keepalive, channel_options
 from libs.errors import MeshError, status_from_rpc_error
 from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
 from services.orchestrator.rest.limits import (
@@ -120,6 +120,8 @@ class RestSettings:
         cors_allowed_origins: origins ("https://app.example") whose browsers may call the API
             cross-site; "*" allows any; empty (the default) turns CORS off.
         cors_max_age_s: how long a browser may cache a preflight's answer, in seconds.
+        keepalive: HTTP/2 keepalive of the channel to the gRPC server (the orchestrator's
+            `Keepalive.of(settings)`), as on the mesh's other channels.
     """
 
     host: str = "127.0.0.1"
@@ -132,6 +134,7 @@ class RestSettings:
     max_json_depth: int = 64
     cors_allowed_origins: tuple[str, ...] = field(default_factory=tuple)
     cors_max_age_s: int = 600
+    keepalive: Keepalive = field(default_factory=Keepalive)
 
 
 class _Gateway:
@@ -389,8 +392,8 @@ def build_rest_app(
     """The REST front for `service`, forwarding to the gRPC server at `channel_target`.
 
     The channel (libs.channels.channel_options: retries on UNAVAILABLE, message limits, connect
-    timeout; no client interceptors, the REST span's trace context is put in the metadata) opens
-    when the app starts (ASGI lifespan) and closes when it stops.
+    timeout, `settings.keepalive`; no client interceptors, the REST span's trace context is put in
+    the metadata) opens when the app starts (ASGI lifespan) and closes when it stops.
 
     Args:
         channel_target: "host:port" of the gRPC server.
@@ -448,7 +451,8 @@ def build_rest_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        gateway.channel = grpc.aio.insecure_channel(channel_target, options=channel_options())
+        gateway.channel = grpc.aio.insecure_channel(
+            channel_target, options=channel_options(keepalive=settings.keepalive))
         try:
             yield
         finally:
