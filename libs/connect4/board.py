@@ -39,6 +39,10 @@ def top_mask_col(col: int) -> int:
     return 1 << (HEIGHT - 1 + col * H1)
 
 
+_TOP_MASKS = tuple(top_mask_col.py_func(col) for col in range(WIDTH))
+"""`top_mask_col` of every column, for `Position.legal_columns` in plain Python."""
+
+
 @njit(cache=True, nogil=True)
 def bottom_mask_col(col: int) -> int:
     """The bit of the bottom cell of column `col` (0..6)."""
@@ -298,7 +302,10 @@ class Position:
         """Playable columns (0..6) in increasing order; empty when the game is over."""
         if self.is_finished:
             return []
-        return [col for col in range(WIDTH) if can_play(self.mask, col)]
+        # `can_play` in plain Python: a call of the njit kernel from Python costs about 1 us of
+        # numba's dispatch, seven per call here, and the orchestrator asks several times a request.
+        mask = self.mask
+        return [col for col, top in enumerate(_TOP_MASKS) if not mask & top]
 
     def is_winning_move(self, col: int) -> bool:
         """True when column `col` (0..6) is playable and makes four in a row for the mover."""
@@ -329,13 +336,16 @@ class Position:
         return self.position + self.mask
 
 
+_CELL_SHIFTS = np.array([[col * H1 + row for col in range(WIDTH)] for row in range(HEIGHT)],
+                        dtype=np.int64)
+"""int64 [6, 7]: the bit of cell [row, col] in a bitboard."""
+
+
 def _plane(stones: int) -> np.ndarray:
-    cells = np.zeros((HEIGHT, WIDTH), dtype=np.float32)
-    for col in range(WIDTH):
-        for row in range(HEIGHT):
-            if stones >> (col * H1 + row) & 1:
-                cells[row, col] = 1.0
-    return cells
+    """float32 [6, 7]: 1.0 where `stones` has a stone (index [row, col], row 0 at the bottom)."""
+    # One vectorised shift instead of 42 Python bit tests (about 15 us a position, every
+    # EvaluatePositions request pays it); a bitboard has 49 bits, so it fits an int64.
+    return ((np.int64(stones) >> _CELL_SHIFTS) & 1).astype(np.float32)
 
 
 def encode(position: Position) -> np.ndarray:
