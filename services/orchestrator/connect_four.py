@@ -7,6 +7,7 @@ in [-1, 1]; scores follow Pons' convention (positive wins, 22 minus the winner's
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 
 from libs.connect4 import Position
@@ -43,9 +44,19 @@ class ConnectFourProblem:
         """Plies played over the 42 cells of the board, in [0, 1] (routing feature 8)."""
         return self.position.num_moves / CELLS
 
-    def legal_answers(self) -> list[str]:
+    @functools.cached_property
+    def legal_columns(self) -> tuple[int, ...]:
+        """The playable columns 0..6 in increasing order (computed once: the agents and the
+        synthesis each ask, several times a request)."""
+        return tuple(self.position.legal_columns())
+
+    def legal_answers(self) -> tuple[str, ...]:
         """The playable columns as answers "1".."7"."""
-        return [str(col + 1) for col in self.position.legal_columns()]
+        return self._legal_answers
+
+    @functools.cached_property
+    def _legal_answers(self) -> tuple[str, ...]:
+        return tuple(str(col + 1) for col in self.legal_columns)
 
 
 @dataclass(frozen=True)

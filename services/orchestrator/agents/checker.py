@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from libs.connect4.board import (
     H1,
     WIDTH,
+    is_winning_move,
     non_losing_moves,
     possible,
     winning_cells,
@@ -177,8 +178,8 @@ class CheckerAgent:
         """An immediate win, or a position lost to two threats; None when neither."""
         pos = problem.position
         n = pos.num_moves
-        for col in pos.legal_columns():
-            if pos.is_winning_move(col):
+        for col in problem.legal_columns:
+            if is_winning_move(pos.position, pos.mask, col):
                 score = (43 - n) // 2
                 return Proposal(str(col + 1), 1.0, "exact: wins at once", value=1.0,
                                 verified=True, detail=ExactResult(score=score))
@@ -224,7 +225,7 @@ class CheckerAgent:
                             value=1.0, verified=True,
                             detail=ExactResult(None, column_scores, nodes))
         safe = _columns(non_losing_moves(pos.position, pos.mask))
-        legal = pos.legal_columns()
+        legal = problem.legal_columns
         losing = frozenset(str(c + 1) for c in legal if c not in safe) if safe else frozenset()
         budget = note or (f"not solved within {nodes} nodes" if scores is not None
                           else "solving is off")

@@ -57,7 +57,7 @@ class NeuralAgent:
         if len(response.evaluations) != 1 or len(response.evaluations[0].policy) != WIDTH:
             raise Unavailable("neural answered with a malformed evaluation")
         evaluation = response.evaluations[0]
-        legal = problem.position.legal_columns()
+        legal = problem.legal_columns
         policy = {col: max(0.0, float(evaluation.policy[col])) for col in legal}
         total = sum(policy.values())
         # Highest probability; ties to the centre column (the usual Connect Four move order).
