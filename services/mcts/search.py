@@ -210,25 +210,31 @@ def _summary(root: Position, runs: list, elapsed: float, temperature: float, see
     done = sum(grown.simulations for grown in runs)
     if done == 0:
         raise SearchStopped("the search was stopped before any simulation finished")
-    visits = np.zeros(WIDTH, dtype=np.int64)
-    value_sums = np.zeros(WIDTH, dtype=np.float64)
+    # Seven columns: plain Python lists cost less than numpy's per-call overhead on arrays this
+    # small (51-54 -> 35 us of a search's fixed cost, which is about 250 us on the loaded
+    # machine); the same values, operation for operation, in float64.
+    counts = [0] * WIDTH
+    sums = [0.0] * WIDTH
     for grown in runs:
         tree = grown.tree
-        for child in tree.children(0):
-            col = int(tree.action[child])
-            visits[col] += tree.visits[child]
-            value_sums[col] += tree.value_sum[child]
-    legal = [col for col in range(WIDTH) if root.can_play(col)]
-    priors = np.zeros(WIDTH, dtype=np.float64)
-    priors[legal] = 1.0 / len(legal)
-    values = np.full(WIDTH, np.nan, dtype=np.float64)
-    seen = visits > 0
-    values[seen] = value_sums[seen] / visits[seen]
+        children = tree.children(0)
+        rows = slice(children.start, children.stop)
+        for col, count, total in zip(tree.action[rows].tolist(), tree.visits[rows].tolist(),
+                                     tree.value_sum[rows].tolist(), strict=True):
+            counts[col] += count
+            sums[col] += total
+    legal = root.legal_columns()
+    prior = 1.0 / len(legal)
+    means = [sums[col] / counts[col] if counts[col] > 0 else math.nan for col in range(WIDTH)]
+    visits = np.array(counts, dtype=np.int64)
+    value_sums = np.array(sums, dtype=np.float64)
+    values = np.array(means, dtype=np.float64)
+    priors = np.array([prior if col in legal else 0.0 for col in range(WIDTH)], dtype=np.float64)
     if temperature > 0 and visits.sum() > 0:
         best = sample_by_temperature(visits, temperature, seed)
     else:
-        best = max(legal, key=lambda col: (visits[col], values[col] if seen[col] else -np.inf,
-                                           -col))
+        best = max(legal, key=lambda col: (counts[col], means[col] if counts[col] > 0
+                                           else -math.inf, -col))
     total_visits = int(visits.sum())
     trees = [grown.tree for grown in runs]
     # Mean over the trees (one thread each, or one tree of all threads): the sum of the phases
