@@ -145,12 +145,23 @@ class ServerTelemetryInterceptor(grpc.aio.ServerInterceptor):
         self._tracer = trace.get_tracer("mcts_mesh.server", tracer_provider=tracer_provider)
         self._metrics = metrics
         self._instruments: dict[str, RpcInstruments] = {}
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(UNTRACED_PREFIXES):
             return handler
+        # The server finds the same handler for a method on every call, and the wrapper keeps no
+        # state of a call: wrap it once per method, not once per call.
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(handler, method)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         instruments = None
         if self._metrics:
             instruments = self._instruments.get(method)
@@ -179,7 +190,8 @@ class ServerTelemetryInterceptor(grpc.aio.ServerInterceptor):
 
 
 class _Call:
-    """Span and metrics around one method's behaviour (one object per method and server)."""
+    """Span and metrics around one method's behaviour (one object per method and server; the
+    span and the start time of a call live in its wrapper's frame)."""
 
     def __init__(self, tracer: trace.Tracer, method: str,
                  instruments: RpcInstruments | None) -> None:
