@@ -124,6 +124,16 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
     def __init__(self, evaluator: PositionEvaluator, solver: ReasoningSolver) -> None:
         self._evaluator = evaluator
         self._solver = solver
+        self._model_messages: dict[str, tuple[RegisteredModel, neural_service_pb2.Model]] = {}
+
+    def _model_message(self, model: RegisteredModel) -> neural_service_pb2.Model:
+        """`model_proto(model)`, built once per loaded model (a reload loads a new one): every
+        EvaluatePositions response carries it, and building its metadata map cost about 12 us
+        of a call's CPU, copying the built message a third of that."""
+        cached = self._model_messages.get(model.name)
+        if cached is None or cached[0] is not model:
+            cached = self._model_messages[model.name] = (model, model_proto(model))
+        return cached[1]
 
     async def EvaluatePositions(self, request, context):
         # Resolve the model first: an unknown model is NOT_FOUND whatever the positions are.
@@ -136,8 +146,9 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
             neural_service_pb2.PositionEvaluation(policy=row.tolist(), value=float(v))
             for row, v in zip(policy, value, strict=True)
         ]
-        return neural_service_pb2.EvaluatePositionsResponse(evaluations=evaluations,
-                                                            model=model_proto(model))
+        response = neural_service_pb2.EvaluatePositionsResponse(evaluations=evaluations)
+        response.model.CopyFrom(self._model_message(model))
+        return response
 
     async def ListModels(self, request, context):
         return neural_service_pb2.ListModelsResponse(
