@@ -2,14 +2,14 @@
 workload, in the same run.
 
 Starts mcts, neural (serving `models/`, the meta-controller included) and two orchestrators over
-them as child processes: "rules" (no router model: the rules run every agent) and "learned"
-(`ORCHESTRATOR_ROUTER_MODEL`, default router-connect4, followed above
+them as child processes (more with `--variant`): "rules" (no router model: the rules run every
+agent) and "learned" (`ORCHESTRATOR_ROUTER_MODEL`, default router-connect4, followed above
 `ORCHESTRATOR_ROUTER_THRESHOLD`, the network added to a search route below
 `ORCHESTRATOR_ROUTER_NETWORK_CHECK_BELOW`). The workload is `--per-file` positions of the "test"
 split of each of Pons' six files (positions `mcts-mesh train router` never trains on; see
 `mcts_mesh.training.router_workload`; `--split train` takes the train split's, to choose a setting
-without looking at the test split), early and late shuffled together. Each position is sent to both
-orchestrators one after the other, alternating which goes first, at concurrency 1 over one
+without looking at the test split), early and late shuffled together. Each position is sent to
+every orchestrator one after the other, each going first in turn, at concurrency 1 over one
 kept-alive channel each, with default budgets. Every returned column is judged with the exact
 solver (cached in `--judge-cache`). Prints kept %, mean / median / p90 latency (client-side
 wall-clock ms), the ratio of means, the share of first rounds the model routed, the share of exact
@@ -18,6 +18,7 @@ and after.
 
     .venv/bin/python bench/router.py [--per-file 40] [--seed 0] [--model router-connect4] [--json]
                                      [--rows var/router/rows.jsonl] [--port-base 21000]
+                                     [--variant NAME:KEY=VALUE,...]
 """
 
 from __future__ import annotations
@@ -62,8 +63,13 @@ def main() -> None:
     parser.add_argument("--rows", default="",
                         help="write every request (router, moves, file, column, kept, ms, "
                              "exact) to this JSON-lines file")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="a further learned orchestrator measured in the same run, its "
+                             "environment on top of the learned one's (e.g. 'before:"
+                             "ORCHESTRATOR_ROUTER_THRESHOLD=0.6,"
+                             "ORCHESTRATOR_ROUTER_NETWORK_CHECK_BELOW=0'); repeatable")
     parser.add_argument("--port-base", type=int, default=None,
-                        help="serve on consecutive ports from this one (mcts, neural, the two "
+                        help="serve on consecutive ports from this one (mcts, neural, then the "
                              "orchestrators); default: free ports the system chooses")
     args = parser.parse_args()
     positions = mixed_positions(args.split, args.per_file, args.seed)
@@ -76,17 +82,25 @@ def main() -> None:
         learned_env["ORCHESTRATOR_ROUTER_THRESHOLD"] = args.threshold
     if args.network_check_below is not None:
         learned_env["ORCHESTRATOR_ROUTER_NETWORK_CHECK_BELOW"] = args.network_check_below
+    orchestrators = {"rules": {}, "learned": learned_env}
+    for variant in args.variant:
+        name, _, assignments = variant.partition(":")
+        items = [item for item in assignments.split(",") if item]
+        if not name or name in orchestrators or not items \
+                or not all("=" in item for item in items):
+            parser.error(f"--variant {variant!r}: want a new NAME:KEY=VALUE,...")
+        orchestrators[name] = {**learned_env, **dict(item.split("=", 1) for item in items)}
     load_before = os.getloadavg()
-    rows: dict[str, list[dict]] = {"rules": [], "learned": []}
-    with Mesh({"rules": {}, "learned": learned_env}, port_base=args.port_base) as mesh:
+    rows: dict[str, list[dict]] = {name: [] for name in orchestrators}
+    with Mesh(orchestrators, port_base=args.port_base) as mesh:
         channels = {name: grpc.insecure_channel(target) for name, target in mesh.targets.items()}
         stubs = {name: orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
                  for name, channel in channels.items()}
         for stub in stubs.values():
             solve(stub, "4444443")  # warm-up
         for index, position in enumerate(positions):
-            order = ["rules", "learned"] if index % 2 == 0 else ["learned", "rules"]
-            for name in order:
+            names = list(orchestrators)  # each goes first in turn
+            for name in names[index % len(names):] + names[:index % len(names)]:
                 answer = solve(stubs[name], position.moves)
                 rows[name].append({"moves": position.moves, "file": position.file,
                                    "column": answer.column, "latency_ms": answer.latency_ms,
@@ -108,10 +122,10 @@ def main() -> None:
     print(f"{len(positions)} positions ({args.per_file} per Pons file, {args.split} split, "
           f"shuffled); "
           f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    print(f"{'router':<8} {'kept %':>7} {'mean ms':>8} {'median ms':>9} {'p90 ms':>7} "
+    print(f"{'router':<10} {'kept %':>7} {'mean ms':>8} {'median ms':>9} {'p90 ms':>7} "
           f"{'x mean':>7} {'learned %':>9} {'exact %':>7} {'failed':>6}")
     for name, s in table.items():
-        print(f"{name:<8} {s['kept_pct']:>7.1f} {s['mean_ms']:>8.1f} {s['median_ms']:>9.1f} "
+        print(f"{name:<10} {s['kept_pct']:>7.1f} {s['mean_ms']:>8.1f} {s['median_ms']:>9.1f} "
               f"{s['p90_ms']:>7.1f} {s['mean_ms'] / base:>7.2f} {s['learned_pct']:>9.1f} "
               f"{s['exact_pct']:>7.1f} {s['failed']:>6}")
     per_file = {name: {file: summary([r for r in rs if r["file"] == file])
