@@ -65,16 +65,23 @@ def cuda_table(model_dir: Path, rounds: int, passes: int) -> None:
           f"{rounds} rounds")
     print("| batch | eager torch ms | CUDA graphs ms | eager / graphs | max |policy diff| |")
     print("|---|---|---|---|---|")
-    for rows in (1, 8, 64, 256):
+    _compare(runners, (1, 8, 64, 256), rounds, lambda rows: passes, _wall_ms)
+
+
+def _compare(runners: dict, sizes, rounds: int, passes_of, timer) -> None:
+    """Prints one row per batch size: the two runners' median ms (the first is the baseline),
+    their ratio and the largest policy difference; rounds interleave the runners."""
+    baseline, candidate = runners
+    for rows in sizes:
         planes, legal = _positions(rows)
-        diff = float(np.abs(runners["eager"](planes, legal)[0]
-                            - runners["graphs"](planes, legal)[0]).max())
+        diff = float(np.abs(runners[baseline](planes, legal)[0]
+                            - runners[candidate](planes, legal)[0]).max())
         times: dict[str, list[float]] = {name: [] for name in runners}
         for _ in range(rounds):
             for name, run in runners.items():
                 run(planes, legal)
-                times[name].append(_wall_ms(run, planes, legal, passes))
-        slow, fast = statistics.median(times["eager"]), statistics.median(times["graphs"])
+                times[name].append(timer(run, planes, legal, passes_of(rows)))
+        slow, fast = statistics.median(times[baseline]), statistics.median(times[candidate])
         print(f"| {rows} | {slow:.3f} | {fast:.3f} | {slow / fast:.1f}x | {diff:.1e} |")
 
 
@@ -104,18 +111,7 @@ def cpu_table(model_dir: Path, rounds: int, passes_per_round: int) -> None:
           f"rounds of {passes_per_round} passes; one intra-op thread")
     print("| batch | torch ms | onnxruntime ms | torch / onnxruntime | max |policy diff| |")
     print("|---|---|---|---|---|")
-    for rows in (1, 8, 64):
-        planes, legal = _positions(rows)
-        diff = float(np.abs(runners["torch"](planes, legal)[0]
-                            - runners["onnxruntime"](planes, legal)[0]).max())
-        passes = max(10, passes_per_round // rows)
-        times: dict[str, list[float]] = {name: [] for name in runners}
-        for _ in range(rounds):
-            for name, run in runners.items():
-                run(planes, legal)
-                times[name].append(_cpu_ms(run, planes, legal, passes))
-        slow, fast = statistics.median(times["torch"]), statistics.median(times["onnxruntime"])
-        print(f"| {rows} | {slow:.3f} | {fast:.3f} | {slow / fast:.1f}x | {diff:.1e} |")
+    _compare(runners, (1, 8, 64), rounds, lambda rows: max(10, passes_per_round // rows), _cpu_ms)
 
 
 if __name__ == "__main__":
