@@ -12,7 +12,9 @@ inputs, replays, and reads its rows of the outputs.
 Batches are padded to the next power of two up to the batcher's `max_batch`. The padded rows hold
 whatever an earlier call left there (valid inputs: rows an earlier request sent), and their outputs
 are dropped; rows never interact in these networks (convolutions, attention and normalisation
-work within a row), so padding cannot change a row's answer. A batch larger than `max_batch`
+work within a row), so padding changes no row's arithmetic beyond rounding: a padded batch is
+another matrix shape, for which cuBLAS may pick another kernel (in bf16 the TRM's halting logits
+came out 2 ulps apart on an H100, its predictions identical). A batch larger than `max_batch`
 runs eagerly. Replays of one model's graphs hold a lock: their static tensors are shared.
 
 Used only on CUDA, where `NeuralSettings.cuda_graphs` is on; `bench/neural_runtime.py` (policy/
@@ -159,8 +161,8 @@ class GraphedSegments:
 
     A graph is captured per (padded batch size, dtypes of the carry and inputs): the first segment
     receives the float32 initial carry and later ones the carry the model returns (bf16 under
-    autocast), so each keeps exactly the eager arithmetic. Captured under bf16 autocast with its
-    weight cache off (see `act.autocast`), as eager serving runs under bf16 autocast.
+    autocast), so each runs on the dtypes the eager pass would see. Captured under bf16 autocast
+    with its weight cache off (see `act.autocast`), as eager serving runs under bf16 autocast.
     The returned carry and outputs are copies: a later replay cannot overwrite them.
 
     Args:
