@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from libs.channels import keepalive_server_options, message_limit_options, set_caller_deadline
 from libs.errors import InvalidArgument, MeshError, to_status
 from libs.health_metrics import watch_health
+from libs.interceptors import WrapOnce
 from libs.logs import setup_logging
 from libs.metrics import start_metrics_server
 from libs.reflection import enable_server_reflection
@@ -139,20 +140,13 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, service: str) -> None:
         self._service = service
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._handlers = WrapOnce(self._wrap)
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        # One wrapper per method (the server finds the same handler on every call), made once.
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(handler, method)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        return self._handlers.wrapped(handler, handler_call_details.method)
 
     def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         deserializer = _tolerant(handler.request_deserializer)

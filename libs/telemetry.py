@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRat
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from libs.channels import UNTRACED_PREFIXES
+from libs.interceptors import WrapOnce
 from libs.metrics import RpcInstruments
 
 log = logging.getLogger(__name__)
@@ -145,21 +146,14 @@ class ServerTelemetryInterceptor(grpc.aio.ServerInterceptor):
         self._tracer = trace.get_tracer("mcts_mesh.server", tracer_provider=tracer_provider)
         self._metrics = metrics
         self._instruments: dict[str, RpcInstruments] = {}
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._handlers = WrapOnce(self._wrap)
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(UNTRACED_PREFIXES):
             return handler
-        # The server finds the same handler for a method on every call, and the wrapper keeps no
-        # state of a call: wrap it once per method, not once per call.
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(handler, method)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        return self._handlers.wrapped(handler, method)
 
     def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         instruments = None
