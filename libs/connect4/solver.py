@@ -9,6 +9,12 @@ upper and lower bounds keyed by the 49-bit position key (32-bit partial keys in 
 size, exact by the Chinese remainder theorem), and iterative null-window searches that bisect the
 score interval. No opening book.
 
+Every call starts from an empty table, as Pons' benchmark resets it before each position: a
+budgeted call's answer (which columns it solves within `max_nodes`) then depends only on its
+arguments, never on what the thread solved before. Emptying is O(1): each entry carries the
+generation (one per call, 1..255) that wrote it, and an entry of another generation reads as
+empty; the table is zeroed once every 255 calls.
+
 Score convention (the files in ../shared/data/connect4-pons): the value for the player to move
 under perfect play, 0 for a draw, `22 - s` when the player to move wins with their `s`-th stone,
 `s - 22` when they lose to the opponent's `s`-th stone. An immediate win from a position with `n`
@@ -47,7 +53,10 @@ MIN_SCORE = -(CELLS // 2) + 3
 MAX_SCORE = (CELLS + 1) // 2 - 3
 """Highest such score: 18."""
 DEFAULT_TABLE_SIZE = 4_194_301
-"""Transposition table entries: a prime above 2**22 (about 21 MB: uint32 key + int8 value)."""
+"""Transposition table entries: a prime just below 2**22 (about 25 MB: a uint32 partial key and a
+uint16 entry: the generation in its high byte, the bound as an int8 in its low byte)."""
+GENERATIONS = 255
+"""Calls between two zeroings of a table (generation 0 marks an entry never written)."""
 DEFAULT_MAX_NODES = 50_000_000
 """Default node budget of one `solve` call."""
 
@@ -63,8 +72,8 @@ def _half_toward_zero(x: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, counters, order,
-             sort_moves, sort_scores):
+def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, generation, counters,
+             order, sort_moves, sort_scores):
     """Score of a position in which the player to move cannot win at once, within [alpha, beta].
 
     Returns the exact score when it lies inside the window, an upper bound <= alpha or a lower bound
@@ -94,7 +103,10 @@ def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, counter
     slot = key % size
     partial = key & 0xFFFFFFFF
     stored = np.int64(tt_values[slot])
-    if stored != 0 and np.int64(tt_keys[slot]) == partial:
+    if (stored >> 8) == generation and np.int64(tt_keys[slot]) == partial:
+        stored = stored & 0xFF
+        if stored >= 128:  # the low byte is an int8 (an upper bound may encode below 0)
+            stored -= 256
         if stored > MAX_SCORE - MIN_SCORE + 1:
             low = stored - _LOWER_BOUND_OFFSET
             if alpha < low:
@@ -126,24 +138,24 @@ def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, counter
     for i in range(count):
         move = sort_moves[num_moves, i]
         child = _negamax(position ^ mask, mask | move, num_moves + 1, -beta, -alpha, tt_keys,
-                         tt_values, counters, order, sort_moves, sort_scores)
+                         tt_values, generation, counters, order, sort_moves, sort_scores)
         if child == _ABORTED:
             return _ABORTED
         score = -child
         if score >= beta:
             tt_keys[slot] = partial
-            tt_values[slot] = score + _LOWER_BOUND_OFFSET
+            tt_values[slot] = (generation << 8) | ((score + _LOWER_BOUND_OFFSET) & 0xFF)
             return score
         if score > alpha:
             alpha = score
     tt_keys[slot] = partial
-    tt_values[slot] = alpha + _UPPER_BOUND_OFFSET
+    tt_values[slot] = (generation << 8) | ((alpha + _UPPER_BOUND_OFFSET) & 0xFF)
     return alpha
 
 
 @njit(cache=True, nogil=True)
-def _solve(position, mask, num_moves, weak, tt_keys, tt_values, counters, order, sort_moves,
-           sort_scores):
+def _solve(position, mask, num_moves, weak, tt_keys, tt_values, generation, counters, order,
+           sort_moves, sort_scores):
     """Exact (or, when `weak`, sign-only) score or _ABORTED; bisects with null windows (part 12)."""
     if can_win_next(position, mask):
         return 1 if weak else (CELLS + 1 - num_moves) // 2
@@ -158,8 +170,8 @@ def _solve(position, mask, num_moves, weak, tt_keys, tt_values, counters, order,
             med = _half_toward_zero(low)
         elif med >= 0 and _half_toward_zero(high) > med:
             med = _half_toward_zero(high)
-        r = _negamax(position, mask, num_moves, med, med + 1, tt_keys, tt_values, counters, order,
-                     sort_moves, sort_scores)
+        r = _negamax(position, mask, num_moves, med, med + 1, tt_keys, tt_values, generation,
+                     counters, order, sort_moves, sort_scores)
         if r == _ABORTED:
             return _ABORTED
         if r <= med:
@@ -250,34 +262,39 @@ def _as_position(position: Position | str) -> Position:
 
 
 class Solver:
-    """An exact solver with its own transposition table (reused across calls: entries are exact
-    bounds, so reuse only speeds later calls up). One thread at a time uses a `Solver`; calls are
-    serialised by a lock, and different `Solver` objects run in parallel without the GIL.
+    """An exact solver with its own transposition table, which every call starts empty (see the
+    module docstring), so a call's result depends only on its arguments. One thread at a time uses
+    a `Solver`; calls are serialised by a lock, and different `Solver` objects run in parallel
+    without the GIL.
 
     Args:
         table_size: transposition table entries; must be odd and above 2**17 for the partial keys to
-            be exact (a prime is best). Memory: 5 bytes per entry.
+            be exact (a prime is best). Memory: 6 bytes per entry.
     """
 
     def __init__(self, table_size: int = DEFAULT_TABLE_SIZE) -> None:
         if table_size % 2 == 0 or table_size <= 1 << 17:
             raise ValueError("table_size must be odd and above 2**17")
         # Written once here, not left to np.zeros' untouched pages: the table is resident from the
-        # start (about 21 MB by default), so a process's memory does not creep up as searches
+        # start (about 25 MB by default), so a process's memory does not creep up as searches
         # reach more of it.
         self._tt_keys = np.empty(table_size, dtype=np.uint32)
         self._tt_keys.fill(0)
-        self._tt_values = np.empty(table_size, dtype=np.int8)
+        self._tt_values = np.empty(table_size, dtype=np.uint16)
         self._tt_values.fill(0)
+        self._generation = 0
         self._sort_moves = np.zeros((CELLS + 1, WIDTH), dtype=np.int64)
         self._sort_scores = np.zeros((CELLS + 1, WIDTH), dtype=np.int64)
         self._counters = np.zeros(2, dtype=np.int64)
         self._lock = threading.Lock()
 
-    def reset(self) -> None:
-        """Empties the transposition table."""
-        with self._lock:
-            self._tt_values[:] = 0
+    def _empty_table(self) -> None:
+        """Starts a call on an empty table: the next generation, or, after `GENERATIONS` calls, a
+        zeroed table (about 2 ms for the default size). Called with the lock held."""
+        if self._generation == GENERATIONS:
+            self._tt_values.fill(0)
+            self._generation = 0
+        self._generation += 1
 
     def _run(self, position: int, mask: int, num_moves: int, weak: bool,
              max_nodes: int, cancel: CancelToken | None = None) -> tuple[int | None, int]:
@@ -287,7 +304,8 @@ class Solver:
             return None, 0
         try:
             score = _solve(position, mask, num_moves, weak, self._tt_keys, self._tt_values,
-                           self._counters, _COLUMN_ORDER, self._sort_moves, self._sort_scores)
+                           self._generation, self._counters, _COLUMN_ORDER, self._sort_moves,
+                           self._sort_scores)
         finally:
             if cancel is not None:
                 cancel._attach(None)
@@ -308,6 +326,7 @@ class Solver:
         """
         pos = _as_position(position)
         with self._lock:
+            self._empty_table()
             score, nodes = self._run(pos.position, pos.mask, pos.num_moves, weak, max_nodes,
                                      cancel)
         return SolveResult(score=score, nodes=nodes, complete=score is not None)
@@ -327,6 +346,7 @@ class Solver:
         complete = True
         win_score = (CELLS + 1 - pos.num_moves) // 2
         with self._lock:
+            self._empty_table()
             for col in _COLUMN_ORDER:
                 col = int(col)
                 if not can_play(pos.mask, col):

@@ -21,8 +21,10 @@ further move up to `max_nodes` (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 
 a request that goes away. The search runs in a worker thread with the GIL released, so the
 event loop and the other agents run meanwhile: one of `SOLVER_THREADS` threads (one per core), so
 that concurrent requests never run more solvers than there are cores (more would only share them)
-and the solvers' transposition tables (about 21 MB each, one per thread) stay bounded in memory.
-A request waiting for a free thread spends its time budget waiting.
+and the solvers' transposition tables (about 25 MB each, one per thread) stay bounded in memory.
+A request waiting for a free thread spends its time budget waiting. Each request starts from an
+empty table (`libs.connect4.solver`), so its answer depends neither on which thread ran it nor on
+the requests before it.
 """
 
 from __future__ import annotations

@@ -72,3 +72,26 @@ def test_budget_ran_out_gives_no_score(read_pons) -> None:
 def test_finished_games_are_not_solved() -> None:
     with pytest.raises(IllegalPosition):
         solve("1212121")
+
+
+def test_a_budgeted_call_does_not_depend_on_earlier_calls(read_pons) -> None:
+    # Solving a position fully fills the table with its bounds; before every call started from an
+    # empty table, the same position with a third of those nodes then finished on the warm solver
+    # and not on a fresh one, so identical requests to the checker got different answers.
+    moves, _ = read_pons("Test_L2_R2", 1)[0]
+    warm = Solver(table_size=(1 << 18) + 3)
+    full = warm.best_moves(moves)
+    assert full.complete and full.nodes > 3_000
+    budget = full.nodes // 3
+    again = warm.best_moves(moves, max_nodes=budget)
+    cold = Solver(table_size=(1 << 18) + 3).best_moves(moves, max_nodes=budget)
+    assert again == cold
+    assert not again.complete
+
+
+def test_results_survive_the_table_zeroing_every_255_calls(read_pons) -> None:
+    rows = read_pons("Test_L3_R1", 20)
+    solver = Solver(table_size=(1 << 18) + 3)
+    for call in range(600):  # past two wraps of the generation
+        moves, score = rows[call % len(rows)]
+        assert solver.solve(moves).score == score, (call, moves)
