@@ -426,7 +426,9 @@ def random_solution(shape: BoxShape, rng: np.random.Generator) -> np.ndarray:
     """A uniformly shuffled search's first full grid: `[N, N]` int8, every unit 1..N once."""
     n = shape.size
     result = solve(np.zeros((n, n), dtype=np.int8), shape, limit=1, rng=rng)
-    assert result.solution is not None  # an empty grid always has a solution
+    if result.solution is None:
+        raise RuntimeError(f"the solver found no solution of an empty {n}x{n} grid "
+                           "(an empty grid always has one)")
     return result.solution
 
 

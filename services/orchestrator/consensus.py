@@ -403,16 +403,19 @@ class ConsensusLoop(Generic[AnswerT]):
                 run.simulations = min(run.simulations * 2, max(budget.max_simulations, 1))
                 next_state = LoopState.ROUTE
             else:  # SYNTHESIZE
-                assert run.tally is not None
+                # Every path to SYNTHESIZE sets the tally, and only a loop with a fallback degrades.
                 synthesize = self._fallback if run.degraded else self._synthesize
-                assert synthesize is not None
+                if run.tally is None or synthesize is None:
+                    raise RuntimeError("the consensus loop reached SYNTHESIZE without a tally or, "
+                                       "degraded, without a fallback")
                 answer = synthesize(run.tally, dict(run.proposals), run.context)
                 next_state = LoopState.DONE
             if state in STEP_NAMES:
                 run.timings.append(StepTiming(STEP_NAMES[state], run.iteration,
                                               (time.perf_counter() - started) * 1e3))
             state = next_state
-        assert run.tally is not None
+        if run.tally is None:  # DONE follows SYNTHESIZE only, which checked it
+            raise RuntimeError("the consensus loop finished without a tally")
         agents_used: list[AgentName] = []
         for vote in run.votes:
             if vote.agent not in agents_used:

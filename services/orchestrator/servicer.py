@@ -211,9 +211,10 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         max_iterations = (request.max_iterations if request.HasField("max_iterations")
                           else self._settings.max_iterations)
         started = time.perf_counter()
-        if isinstance(problem, ConnectFourProblem) and self._route_predictor is not None:
-            router, agents, route = await self._learned_router(problem, agents, max_iterations,
-                                                               deadline, router)
+        predictor = self._route_predictor
+        if isinstance(problem, ConnectFourProblem) and predictor is not None:
+            router, agents, route = await self._learned_router(predictor, problem, agents,
+                                                               max_iterations, deadline, router)
             if route is not None and route.deep_search:
                 simulations = min(simulations * DEEP_SEARCH_FACTOR, MAX_SIMULATIONS)
         loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
@@ -227,19 +228,18 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         self._log_routes(kind, problem_text(problem), request.thread_id, result, started)
         return solve_response(result, request.thread_id)
 
-    async def _learned_router(self, problem: ConnectFourProblem, agents: list[Agent],
-                              max_iterations: int, deadline: float, rules: Router
-                              ) -> tuple[Router, list[Agent], Route | None]:
-        """A `LearnedRouter` over `rules`, with the meta-controller's prediction for the first
-        round's features (known before any agent runs), the request's agents (the checker
-        replaced by the quick checker when the followed route asks for it), and the followed
-        route (None: the rules decide)."""
-        assert self._route_predictor is not None
+    async def _learned_router(self, predictor: RoutePredictor, problem: ConnectFourProblem,
+                              agents: list[Agent], max_iterations: int, deadline: float,
+                              rules: Router) -> tuple[Router, list[Agent], Route | None]:
+        """A `LearnedRouter` over `rules`, with `predictor`'s prediction for the first round's
+        features (known before any agent runs), the request's agents (the checker replaced by
+        the quick checker when the followed route asks for it), and the followed route (None:
+        the rules decide)."""
         first = routing_features(RoutingState(
             confidences={}, mcts_value=None, consensus_score=0.0, last_agents=(), iteration=1,
             max_iterations=max_iterations, query_length_norm=problem.query_length_norm,
             has_context=False))
-        prediction = await self._route_predictor.predict([first], deadline - time.monotonic())
+        prediction = await predictor.predict([first], deadline - time.monotonic())
         learned = LearnedRouter(prediction, self._settings.router_threshold, rules,
                                 quick_checker=self._quick_checker is not None,
                                 network_check_below=self._settings.router_network_check_below)
@@ -763,13 +763,14 @@ def stream_event(event: LoopEvent, elapsed_ms: float) -> pb.StreamSolveProblemRe
                 agent=finished.agent, proposal=proposal.answer,
                 confidence=min(1.0, max(0.0, confidence)), latency_ms=event.latency_ms,
                 iteration=event.iteration, rationale=proposal.rationale))
-    else:
-        assert isinstance(event, TallyUpdated)
+    elif isinstance(event, TallyUpdated):
         tally = event.tally
         out.tally.CopyFrom(pb.RoundTally(
             answer=tally.answer, confidence=tally.confidence,
             consensus_score=tally.consensus_score, agreed=tally.agreed, verified=tally.verified,
             votes=[_vote(vote) for vote in event.votes]))
+    else:
+        raise TypeError(f"not a LoopEvent: {type(event).__name__}")
     return out
 
 

@@ -96,7 +96,8 @@ class ReplayBuffer:
         """Creates the directory and its `replay.json` if missing.
 
         Raises:
-            ReplayError: `replay.json` is unreadable or written by a newer format version.
+            ReplayError: `replay.json` is unreadable, of another format, or written by a newer
+                format version.
         """
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -105,9 +106,11 @@ class ReplayBuffer:
             try:
                 document = json.loads(index.read_text())
                 version = int(document["format_version"])
-                assert document["format"] == FORMAT
-            except (ValueError, KeyError, TypeError, AssertionError) as error:
+                found = document["format"]
+            except (ValueError, KeyError, TypeError) as error:
                 raise ReplayError(f"{index}: not a {FORMAT} index ({error!r})") from error
+            if found != FORMAT:
+                raise ReplayError(f"{index}: format {found!r}, not a {FORMAT} index")
             if version > FORMAT_VERSION:
                 raise ReplayError(f"{index}: written by format version {version}, newer than "
                                   f"this program's {FORMAT_VERSION}; use a newer mcts-mesh or "

@@ -70,7 +70,7 @@ class LlmAgent:
             raise DeadlineExceeded("llm: no time left for a draft")
         passages = tuple(p for p in round_.context if isinstance(p, Passage))
         if self.sampling is not None:
-            return await self._sample(problem, passages, round_.iteration, timeout)
+            return await self._sample(self.sampling, problem, passages, round_.iteration, timeout)
         request = llm_service_pb2.GenerateRequest(
             prompt=problem.query,
             context=[llm_service_pb2.ContextPassage(text=p.text, source=p.document_id,
@@ -90,8 +90,8 @@ class LlmAgent:
                         f"drafted by {response.provider} ({response.model}), {tokens} tokens, "
                         f"{len(passages)} passage(s)", detail=draft)
 
-    async def _sample(self, problem: TextProblem, passages: tuple[Passage, ...], iteration: int,
-                      timeout: float) -> Proposal:
+    async def _sample(self, sampling: Sampling, problem: TextProblem,
+                      passages: tuple[Passage, ...], iteration: int, timeout: float) -> Proposal:
         """One self-consistency batch: `Sampling.next_batch` drafts concurrently, then the vote.
 
         Without a language-model draft (only the offline provider answered), the first draft is
@@ -100,8 +100,6 @@ class LlmAgent:
         Raises:
             DeadlineExceeded, Unavailable: every call of the batch failed (the first error).
         """
-        sampling = self.sampling
-        assert sampling is not None
         count = sampling.next_batch()
         if count <= 0:
             raise Unavailable(f"llm: no draft to sample ({sampling.stop_reason})")

@@ -159,15 +159,15 @@ class _Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         route = self._router.match(request.method, scope["path"])
-        if route.status is RouteStatus.NOT_FOUND:
-            response = status_response(code_status(grpc.StatusCode.NOT_FOUND, "Not Found"))
+        # A FOUND match always carries its binding and path values; the others never do.
+        if route.binding is not None and route.path_values is not None:
+            response = await self._forward(request, receive, route.binding, route.path_values)
         elif route.status is RouteStatus.METHOD_NOT_ALLOWED:
             response = status_response(
                 code_status(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed"),
                 {"Allow": ", ".join(route.allowed)}, status_code=405)
         else:
-            assert route.binding is not None and route.path_values is not None
-            response = await self._forward(request, receive, route.binding, route.path_values)
+            response = status_response(code_status(grpc.StatusCode.NOT_FOUND, "Not Found"))
         await response(scope, receive, send)
 
     async def _forward(self, request: Request, receive: Receive, binding: HttpBinding,
@@ -522,8 +522,13 @@ class _StatusCorsMiddleware(CORSMiddleware):
 
 
 async def _http_exception(_: Request, error: Exception) -> Response:
-    """Starlette's own HTTP errors (405 on /health, /ready, /openapi.json) as google.rpc.Status."""
-    assert isinstance(error, HTTPException)
+    """Starlette's own HTTP errors (405 on /health, /ready, /openapi.json) as google.rpc.Status.
+
+    Raises:
+        TypeError: `error` is not an HTTPException (the handler is registered for that type only).
+    """
+    if not isinstance(error, HTTPException):
+        raise TypeError(f"the HTTPException handler got a {type(error).__name__}")
     codes = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}
     code = codes.get(error.status_code, grpc.StatusCode.INVALID_ARGUMENT)
     return status_response(code_status(code, str(error.detail)), dict(error.headers or {}),

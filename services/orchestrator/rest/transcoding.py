@@ -362,11 +362,9 @@ def _parse_message(field: FieldDescriptor, text: str, path: str) -> Message:
     full_name = field.message_type.full_name
     if full_name not in _SCALAR_MESSAGES:
         raise InvalidArgument(path, f"{full_name} cannot be set from a single path or query value")
-    message = message_factory.GetMessageClass(field.message_type)()
     if full_name == "google.protobuf.FieldMask":
-        assert isinstance(message, field_mask_pb2.FieldMask)
-        message.paths.extend(part for part in text.split(",") if part)
-        return message
+        return field_mask_pb2.FieldMask(paths=[part for part in text.split(",") if part])
+    message = message_factory.GetMessageClass(field.message_type)()
     if full_name == "google.protobuf.StringValue":
         message.value = text
         return message

@@ -136,6 +136,14 @@ def test_a_replay_directory_of_a_newer_version_is_refused_by_name(tmp_path):
         ReplayBuffer(tmp_path)
 
 
+def test_a_replay_directory_of_another_format_is_refused_by_name_and_format(tmp_path):
+    (tmp_path / "replay.json").write_text(json.dumps(
+        {"format": "someone-elses-replay", "format_version": FORMAT_VERSION}))
+    with pytest.raises(ReplayError, match="replay.json: format 'someone-elses-replay', not a "
+                                          "mcts-mesh-replay index"):
+        ReplayBuffer(tmp_path)
+
+
 def test_a_checkpoint_of_another_architecture_or_size_is_refused_by_name(tmp_path):
     network = {"channels": 8, "blocks": 1, "value_hidden": 8}
     save_checkpoint(tmp_path / "other", Connect4PV(Connect4PVConfig(16, 1, 8)), "connect4_pv")
