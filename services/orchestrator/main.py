@@ -199,9 +199,10 @@ async def run(settings: OrchestratorSettings,
                          max_json_depth=settings.rest_max_json_depth,
                          cors_allowed_origins=settings.rest_cors_allowed_origins,
                          cors_max_age_s=settings.rest_cors_max_age_s,
-                         keepalive=Keepalive.of(settings)),
+                         keepalive=Keepalive.of(settings),
+                         connect_timeout_s=settings.connect_timeout_s),
             dependencies=watcher.report)
-        rest = await serve_rest(app, settings.host, settings.rest_port)
+        rest = await serve_rest(app, settings.host, settings.rest_port, settings.drain_grace_s)
 
         async def stop() -> None:
             await watcher.stop()

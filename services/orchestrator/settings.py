@@ -144,8 +144,9 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     request, naming no role, gives no mcts_iterations), 1..10,000."""
 
     connect_timeout_s: float = 1.0
-    """Seconds a connection attempt to another service may take; a service that is down costs a
-    request at most this long (then its agent fails UNAVAILABLE and the others answer)."""
+    """Seconds a connection attempt to another service, or the REST front's to this orchestrator's
+    gRPC port, may take; a service that is down costs a request at most this long (then its agent
+    fails UNAVAILABLE and the others answer)."""
     request_deadline_s: float = 60.0
     """Budget of a request whose caller set no deadline, in seconds."""
     mcts_deadline_s: float = 30.0

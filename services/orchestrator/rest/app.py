@@ -70,7 +70,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from libs.channels import Keepalive, channel_options
+from libs.channels import DEFAULT_CONNECT_TIMEOUT_S, Keepalive, channel_options
 from libs.errors import MeshError, status_from_rpc_error
 from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
 from services.orchestrator.rest.limits import (
@@ -122,6 +122,9 @@ class RestSettings:
         cors_max_age_s: how long a browser may cache a preflight's answer, in seconds.
         keepalive: HTTP/2 keepalive of the channel to the gRPC server (the orchestrator's
             `Keepalive.of(settings)`), as on the mesh's other channels.
+        connect_timeout_s: seconds a connection attempt of the channel to the gRPC server may
+            take before calls on it fail UNAVAILABLE (answered 503), > 0 (the orchestrator's
+            `connect_timeout_s`, as on its channels to the other services).
     """
 
     host: str = "127.0.0.1"
@@ -135,6 +138,7 @@ class RestSettings:
     cors_allowed_origins: tuple[str, ...] = field(default_factory=tuple)
     cors_max_age_s: int = 600
     keepalive: Keepalive = field(default_factory=Keepalive)
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
 
 
 class _Gateway:
@@ -391,9 +395,10 @@ def build_rest_app(
 ) -> Starlette:
     """The REST front for `service`, forwarding to the gRPC server at `channel_target`.
 
-    The channel (libs.channels.channel_options: retries on UNAVAILABLE, message limits, connect
-    timeout, `settings.keepalive`; no client interceptors, the REST span's trace context is put in
-    the metadata) opens when the app starts (ASGI lifespan) and closes when it stops.
+    The channel (libs.channels.channel_options: retries on UNAVAILABLE, message limits,
+    `settings.connect_timeout_s`, `settings.keepalive`; no client interceptors, the REST span's
+    trace context is put in the metadata) opens when the app starts (ASGI lifespan) and closes
+    when it stops.
 
     Args:
         channel_target: "host:port" of the gRPC server.
@@ -452,7 +457,8 @@ def build_rest_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         gateway.channel = grpc.aio.insecure_channel(
-            channel_target, options=channel_options(keepalive=settings.keepalive))
+            channel_target, options=channel_options(settings.connect_timeout_s,
+                                                    keepalive=settings.keepalive))
         try:
             yield
         finally:
