@@ -1,12 +1,45 @@
 // Runs against a live mesh: MESH_TARGET is the orchestrator's host:port (tests/e2e starts one).
+// The keepalive test needs none (a bare HTTP/2 server on port 0).
 "use strict";
 
+const http2 = require("node:http2");
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const grpc = require("@grpc/grpc-js");
-const {connect, call, statusDetails} = require("../client.js");
+const {connect, call, channelOptions, statusDetails, KEEPALIVE_OPTIONS} = require("../client.js");
 
 const target = process.env.MESH_TARGET;
+
+test("the channel pings an idle connection, at the interval the caller sets", async () => {
+  assert.deepEqual(channelOptions(), {"grpc.keepalive_time_ms": 1000,
+                                      "grpc.keepalive_timeout_ms": 2000,
+                                      "grpc.keepalive_permit_without_calls": 1});
+  assert.deepEqual(channelOptions({"grpc.keepalive_time_ms": 30000}),
+                   {...KEEPALIVE_OPTIONS, "grpc.keepalive_time_ms": 30000});
+  const server = http2.createServer();
+  const sessions = [];
+  let pings = 0;
+  const twoPings = new Promise((resolve) => server.on("session", (session) => {
+    sessions.push(session);
+    session.on("ping", () => { if (++pings === 2) resolve(); });
+  }));
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  // No call is made: only the default 'grpc.keepalive_permit_without_calls' lets it ping.
+  const client = connect(`127.0.0.1:${server.address().port}`, {"grpc.keepalive_time_ms": 100});
+  let timer;
+  try {
+    await new Promise((resolve, reject) => client.waitForReady(Date.now() + 5000,
+                                                               (error) => (error ? reject(error) : resolve())));
+    await Promise.race([twoPings, new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${pings} ping(s) in 5 s`)), 5000);
+    })]);
+  } finally {
+    clearTimeout(timer);
+    client.close();
+    for (const session of sessions) session.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
 
 test("SolveProblem answers a Connect Four position", {skip: !target && "MESH_TARGET is not set"}, async () => {
   const client = connect(target);
