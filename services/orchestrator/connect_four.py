@@ -88,7 +88,8 @@ class ConnectFourAnswer:
     Attributes:
         column: the chosen column, 1..7, always playable in the position.
         value: the position's value for the player to move in [-1, 1]: the exact outcome's sign
-            when solved, else the newest MCTS root value, else the network's value, else 0.
+            when solved, else 1 when the checker proved a winning move, else the newest MCTS root
+            value, else the network's value, else 0.
         outcome: the exact outcome when the checker solved the position.
         score: the Pons score when solved exactly (0 otherwise).
     """
@@ -119,7 +120,7 @@ def synthesize_connect_four(problem: ConnectFourProblem, tally: Tally,
         value = {Outcome.WIN: 1.0, Outcome.DRAW: 0.0, Outcome.LOSS: -1.0}[outcome]
         return ConnectFourAnswer(int(tally.answer), value, outcome, exact.score)
     value = 0.0
-    for agent in (AgentName.MCTS, AgentName.NEURAL):
+    for agent in (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL):
         proposal = proposals.get(agent)
         if proposal is not None and proposal.value is not None:
             value = max(-1.0, min(1.0, float(proposal.value)))

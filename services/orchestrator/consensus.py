@@ -155,6 +155,31 @@ class Agent(Protocol):
         ...
 
 
+class SettlesFirst(Protocol):
+    """An optional hook of a proposer that can often prove the answer cheaply (the exact checker
+    on a position whose node budget is small). Where `settles_first(problem)` is True, the loop
+    runs it before the round's other agents, and ends the round there when its proposal is
+    verified and carries the problem's value: a verified vote wins the tally, and the value is
+    proved too, so nothing the others could answer would change the answer (they would only cost
+    their calls: for early Connect Four positions, the search and the network's two hops)."""
+
+    def settles_first(self, problem: Any) -> bool:
+        """True when this agent should run before the others on `problem`."""
+        ...
+
+
+def _proves(vote: Vote | None, run: _Run) -> bool:
+    """`vote` is this iteration's, verified, and carries the problem's value."""
+    return vote is not None and vote.iteration == run.iteration and vote.verified \
+        and vote.value is not None
+
+
+def settles_first(agent: Agent, problem: Any) -> bool:
+    """`agent.settles_first(problem)` for agents with the `SettlesFirst` hook, else False."""
+    hook = getattr(agent, "settles_first", None)
+    return bool(hook(problem)) if hook is not None else False
+
+
 @dataclass(frozen=True)
 class Vote:
     """A proposal as recorded by the loop (the AgentVote of the contract)."""
@@ -491,6 +516,30 @@ class ConsensusLoop(Generic[AnswerT]):
         run.fresh = []
         round_ = self._round(problem, run)
         agents = [self._agents[name] for name in run.routed]
+        first = [agent for agent in agents if agent.role is Role.PROPOSER
+                 and settles_first(agent, problem)]
+        answered: list[AgentName] = []
+        if first and len(first) < len(agents):
+            answered += await self._run_group(first, round_, run)
+            proof = next((name for name in answered if _proves(run.latest.get(name), run)),
+                         None)
+            if proof is not None:
+                log.debug("iteration %d settled by %s; not run: %s", run.iteration, proof,
+                          ", ".join(agent.name for agent in agents if agent not in first))
+                agents = []
+            else:
+                agents = [agent for agent in agents if agent not in first]
+        answered += await self._run_group(agents, round_, run)
+        if answered:
+            run.last_agents = answered
+        run.fresh = answered
+
+    async def _run_group(self, agents: list[Agent], round_: Round, run: _Run
+                         ) -> list[AgentName]:
+        """Runs `agents` side by side on `round_`, records their proposals and failures, and
+        returns the names of those that answered."""
+        if not agents:
+            return []
         outcomes = await asyncio.gather(*(self._timed(agent, round_) for agent in agents),
                                         return_exceptions=True)
         answered: list[AgentName] = []
@@ -506,9 +555,7 @@ class ConsensusLoop(Generic[AnswerT]):
             proposal, latency_ms = outcome
             self._record(run, agent.name, proposal, latency_ms)
             answered.append(agent.name)
-        if answered:
-            run.last_agents = answered
-        run.fresh = answered
+        return answered
 
     @step_span("verify")
     async def _verify(self, problem: Any, run: _Run) -> None:

@@ -112,10 +112,12 @@ async def build_servicers(
                                    time_budget_s=settings.checker_time_budget_ms / 1e3,
                                    min_moves=settings.checker_min_moves,
                                    base_nodes=settings.checker_base_nodes)
+    first = settings.checker_first_max_nodes if settings.checker_first else None
     quick_checker = CheckerAgent(dataclasses.replace(
-        checker_budget, max_nodes=min(settings.checker_max_nodes, QUICK_CHECKER_MAX_NODES)))
+        checker_budget, max_nodes=min(settings.checker_max_nodes, QUICK_CHECKER_MAX_NODES)),
+        first)
     game_agents = [
-        CheckerAgent(checker_budget),
+        CheckerAgent(checker_budget, first),
         MctsAgent(mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
                   settings.mcts_deadline_s),
         NeuralAgent(neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"]),

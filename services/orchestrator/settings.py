@@ -80,6 +80,14 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     checker_base_nodes: int = 2_000
     """Node budget at `checker_min_moves` moves, 8x per further move up to `checker_max_nodes`
     (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at 11, 2,000,000 from 12)."""
+    checker_first: bool = True
+    """Run the checker before the search and the network where its node budget is at most
+    `checker_first_max_nodes`, and answer from it alone when it proves the move with the
+    position's value (same column, value and outcome; the reply's votes hold the checker's only).
+    False: every agent of the first round runs side by side."""
+    checker_first_max_nodes: int = 16_000
+    """Largest node budget (the budget at 9 moves by default, a few ms) at which the checker runs
+    first; an unproved position waits that long for the other agents to start."""
     solver_time_budget_s: float = 10.0
     """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
     deadline shortens it)."""
@@ -210,6 +218,8 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
                              "text_step_branching in 1..8 and text_max_steps in 1..20")
         if self.checker_max_nodes < 0 or self.checker_min_moves < 0:
             raise ValueError("checker_max_nodes and checker_min_moves must be >= 0")
+        if self.checker_first_max_nodes < 0:
+            raise ValueError("checker_first_max_nodes must be >= 0")
         if self.checker_base_nodes < 1 or self.checker_time_budget_ms <= 0:
             raise ValueError("checker_base_nodes must be >= 1, checker_time_budget_ms > 0")
         if not 1 <= self.default_top_k <= 20:

@@ -126,15 +126,27 @@ class CheckerAgent:
     Args:
         budget: a `CheckerBudget`, or a plain node budget per request (negamax nodes at every
             depth, no time limit); 0 skips solving.
+        first_max_nodes: where the position's node budget is at most this many nodes, the
+            checker runs before the round's other agents (`consensus.SettlesFirst`), and a move
+            it proves with the position's value ends the round without them; None: never first.
     """
 
     name = AgentName.CHECKER
     role = Role.PROPOSER
     repeatable = False
 
-    def __init__(self, budget: CheckerBudget | int) -> None:
+    def __init__(self, budget: CheckerBudget | int, first_max_nodes: int | None = None) -> None:
         self._budget = budget if isinstance(budget, CheckerBudget) \
             else CheckerBudget(max_nodes=budget)
+        if first_max_nodes is not None and first_max_nodes < 0:
+            raise ValueError("first_max_nodes must be >= 0")
+        self._first_max_nodes = first_max_nodes
+
+    def settles_first(self, problem: ConnectFourProblem) -> bool:
+        """True where this position's node budget is at most `first_max_nodes` (positions the
+        checker only runs its tactics on count as 0 nodes)."""
+        return self._first_max_nodes is not None and \
+            self._budget.nodes_for(problem.position.num_moves) <= self._first_max_nodes
 
     async def propose(self, round_: Round) -> Proposal:
         """A verified column, or an abstention with the columns that lose at once.

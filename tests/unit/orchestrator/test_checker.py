@@ -13,8 +13,13 @@ import libs.connect4.solver as checker_module
 from libs.connect4 import Position
 from libs.connect4.solver import CancelToken, MoveScores, Solver
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
-from services.orchestrator.connect_four import ConnectFourProblem, Outcome
-from services.orchestrator.consensus import Round
+from services.orchestrator.connect_four import (
+    ConnectFourProblem,
+    Outcome,
+    synthesize_connect_four,
+)
+from services.orchestrator.consensus import Proposal, Round, Tally
+from services.orchestrator.routing import AgentName
 
 PONS = Path(__file__).resolve().parents[4] / "shared" / "data" / "connect4-pons" / "Test_L3_R1"
 
@@ -147,3 +152,28 @@ def test_a_cancel_token_stops_the_kernel_from_another_thread():
     assert scores.nodes < 50_000_000
     # A token cancelled before the call makes it return without a node.
     assert solver.best_moves("4", 50_000_000, cancel=token).nodes == 0
+
+
+def test_the_checker_settles_first_only_where_its_node_budget_is_small() -> None:
+    budget = CheckerBudget(min_moves=8, base_nodes=2_000)  # 2,000 at 8 moves, 16,000 at 9
+    checker = CheckerAgent(budget, first_max_nodes=16_000)
+    first = {n: checker.settles_first(ConnectFourProblem(Position.from_moves(m)))
+             for n, m in [(4, "4453"), (8, "44536712"), (9, "445367121"), (10, "4453671212")]}
+    assert first == {4: True, 8: True, 9: True, 10: False}
+    assert not CheckerAgent(budget).settles_first(ConnectFourProblem(Position.from_moves("4453")))
+    with pytest.raises(ValueError):
+        CheckerAgent(budget, first_max_nodes=-1)
+
+
+def test_a_proved_win_without_its_score_gives_the_answer_value_one() -> None:
+    problem = ConnectFourProblem(Position.from_moves("4453"))
+    proved = Proposal("4", 1.0, "proved win (score +3 after the move)", value=1.0,
+                      verified=True)
+    tally = Tally("4", 1.0, 1.0, True, True)
+    answer = synthesize_connect_four(problem, tally, {AgentName.CHECKER: proved})
+    assert answer.value == 1.0 and answer.outcome is None
+    searched = Proposal("4", 0.5, "visits", value=0.25)
+    abstained = Proposal(None, 0.0, "not solved")
+    answer = synthesize_connect_four(problem, tally, {AgentName.CHECKER: abstained,
+                                                      AgentName.MCTS: searched})
+    assert answer.value == 0.25

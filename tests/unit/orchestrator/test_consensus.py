@@ -197,3 +197,59 @@ def test_aggregate_respects_weights():
     votes = [Vote(AgentName.MCTS, "3", 0.5, 1.0, 1, ""),
              Vote(AgentName.NEURAL, "5", 0.5, 1.0, 1, "")]
     assert aggregate(votes, weights={AgentName.NEURAL: 2.0}).answer == "5"
+
+
+class FirstAgent(FakeAgent):
+    """A FakeAgent with the `SettlesFirst` hook; records what had run when it was called."""
+
+    def __init__(self, name: AgentName, answers: list[Proposal | Exception], first: bool,
+                 others: list[FakeAgent]) -> None:
+        super().__init__(name, answers)
+        self._first = first
+        self._others = others
+        self.others_started: list[int] = []
+
+    def settles_first(self, problem) -> bool:
+        return self._first
+
+    async def propose(self, round_: Round) -> Proposal:
+        self.others_started.append(sum(len(other.rounds) for other in self._others))
+        return await super().propose(round_)
+
+
+async def test_a_proof_with_its_value_from_the_first_agent_ends_the_round_without_the_others():
+    mcts = FakeAgent(AgentName.MCTS, [Proposal("3", 0.9, "visits")], repeatable=True)
+    neural = FakeAgent(AgentName.NEURAL, [Proposal("3", 0.9, "policy")])
+    checker = FirstAgent(AgentName.CHECKER, [Proposal("7", 1.0, "exact", value=1.0,
+                                                      verified=True)], True, [mcts, neural])
+    result = await loop(mcts, neural, checker).run("problem", budget())
+    assert result.answer == "7"
+    assert result.tally.verified and result.consensus_reached and result.iterations == 1
+    assert checker.others_started == [0]
+    assert mcts.rounds == [] and neural.rounds == []
+    assert result.agents == (AgentName.CHECKER,)
+
+
+@pytest.mark.parametrize("proposal", [
+    Proposal("7", 1.0, "forced block", verified=True),  # proved move, value unknown
+    Proposal(None, 0.0, "not solved within 16000 nodes"),  # abstains
+])
+async def test_the_others_run_after_the_first_agent_when_it_does_not_prove_the_value(proposal):
+    mcts = FakeAgent(AgentName.MCTS, [Proposal("7", 0.9, "visits", value=0.4)], repeatable=True)
+    neural = FakeAgent(AgentName.NEURAL, [Proposal("7", 0.9, "policy")])
+    checker = FirstAgent(AgentName.CHECKER, [proposal], True, [mcts, neural])
+    result = await loop(mcts, neural, checker).run("problem", budget())
+    assert checker.others_started == [0]  # it still ran first
+    assert len(mcts.rounds) == 1 and len(neural.rounds) == 1
+    assert result.answer == "7" and result.iterations == 1
+    assert AgentName.MCTS in result.agents and AgentName.NEURAL in result.agents
+
+
+async def test_an_agent_that_does_not_settle_first_runs_beside_the_others():
+    mcts = FakeAgent(AgentName.MCTS, [Proposal("3", 0.9, "visits")], repeatable=True)
+    checker = FirstAgent(AgentName.CHECKER, [Proposal("7", 1.0, "exact", value=1.0,
+                                                      verified=True)], False, [mcts])
+    result = await loop(mcts, checker).run("problem", budget())
+    assert result.answer == "7"
+    assert len(mcts.rounds) == 1
+    assert set(result.agents) == {AgentName.MCTS, AgentName.CHECKER}
