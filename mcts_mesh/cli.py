@@ -160,10 +160,11 @@ def cmd_solve(args) -> int:
     if args.json:
         print(json.dumps(record))
     else:
+        search = (f"{record['simulations']} simulations at "
+                  f"{record['simulations_per_second']:.0f}/s, " if record["simulations"] else "")
         print(f"play column {record['move']}  (value {record['value']:+.3f}, outcome "
               f"{record['outcome']}, confidence {record['confidence']:.2f}, agents "
-              f"{','.join(record['agents'])}, {record['simulations']} simulations at "
-              f"{record['simulations_per_second']:.0f}/s, {record['latency_ms']:.0f} ms)")
+              f"{','.join(record['agents'])}, {search}{record['latency_ms']:.0f} ms)")
         for vote in record["votes"]:
             print(f"  {vote['agent']:>8}: {vote['proposal']:>2}  conf {vote['confidence']:.2f}  "
                   f"{vote['rationale']}")
