@@ -9,7 +9,9 @@ concurrently, VERIFY (only when the loop has a verifier agent: the puzzle checke
 answers and drops every vote for an answer it did not accept, so an unverified proposal never
 becomes the answer, AGGREGATE tallies the newest vote of every agent, CHECK_CONSENSUS ends the
 loop on agreement, on a verified answer, or when the budget (iterations, deadline, agents with
-something new to say) is spent; ITERATE doubles the simulations of the next round. SYNTHESIZE
+something new to say) is spent; ITERATE doubles the simulations of the next round. A repeatable
+agent counts as having something new to say unless its `Reconsiders` hook says another round could
+not bring its answer to the others' (the search, when their columns are far behind its own). SYNTHESIZE
 turns the tally into the problem's answer.
 
 Agents come in as objects (the `Agent` protocol), so the loop knows no transport: the orchestrator
@@ -166,6 +168,29 @@ class SettlesFirst(Protocol):
     def settles_first(self, problem: Any) -> bool:
         """True when this agent should run before the others on `problem`."""
         ...
+
+
+class Reconsiders(Protocol):
+    """An optional hook of a repeatable proposer that can tell from its own result whether a
+    further round could bring its answer to one the other agents vote for (the search, from its
+    visit counts). Where `reconsiders` says False, the loop does not offer the agent to the router
+    again: the disagreement stands, and the loop synthesizes from the votes it has instead of
+    paying for rounds that would only confirm them. Agents without the hook stay candidates while
+    they are `repeatable`."""
+
+    def reconsiders(self, proposal: Proposal, rivals: frozenset[str]) -> bool:
+        """True when another round could move `proposal.answer` to one of `rivals` (the other
+        agents' answers that differ from it)."""
+        ...
+
+
+def reconsiders(agent: Agent, proposal: Proposal | None, rivals: frozenset[str]) -> bool:
+    """`agent.reconsiders(proposal, rivals)` for agents with the `Reconsiders` hook and a proposal
+    with an answer; True otherwise."""
+    hook = getattr(agent, "reconsiders", None)
+    if hook is None or proposal is None or proposal.answer is None:
+        return True
+    return bool(hook(proposal, rivals))
 
 
 def _proves(vote: Vote | None, run: _Run) -> bool:
@@ -333,6 +358,7 @@ class _Run:
 
     budget: Budget
     iteration: int = 1
+    rounds_run: int = 0
     simulations: int = 1
     context: tuple = ()
     routed: list[AgentName] = field(default_factory=list)
@@ -449,7 +475,7 @@ class ConsensusLoop(Generic[AnswerT]):
             answer=answer,
             tally=run.tally,
             consensus_reached=run.consensus,
-            iterations=run.iteration,
+            iterations=max(1, run.rounds_run),
             votes=tuple(run.votes),
             agents=tuple(agents_used),
             timings=tuple(run.timings),
@@ -484,7 +510,9 @@ class ConsensusLoop(Generic[AnswerT]):
     @step_span("route")
     def _route(self, run: _Run) -> LoopState:
         candidates = [name for name, agent in self._agents.items()
-                      if agent.role is Role.PROPOSER and (agent.repeatable or name not in run.ran)]
+                      if agent.role is Role.PROPOSER and (
+                          name not in run.ran
+                          or (agent.repeatable and self._reconsiders(agent, run)))]
         decision = self._router.route(self.features(run), candidates)
         run.routes.append(decision)
         chosen = [name for name in decision.agents if name in candidates]
@@ -501,6 +529,14 @@ class ConsensusLoop(Generic[AnswerT]):
                                           decision.reason))
         return LoopState.RUN_AGENTS
 
+    @staticmethod
+    def _reconsiders(agent: Agent, run: _Run) -> bool:
+        """`reconsiders` on the agent's latest proposal against the other agents' answers."""
+        own = run.latest.get(agent.name)
+        rivals = frozenset(vote.answer for name, vote in run.latest.items()
+                           if name != agent.name and (own is None or vote.answer != own.answer))
+        return reconsiders(agent, run.proposals.get(agent.name), rivals)
+
     @step_span("agents")
     async def _run_agents(self, problem: Any, run: _Run) -> None:
         if time.monotonic() >= run.budget.deadline:
@@ -514,6 +550,7 @@ class ConsensusLoop(Generic[AnswerT]):
                      run.iteration)
             return
         run.fresh = []
+        run.rounds_run = run.iteration
         round_ = self._round(problem, run)
         agents = [self._agents[name] for name in run.routed]
         first = [agent for agent in agents if agent.role is Role.PROPOSER

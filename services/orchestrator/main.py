@@ -119,7 +119,7 @@ async def build_servicers(
     game_agents = [
         CheckerAgent(checker_budget, first),
         MctsAgent(mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
-                  settings.mcts_deadline_s),
+                  settings.mcts_deadline_s, settings.search_close_ratio),
         NeuralAgent(neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"]),
                     settings.neural_deadline_s, settings.neural_model),
     ]

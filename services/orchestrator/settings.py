@@ -88,6 +88,11 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     checker_first_max_nodes: int = 16_000
     """Largest node budget (the budget at 9 moves by default, a few ms) at which the checker runs
     first; an unproved position waits that long for the other agents to start."""
+    search_close_ratio: float = 0.1
+    """While the search and the network disagree, another round of search runs only if the
+    network's column has at least this share of the visits of the search's most visited column
+    (the CLOSE criterion: `agents/mcts.py`), in [0, 1]; far behind, more simulations do not bring
+    agreement. 0 searches again on every disagreement, up to `max_iterations`."""
     solver_time_budget_s: float = 10.0
     """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
     deadline shortens it)."""
@@ -218,6 +223,8 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
                              "text_step_branching in 1..8 and text_max_steps in 1..20")
         if self.checker_max_nodes < 0 or self.checker_min_moves < 0:
             raise ValueError("checker_max_nodes and checker_min_moves must be >= 0")
+        if not 0.0 <= self.search_close_ratio <= 1.0:
+            raise ValueError("search_close_ratio must be in [0, 1]")
         if self.checker_first_max_nodes < 0:
             raise ValueError("checker_first_max_nodes must be >= 0")
         if self.checker_base_nodes < 1 or self.checker_time_budget_ms <= 0:

@@ -94,6 +94,41 @@ async def test_budget_end_synthesizes_the_weighted_vote_without_consensus():
     assert result.tally.confidence == pytest.approx(0.45)
 
 
+class DecisiveSearch(FakeAgent):
+    """A repeatable fake with the `Reconsiders` hook: another round can only move its answer to
+    the rivals in `movable_to`; it records what the loop asked."""
+
+    def __init__(self, answers: list[Proposal], movable_to: frozenset[str]) -> None:
+        super().__init__(AgentName.MCTS, answers, repeatable=True)
+        self.movable_to = movable_to
+        self.asked: list[tuple[str | None, frozenset[str]]] = []
+
+    def reconsiders(self, proposal: Proposal, rivals: frozenset[str]) -> bool:
+        self.asked.append((proposal.answer, rivals))
+        return bool(rivals & self.movable_to)
+
+
+async def test_a_search_that_cannot_reach_the_rivals_answer_is_not_run_again():
+    mcts = DecisiveSearch([Proposal("2", 0.9, "visits")], movable_to=frozenset({"3"}))
+    neural = FakeAgent(AgentName.NEURAL, [Proposal("5", 0.3, "policy")])
+    result = await loop(mcts, neural).run("problem", budget(max_iterations=3))
+    assert result.answer == "2"
+    assert not result.consensus_reached
+    assert result.iterations == 1 and len(mcts.rounds) == 1
+    assert mcts.asked == [("2", frozenset({"5"}))]
+    assert result.routes[-1].agents == ()
+    assert "no agent can change its answer" in result.routes[-1].reason
+
+
+async def test_a_search_that_can_reach_the_rivals_answer_iterates():
+    mcts = DecisiveSearch([Proposal("2", 0.5, "visits"), Proposal("5", 0.6, "visits")],
+                          movable_to=frozenset({"5"}))
+    neural = FakeAgent(AgentName.NEURAL, [Proposal("5", 0.4, "policy")])
+    result = await loop(mcts, neural).run("problem", budget(max_iterations=3))
+    assert result.answer == "5" and result.consensus_reached
+    assert result.iterations == 2 and len(mcts.rounds) == 2
+
+
 async def test_verified_checker_answer_wins_over_the_majority():
     checker = FakeAgent(AgentName.CHECKER, [Proposal("7", 1.0, "exact", verified=True)])
     mcts = FakeAgent(AgentName.MCTS, [Proposal("3", 0.9, "visits")], repeatable=True)

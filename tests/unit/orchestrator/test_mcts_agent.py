@@ -97,3 +97,34 @@ async def test_another_agents_earlier_proposal_is_not_continued():
     neural = Proposal("4", 0.5, "policy 0.50", detail=None)
     await MctsAgent(stub, deadline_s=5).propose(round_(2, 4_000, {AgentName.NEURAL: neural}))
     assert [r.simulations for r in stub.requests] == [4_000]
+
+
+def search_proposal(visits: dict[int, int]) -> Proposal:
+    found = statistics(visits, {c: 0.0 for c in visits})
+    return Proposal(str(most_visited(found)), 0.5, "visits", detail=found)
+
+
+def test_a_close_rival_column_is_worth_another_round_and_a_far_one_is_not():
+    agent = MctsAgent(RecordingStub({4: 1}, {4: 0.0}), deadline_s=5, close_ratio=0.1)
+    proposal = search_proposal({4: 1_800, 3: 180, 5: 20})
+    assert agent.reconsiders(proposal, frozenset({"3"}))  # 180 >= 0.1 * 1,800
+    assert not agent.reconsiders(proposal, frozenset({"5"}))  # 20 < 180
+    assert not agent.reconsiders(proposal, frozenset({"7"}))  # never visited
+    assert agent.reconsiders(proposal, frozenset({"5", "3"}))  # any close rival
+    assert not agent.reconsiders(proposal, frozenset())
+
+
+def test_close_ratio_zero_always_searches_again_and_out_of_range_is_refused():
+    agent = MctsAgent(RecordingStub({4: 1}, {4: 0.0}), deadline_s=5, close_ratio=0.0)
+    assert agent.reconsiders(search_proposal({4: 1_999, 5: 1}), frozenset({"7"}))
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="close_ratio"):
+            MctsAgent(RecordingStub({4: 1}, {4: 0.0}), deadline_s=5, close_ratio=bad)
+
+
+def test_the_setting_is_checked_and_defaults_to_a_tenth():
+    from services.orchestrator.settings import OrchestratorSettings
+
+    assert OrchestratorSettings().search_close_ratio == 0.1
+    with pytest.raises(ValueError, match="search_close_ratio"):
+        OrchestratorSettings(search_close_ratio=1.5)
