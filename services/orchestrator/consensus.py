@@ -11,8 +11,8 @@ becomes the answer, AGGREGATE tallies the newest vote of every agent, CHECK_CONS
 loop on agreement, on a verified answer, or when the budget (iterations, deadline, agents with
 something new to say) is spent; ITERATE doubles the simulations of the next round. A repeatable
 agent counts as having something new to say unless its `Reconsiders` hook says another round could
-not bring its answer to the others' (the search, when their columns are far behind its own). SYNTHESIZE
-turns the tally into the problem's answer.
+not bring its answer to the others' (the search, when their columns are far behind its own).
+SYNTHESIZE turns the tally into the problem's answer.
 
 Agents come in as objects (the `Agent` protocol), so the loop knows no transport: the orchestrator
 passes gRPC-backed agents, tests pass fakes. An agent that fails with a `MeshError` is left out of
