@@ -92,7 +92,8 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """While the search and the network disagree, another round of search runs only if the
     network's column has at least this share of the visits of the search's most visited column
     (the CLOSE criterion: `agents/mcts.py`), in [0, 1]; far behind, more simulations rarely bring
-    agreement (`bench/connect4_close.py`). 0 searches again on every disagreement, up to `max_iterations`."""
+    agreement (`bench/connect4_close.py`). 0 searches again on every disagreement, up to
+    `max_iterations`."""
     solver_time_budget_s: float = 10.0
     """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
     deadline shortens it)."""
