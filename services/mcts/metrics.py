@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-SEARCHES_RUNNING = Gauge("mesh_mcts_searches_running", "Searches running now (Search calls).")
+SEARCHES_RUNNING = Gauge("mesh_mcts_searches_running",
+                         "Search calls in progress now, those waiting for a slot included.")
+SEARCHES_WAITING = Gauge("mesh_mcts_searches_waiting",
+                         "UCT searches waiting for one of MCTS_SEARCH_SLOTS slots now.")
 SIMULATIONS = Counter("mesh_mcts_simulations_total",
                       "Simulations run by finished searches; rate() is simulations per second.")
 SIMULATIONS_PER_SECOND = Histogram(

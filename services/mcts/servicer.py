@@ -7,6 +7,7 @@ import asyncio
 import math
 import re
 import threading
+import time
 from dataclasses import dataclass
 
 import grpc
@@ -18,6 +19,7 @@ from libs.errors import DeadlineExceeded, InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.mcts import metrics
 from services.mcts.batched_servicer import MAX_BATCH_SIZE, RULES, BatchedSearches
+from services.mcts.scheduling import SearchQueue
 from services.mcts.search import SearchResult, SearchStopped, uct_search
 from services.mcts.settings import MAX_SIMULATIONS, MAX_THREADS, WIDENING_ALPHA, MctsSettings
 
@@ -239,6 +241,9 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
         self._settings = settings
         self.batched = BatchedSearches(settings, neural_channel)
         """PUCT and Gumbel searches (rule PUCT / GUMBEL, and SearchExternal)."""
+        self.searches = SearchQueue(settings.search_slots)
+        """Where UCT searches wait for one of `search_slots` threads, earliest deadline first."""
+        metrics.SEARCHES_WAITING.set_function(lambda: self.searches.waiting)
 
     async def Search(
         self, request: mcts_service_pb2.SearchRequest, context: grpc.aio.ServicerContext
@@ -262,7 +267,8 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
     async def _search(
         self, request: mcts_service_pb2.SearchRequest, context: grpc.aio.ServicerContext
     ) -> mcts_service_pb2.SearchResponse:
-        """Runs the search in a worker thread (the event loop stays free).
+        """Runs the search in a worker thread of `searches` (the event loop stays free), after the
+        waiting searches with earlier deadlines (`scheduling.SearchQueue`).
 
         With a deadline, the search stops `deadline_margin_s` before it and returns the simulations
         done by then (`statistics.simulations` may be below the request's). A cancelled call stops
@@ -279,16 +285,22 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
         if request.rule in RULES:
             return await self.batched.search(request, args.moves, args.simulations, context)
         remaining = context.time_remaining()
-        time_limit = (None if remaining is None
-                      else max(0.0, remaining - self._settings.deadline_margin_s))
+        deadline = None if remaining is None else time.monotonic() + remaining
+        margin = self._settings.deadline_margin_s
         stop = threading.Event()
-        try:
-            result = await asyncio.to_thread(
-                uct_search, args.moves, args.simulations, args.exploration, args.seed,
-                args.threads, self._settings.max_tree_nodes, time_limit_s=time_limit, stop=stop,
+
+        def search() -> SearchResult:  # the time limit counts from the search's start
+            time_limit = (None if deadline is None
+                          else max(0.0, deadline - time.monotonic() - margin))
+            return uct_search(
+                args.moves, args.simulations, args.exploration, args.seed, args.threads,
+                self._settings.max_tree_nodes, time_limit_s=time_limit, stop=stop,
                 parallelism=args.parallelism, transpositions=args.transpositions,
                 widening_k=args.widening_k, widening_alpha=args.widening_alpha,
                 rave_k=args.rave_k, temperature=args.temperature)
+
+        try:
+            result = await self.searches.run(deadline, search)
         except asyncio.CancelledError:
             stop.set()
             raise

@@ -6,8 +6,9 @@ the servicers' range checks all read them from this module."""
 from __future__ import annotations
 
 import math
+import os
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ChannelSettings, ServiceSettings
@@ -63,6 +64,10 @@ class MctsSettings(ServiceSettings, ChannelSettings):
     max_threads: int = 4
     """Most trees one search runs in parallel; a request asking for more (up to the contract's 64)
     gets this many, and the response's `threads` says so."""
+    search_slots: int = Field(default_factory=lambda: os.cpu_count() or 1)
+    """UCT searches running at once (default: the machine's cores); the others wait, the one whose
+    deadline comes first starting next (`scheduling.SearchQueue`). PUCT and Gumbel searches, which
+    wait on the neural service, are not counted."""
     max_tree_nodes: int = DEFAULT_MAX_NODES
     """Most nodes of each tree (30 bytes per node; a small search allocates only what it can use);
     a search that fills it keeps simulating from the leaves it has and reports `tree_full`."""
@@ -91,6 +96,8 @@ class MctsSettings(ServiceSettings, ChannelSettings):
             raise ValueError("dirichlet_epsilon must be in [0, 1]")
         if not 1 <= self.max_threads <= MAX_THREADS:
             raise ValueError(f"max_threads must be in 1..{MAX_THREADS}")
+        if self.search_slots < 1:
+            raise ValueError("search_slots must be >= 1")
         if self.max_tree_nodes < MIN_CAPACITY:
             raise ValueError(f"max_tree_nodes must be >= {MIN_CAPACITY}")
         if self.deadline_margin_s < 0:

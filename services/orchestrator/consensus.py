@@ -95,6 +95,9 @@ class Round:
         earlier: each agent's latest proposal from the earlier iterations of this run (empty in
             the first); an anytime agent continues from its own (the search adds simulations to
             reach this round's `simulations` in all, instead of starting again).
+        started: `time.monotonic()` instant the run began (None outside a run): an agent's own
+            budget for a whole request counts from it, so every round of one request carries the
+            same deadline downstream.
     """
 
     problem: Any
@@ -105,6 +108,7 @@ class Round:
     context: tuple = ()
     candidates: tuple[tuple[AgentName, str], ...] = ()
     earlier: Mapping[AgentName, Proposal] = field(default_factory=dict)
+    started: float | None = None
 
     def remaining_s(self) -> float:
         """Seconds left before `deadline` (0 when passed)."""
@@ -357,6 +361,7 @@ class _Run:
     """Mutable state of one run of the loop (private to `ConsensusLoop.run`)."""
 
     budget: Budget
+    started: float = field(default_factory=time.monotonic)
     iteration: int = 1
     rounds_run: int = 0
     simulations: int = 1
@@ -491,7 +496,7 @@ class ConsensusLoop(Generic[AnswerT]):
         return Round(problem=problem, iteration=run.iteration, simulations=run.simulations,
                      seed=(run.budget.seed + run.iteration - 1) % (1 << 64),
                      deadline=run.budget.deadline, context=run.context, candidates=candidates,
-                     earlier=dict(run.proposals))
+                     earlier=dict(run.proposals), started=run.started)
 
     async def _retrieve(self, problem: Any, run: _Run) -> None:
         """Runs every context agent once; their failures end the request (raised as they are)."""

@@ -164,7 +164,9 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     request_deadline_s: float = 60.0
     """Budget of a request whose caller set no deadline, in seconds."""
     mcts_deadline_s: float = 30.0
-    """Deadline of one MctsService.Search call, in seconds (the request's deadline shortens it)."""
+    """Seconds the mcts agent's searches of one request may take in all, from the request's start
+    (the request's deadline shortens it): every round's MctsService.Search carries that one
+    deadline, and the mcts service starts its waiting searches earliest deadline first."""
     neural_deadline_s: float = 5.0
     """Deadline of one NeuralService.EvaluatePositions or ListModels call, in seconds."""
     reasoning_deadline_s: float = 10.0

@@ -24,6 +24,8 @@ exact solver; `bench/connect4_close.py` measures it).
 
 from __future__ import annotations
 
+import time
+
 import grpc
 from mesh.common.v1 import common_pb2
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
@@ -39,7 +41,11 @@ class MctsAgent:
 
     Args:
         stub: a MctsService stub over a channel from `libs.channels.open_channel`.
-        deadline_s: deadline of one Search call in seconds; the round's deadline shortens it.
+        deadline_s: seconds the searches of one request may take in all, counted from the run's
+            start (`Round.started`); the request's deadline shortens it. Every round's Search
+            thus carries the same deadline, by which the mcts service orders its waiting searches
+            (earliest deadline first), so an older request's later round goes before a newer
+            request's first.
         close_ratio: a further round runs only while another agent's column has at least this
             share of the best column's visits, in [0, 1] (see the module docstring); 0: on every
             disagreement.
@@ -80,7 +86,9 @@ class MctsAgent:
             Unavailable: the mcts service is down, failed, or proposed an unplayable column.
         """
         problem: ConnectFourProblem = round_.problem
-        timeout = min(self._deadline_s, round_.remaining_s())
+        now = time.monotonic()
+        started = now if round_.started is None else round_.started
+        timeout = min(round_.deadline, started + self._deadline_s) - now
         if timeout <= 0:
             raise DeadlineExceeded("mcts: no time left for a search")
         earlier = _earlier_statistics(round_)

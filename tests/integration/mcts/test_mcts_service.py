@@ -1,7 +1,10 @@
 """The mcts service as a real grpc.aio server on port 0: health after warm-up, one search, bad
-input as INVALID_ARGUMENT naming the field, and the caller's deadline."""
+input as INVALID_ARGUMENT naming the field, the caller's deadline, and searches waiting for a
+slot earliest deadline first."""
 
 from __future__ import annotations
+
+import asyncio
 
 import grpc
 import pytest
@@ -23,8 +26,9 @@ def search_request(moves: str = "", **fields) -> mcts_service_pb2.SearchRequest:
 
 
 @pytest.fixture
-async def served():
-    settings = MctsSettings(port=0, default_simulations=2_000, max_threads=2)
+async def served(request):
+    slots = getattr(request, "param", 2)
+    settings = MctsSettings(port=0, default_simulations=2_000, max_threads=2, search_slots=slots)
     servicers, ready = await build_servicers(settings)
     server = await start_server("mcts", settings, servicers, ready)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
@@ -102,3 +106,27 @@ async def test_a_deadline_too_short_for_any_simulation_is_deadline_exceeded(serv
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     reply = await stub.Search(search_request("", simulations=100), timeout=10)
     assert reply.statistics.simulations == 100
+
+
+@pytest.mark.parametrize("served", [1], indirect=True)
+async def test_a_waiting_search_starts_by_deadline_and_counts_its_time_from_its_start(served):
+    stub, _ = served
+    endless = search_request("", simulations=10_000_000)
+    finished: list[str] = []
+
+    async def search(name: str, timeout: float) -> mcts_service_pb2.SearchResponse:
+        reply = await stub.Search(endless, timeout=timeout)
+        finished.append(name)
+        return reply
+
+    holder = asyncio.create_task(search("holder", 0.6))  # holds the one slot until 0.55 s
+    await asyncio.sleep(0.1)
+    late = asyncio.create_task(search("late", 2.6))  # waits first, but its deadline is later
+    await asyncio.sleep(0.1)
+    early = asyncio.create_task(search("early", 1.4))
+    replies = await asyncio.gather(holder, late, early)
+    assert finished == ["holder", "early", "late"]
+    # `late` started about 1.35 s after it arrived: a time limit counted from its arrival would
+    # have run it past its deadline (DEADLINE_EXCEEDED) instead of stopping it in time.
+    assert all(reply.statistics.simulations > 0 for reply in replies)
+    assert replies[1].statistics.elapsed_ms < 2_000

@@ -54,11 +54,13 @@ class RecordingStub:
 
     def __init__(self, visits: dict[int, int], values: dict[int, float]) -> None:
         self.requests: list[mcts_service_pb2.SearchRequest] = []
+        self.deadlines: list[float] = []
         self._visits = visits
         self._values = values
 
     async def Search(self, request, timeout):  # noqa: N802 - the stub's method name
         self.requests.append(request)
+        self.deadlines.append(time.monotonic() + timeout)
         scale = request.simulations / sum(self._visits.values())
         visits = {c: round(v * scale) for c, v in self._visits.items()}
         found = statistics(visits, self._values, seed=request.seed)
@@ -128,3 +130,21 @@ def test_the_setting_is_checked_and_defaults_to_a_tenth():
     assert OrchestratorSettings().search_close_ratio == 0.1
     with pytest.raises(ValueError, match="search_close_ratio"):
         OrchestratorSettings(search_close_ratio=1.5)
+
+
+async def test_every_round_of_a_run_carries_one_deadline_from_the_runs_start():
+    stub = RecordingStub({4: 1}, {4: 0.0})
+    agent = MctsAgent(stub, deadline_s=5)
+    started = time.monotonic() - 2  # the run began two seconds ago
+    far = time.monotonic() + 60
+    problem = ConnectFourProblem(Position.from_moves("4453"))
+    for iteration in (1, 2):
+        await agent.propose(Round(problem, iteration, 100, 0, far, started=started))
+    # Both rounds' searches must end 5 s after the run's start (3 s from now), not 5 s from each
+    # call: the mcts service orders waiting searches by that deadline.
+    assert stub.deadlines[0] == pytest.approx(started + 5, abs=0.05)
+    assert stub.deadlines[1] == pytest.approx(started + 5, abs=0.05)
+    # The request's own deadline, when nearer, wins.
+    near = time.monotonic() + 1
+    await agent.propose(Round(problem, 1, 100, 0, near, started=started))
+    assert stub.deadlines[2] == pytest.approx(near, abs=0.05)
