@@ -7,7 +7,7 @@ Labels never carry keys, key hashes, key names or request text.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 CONSENSUS_ITERATIONS = Histogram(
     "mesh_orchestrator_consensus_iterations", "Consensus-loop iterations per answered request.",
@@ -23,6 +23,9 @@ RATE_LIMIT_REJECTIONS = Counter(
     "per-second, -minute or -hour limit) or \"admission\" (ORCHESTRATOR_MAX_IN_FLIGHT calls "
     "already running).",
     ["reason"])
+SOLVES_WAITING = Gauge(
+    "mesh_orchestrator_solves_waiting",
+    "SolveProblem calls waiting for one of ORCHESTRATOR_MAX_RUNNING_SOLVES to end.")
 TEXT_ROLE_CALLS = Counter(
     "mesh_orchestrator_text_role_calls_total",
     "Language-model calls of the text roles and the search over reasoning steps, by role "

@@ -9,6 +9,7 @@ the proto field. Downstream failures arrive as domain errors from the agents
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
@@ -50,6 +51,7 @@ from services.orchestrator.events import (
     TallyUpdated,
 )
 from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
+from services.orchestrator.metrics import SOLVES_WAITING
 from services.orchestrator.roles_grpc import (
     ROLE_TO_PROTO,
     failed_role_response,
@@ -181,6 +183,8 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                                            for agent in puzzle_agents):
             raise ValueError("puzzle agents need the checker (a VERIFIER agent)")
         self._puzzle_router = puzzle_router or PuzzleRouter()
+        self._running_solves = (asyncio.Semaphore(settings.max_running_solves)
+                                 if settings.max_running_solves else None)
 
     async def SolveProblem(self, request: pb.SolveProblemRequest,
                            context: grpc.aio.ServicerContext,
@@ -210,23 +214,50 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                        else self._settings.default_simulations)
         max_iterations = (request.max_iterations if request.HasField("max_iterations")
                           else self._settings.max_iterations)
-        started = time.perf_counter()
-        predictor = self._route_predictor
-        if isinstance(problem, ConnectFourProblem) and predictor is not None:
-            router, agents, route = await self._learned_router(predictor, problem, agents,
-                                                               max_iterations, deadline, router)
-            if route is not None and route.deep_search:
-                simulations = min(simulations * DEEP_SEARCH_FACTOR, MAX_SIMULATIONS)
-        loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
-                                            problem.query_length_norm, events=events)
-        budget = Budget(max_iterations=max_iterations, deadline=deadline,
-                        simulations=simulations,
-                        max_simulations=max(simulations, self._settings.max_simulations),
-                        seed=request.seed)
-        result = await loop.run(problem, budget)
+        async with self._running_solve(deadline):
+            started = time.perf_counter()
+            predictor = self._route_predictor
+            if isinstance(problem, ConnectFourProblem) and predictor is not None:
+                router, agents, route = await self._learned_router(
+                    predictor, problem, agents, max_iterations, deadline, router)
+                if route is not None and route.deep_search:
+                    simulations = min(simulations * DEEP_SEARCH_FACTOR, MAX_SIMULATIONS)
+            loop: ConsensusLoop = ConsensusLoop(agents, router, synthesize,
+                                                problem.query_length_norm, events=events)
+            budget = Budget(max_iterations=max_iterations, deadline=deadline,
+                            simulations=simulations,
+                            max_simulations=max(simulations, self._settings.max_simulations),
+                            seed=request.seed)
+            result = await loop.run(problem, budget)
         observe_result(kind, result)
         self._log_routes(kind, problem_text(problem), request.thread_id, result, started)
         return solve_response(result, request.thread_id)
+
+    @contextlib.asynccontextmanager
+    async def _running_solve(self, deadline: float) -> AsyncIterator[None]:
+        """Holds one of `max_running_solves` for a solve's consensus loop; a solve waits for one
+        in arrival order, until `deadline` (`time.monotonic()`) at most. No limit at 0.
+
+        Raises:
+            DeadlineExceeded: the deadline passed while the solve waited.
+        """
+        slots = self._running_solves
+        if slots is None:
+            yield
+            return
+        SOLVES_WAITING.inc()
+        try:
+            await asyncio.wait_for(slots.acquire(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError as error:
+            raise DeadlineExceeded(
+                f"the deadline passed while {self._settings.max_running_solves} other solves "
+                "ran (ORCHESTRATOR_MAX_RUNNING_SOLVES)") from error
+        finally:
+            SOLVES_WAITING.dec()
+        try:
+            yield
+        finally:
+            slots.release()
 
     async def _learned_router(self, predictor: RoutePredictor, problem: ConnectFourProblem,
                               agents: list[Agent], max_iterations: int, deadline: float,

@@ -207,6 +207,12 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     max_in_flight: int = 64
     """Calls running at once beyond which a call is refused at once with RESOURCE_EXHAUSTED /
     HTTP 429 and Retry-After (admission control); 0: no limit."""
+    max_running_solves: int = 10
+    """SolveProblem calls running their consensus loop at once; the others wait for one to end,
+    in arrival order, within their deadline (up to `max_in_flight` calls in all); 0: no limit.
+    Running every solve at once shares the cores among all of them and stretches the tail: on the
+    load bench's early Connect Four positions at concurrency 32, 10 kept the requests/s and cut the
+    p99 from 319-456 ms to 209-224 ms."""
 
     @model_validator(mode="after")
     def _ranges(self) -> OrchestratorSettings:
@@ -240,8 +246,9 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
         if self.reasoning_models_ttl_s < 0:
             raise ValueError("reasoning_models_ttl_s must be >= 0")
         if min(self.rate_limit_per_second, self.rate_limit_per_minute, self.rate_limit_per_hour,
-               self.max_in_flight) < 0:
-            raise ValueError("rate limits and max_in_flight must be >= 0 (0: no limit)")
+               self.max_in_flight, self.max_running_solves) < 0:
+            raise ValueError("rate limits, max_in_flight and max_running_solves must be >= 0 "
+                             "(0: no limit)")
         if self.api_keys_reload_s <= 0:
             raise ValueError("api_keys_reload_s must be positive")
         if not 0.0 <= self.router_threshold <= 1.0 or self.router_deadline_ms <= 0 \
