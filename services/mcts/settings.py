@@ -64,10 +64,11 @@ class MctsSettings(ServiceSettings, ChannelSettings):
     max_threads: int = 4
     """Most trees one search runs in parallel; a request asking for more (up to the contract's 64)
     gets this many, and the response's `threads` says so."""
-    search_slots: int = Field(default_factory=lambda: os.cpu_count() or 1)
-    """UCT searches running at once (default: the machine's cores); the others wait, the one whose
-    deadline comes first starting next (`scheduling.SearchQueue`). PUCT and Gumbel searches, which
-    wait on the neural service, are not counted."""
+    search_slots: int = Field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    """UCT searches running at once (default: the cores this process may run on); the others wait,
+    the one whose deadline comes first starting next (`scheduling.SearchQueue`). PUCT and Gumbel
+    searches, which wait on the neural service, are not counted. A CPU quota is not seen by the
+    default: deploy/k8s sets it to the container's CPU limit."""
     max_tree_nodes: int = DEFAULT_MAX_NODES
     """Most nodes of each tree (30 bytes per node; a small search allocates only what it can use);
     a search that fills it keeps simulating from the leaves it has and reports `tree_full`."""
