@@ -43,7 +43,6 @@ class SearchQueue:
     def __init__(self, slots: int) -> None:
         if slots < 1:
             raise ValueError("slots must be >= 1")
-        self.slots = slots
         self._free = slots
         self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []
         self._arrivals = itertools.count()
