@@ -3,12 +3,14 @@ an earlier commit (the baseline), both running at once over copies of the same s
 turn (the order alternates), so that load on a shared machine falls on both alike.
 
     .venv/bin/python bench/retrieval_query.py [--baseline-ref 54cc0a6] [--store DIR]
-        [--documents N] [--queries 300] [--json]
+        [--baseline-store DIR] [--documents N] [--queries 300] [--json]
 
 1. builds an embedded store of the first `--documents` SciFact abstracts in this process (each
    abstract one chunk, as bench/retrieval.py stores them; minutes for the whole corpus on two
    cores), or copies `--store` (a directory holding `collections/scifact`, kept from a run with
-   `--keep-store DIR`);
+   `--keep-store DIR`); the baseline gets a copy of `--baseline-store` instead where given: a
+   checkout from before the float16 vectors (`edge_store.DENSE_DATATYPE`) cannot open a store
+   this checkout built, so keep one with the baseline's own checkout (`--keep-store`) for it;
 2. extracts the baseline commit's tree with `git archive` into a temporary directory and starts
    `mcts-mesh serve retrieval` from there and from this checkout (same Python environment, the
    same int8 encoder file, each on its own copy of the store);
@@ -90,6 +92,8 @@ def main() -> None:
                         help="an embedded store with collections/scifact to copy")
     parser.add_argument("--keep-store", type=Path, default=None,
                         help="copy the store built here to this directory for later runs")
+    parser.add_argument("--baseline-store", type=Path, default=None,
+                        help="a store for the baseline (default: a copy of the same store)")
     parser.add_argument("--documents", type=int, default=None, help="abstracts (default: all)")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
@@ -118,7 +122,9 @@ def main() -> None:
             for name, code in (("baseline", baseline_code), ("this checkout", ROOT)):
                 (work / name).mkdir()
                 store = work / name / "store"
-                shutil.copytree(source, store, ignore=shutil.ignore_patterns("LOCK"))
+                origin = args.baseline_store if name == "baseline" and args.baseline_store \
+                    else source
+                shutil.copytree(origin, store, ignore=shutil.ignore_patterns("LOCK"))
                 services[name] = start_service(code, store, work / name)
             stubs = {name: retrieval_service_pb2_grpc.RetrievalServiceStub(
                 grpc.insecure_channel(target)) for name, (_, target) in services.items()}

@@ -14,8 +14,10 @@ is absent or `RETRIEVAL_EMBEDDER=torch`. `load_embedder` picks one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,12 +114,14 @@ class OnnxEmbedder:
     time spread over both cores, whose ops wait for each other at every op's end
     (bench/retrieval_parts.py, two runs on a shared machine). A single batch of several texts runs
     alone on a second session that spreads each op over `threads` cores instead. A single text (a
-    query) runs on the single-threaded session in the calling thread, unpadded: its 20-odd word
-    pieces are too few to share out, and handing each op's half to a second thread cost more than
-    it saved (300 SciFact claims one after the other, load average 5: 5.6 ms and 3.5 ms of CPU per
-    query single-threaded against 6.5 ms and 4.2 ms over two threads; with spinning threads 12.7
-    ms). Both sessions hold the same weights (about 60 MB each). Thread-safe (onnxruntime
-    sessions serve concurrent runs).
+    query) runs unpadded in the calling thread, on that spreading session when nothing else is
+    being embedded in this process, else on the single-threaded one. Spread, a query's 20-odd
+    word pieces answer sooner on an otherwise idle machine (300 SciFact claims one after the
+    other: 4.2 ms against 5.4 ms for the encoder alone; a hybrid top-10 through one gRPC hop 7.7
+    ms against 9.3 ms, alternating runs) for more CPU (7.3 ms against 5.7 ms per query); beside
+    other embedding work a spread op waits for its slower half (with the machine loaded, load
+    average 5: 6.5 ms against 5.6 ms), hence single-threaded then. Both sessions hold the same
+    weights (about 60 MB each). Thread-safe (onnxruntime sessions serve concurrent runs).
     """
 
     def __init__(self, onnx_path: Path, batch_size: int = 8, threads: int = 2,
@@ -135,6 +139,8 @@ class OnnxEmbedder:
         self._narrow = _session(onnx_path, 1) if threads > 1 else self._wide
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="onnx") if threads > 1 \
             else None
+        self._busy = 0  # embed calls running in this process (guarded by _busy_lock)
+        self._busy_lock = threading.Lock()
         self._tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
         self._tokenizer.enable_truncation(MAX_WORD_PIECES)
         self._tokenizer.no_padding()
@@ -158,6 +164,10 @@ class OnnxEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if len(texts) == 0:
             return out
+        with self._running():
+            return self._embed_batches(texts, out)
+
+    def _embed_batches(self, texts: Sequence[str], out: np.ndarray) -> np.ndarray:
         encodings = self.tokenize(texts)
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
         batches = [order[begin:begin + self.batch_size]
@@ -175,15 +185,28 @@ class OnnxEmbedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Embeds one text (a query) in the calling thread, single-threaded and unpadded (the
-        inputs are exactly its word pieces): float32 [384] of L2 norm 1. `embed` of one text
-        returns this vector."""
+        """Embeds one text (a query) in the calling thread, unpadded (the inputs are exactly its
+        word pieces), over `threads` cores when no other embedding runs in this process, else on
+        one: float32 [384] of L2 norm 1. `embed` of one text returns this vector."""
         encoding = self._tokenizer.encode(text)
         ids = np.array(encoding.ids, dtype=np.int64)[None, :]
         types = np.array(encoding.type_ids, dtype=np.int64)[None, :]
-        (vectors,) = self._narrow.run(
-            None, {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": types})
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": types}
+        with self._running() as alone:
+            (vectors,) = (self._wide if alone else self._narrow).run(None, feeds)
         return vectors[0]
+
+    @contextmanager
+    def _running(self) -> Iterator[bool]:
+        """Counts an embed call while it runs; yields whether it is the only one."""
+        with self._busy_lock:
+            self._busy += 1
+            alone = self._busy == 1
+        try:
+            yield alone
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
 
 
 def _session(onnx_path: Path, threads: int):

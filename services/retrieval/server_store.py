@@ -65,8 +65,9 @@ class ServerStore:
             return
         self._client.create_collection(
             name,
-            vectors_config={DENSE_VECTOR: models.VectorParams(size=dim,
-                                                              distance=models.Distance.COSINE)},
+            # Half-precision storage, as the embedded store (see edge_store.DENSE_DATATYPE).
+            vectors_config={DENSE_VECTOR: models.VectorParams(
+                size=dim, distance=models.Distance.COSINE, datatype=models.Datatype.FLOAT16)},
             sparse_vectors_config={
                 SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
         )
@@ -137,8 +138,10 @@ class ServerStore:
             with_payload=True, with_vectors=with_vectors,
         )
         points = response.points
-        cosines = hit_cosines(mode, vector if with_vectors else None, [p.score for p in points],
-                              lambda: [p.vector[DENSE_VECTOR] for p in points])
+        cosines = hit_cosines(
+            mode, vector if with_vectors else None, [p.score for p in points],
+            lambda: (np.asarray([p.vector[DENSE_VECTOR] for p in points], dtype=np.float32)
+                     @ vector).tolist())
         return [Hit.from_payload(str(point.id), point.score, point.payload, cosine)
                 for point, cosine in zip(points, cosines, strict=True)]
 

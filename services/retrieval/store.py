@@ -134,20 +134,19 @@ class Hit:
 
 
 def hit_cosines(mode: SearchMode, query: np.ndarray | None, scores: Sequence[float],
-                stored: Callable[[], list[Sequence[float]]]) -> list[float | None]:
+                stored: Callable[[], list[float]]) -> list[float | None]:
     """Each hit's cosine similarity to the query's dense vector, in [-1, 1]: its score in dense
-    mode; else, with a query vector, the dot products of the hits' stored dense vectors (read by
-    `stored()`, float [hits][dim]) with it in one matrix product, both being of L2 norm 1 (the
-    encoder normalises the query; Qdrant normalises the vectors of a cosine collection when it
-    stores them); None for every hit without one."""
+    mode; else, with a query vector, `stored()`, the cosines of the hits' stored dense vectors
+    to it, in the hits' order (the store computes them: both are of L2 norm 1, the encoder
+    normalises the query and Qdrant the vectors of a cosine collection); None for every hit
+    without one."""
     if mode == "dense":
         return [float(score) for score in scores]
     if query is None:
         return [None] * len(scores)
-    vectors = stored()
-    if not vectors:
+    if not scores:
         return []
-    return (np.asarray(vectors, dtype=np.float32) @ query).tolist()
+    return stored()
 
 
 @dataclass(frozen=True)

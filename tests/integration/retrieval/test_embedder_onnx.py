@@ -76,3 +76,29 @@ def test_the_export_fuses_every_attention_layer(onnx_path):
     manifest = check_manifest(onnx_path)
     assert manifest["recipe"] == 2
     assert manifest["fused"]["Attention"] == 6 and manifest["fused"]["SkipLayerNormalization"] == 12
+
+
+def test_a_query_spreads_over_the_cores_only_when_nothing_else_embeds(onnx_path, texts):
+    encoder = OnnxEmbedder(onnx_path, batch_size=8, threads=2)
+    used, pending_query = [], [texts[-1]]
+
+    class Recording:
+        def __init__(self, name, session):
+            self.name, self.session = name, session
+
+        def run(self, outputs, feeds):
+            used.append(self.name)
+            if self.name == "wide" and pending_query:
+                # A query arrives while the batch's pass runs.
+                used.append(("query", encoder.embed_query(pending_query.pop())))
+            return self.session.run(outputs, feeds)
+
+    alone = encoder.embed_query(texts[-1])
+    encoder._wide, encoder._narrow = (Recording("wide", encoder._wide),
+                                      Recording("narrow", encoder._narrow))
+    encoder.embed(texts[:2])  # one batch: runs on the spreading session
+    assert used[0] == "wide" and used[1] == "narrow", used  # the query beside it: one thread
+    assert float(used[2][1] @ alone) >= 0.9999
+    used.clear()
+    encoder.embed_query(texts[-1])
+    assert used == ["wide"]  # alone: spread

@@ -3,6 +3,7 @@ survives reopening and a hard kill, and refuses a second owner of its directory.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -21,6 +22,9 @@ from services.retrieval.server_store import ServerStore
 from services.retrieval.store import ChunkRecord, point_id
 
 DIM = 8
+HALF_PRECISION = 1e-3
+"""How far a stored vector's cosine may be from the float32 one: collections store dense vectors
+as float16 (edge_store.DENSE_DATATYPE), whose spacing just below 1 is 2**-11."""
 
 # qdrant-client's in-memory double says it ignores payload indexes; the server uses them.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
@@ -107,7 +111,7 @@ def filled(store):
 def test_search_ranks_by_cosine_and_returns_the_payload(filled):
     hits = filled.search("papers", unit(1, 0.1), top_k=3)
     assert [(h.document_id, h.chunk_index) for h in hits] == [("a", 0), ("a", 1), ("b", 0)]
-    assert hits[0].score == pytest.approx(float(unit(1, 0.1) @ unit(1, 0)), abs=1e-5)
+    assert hits[0].score == pytest.approx(float(unit(1, 0.1) @ unit(1, 0)), abs=HALF_PRECISION)
     assert hits[0].score > hits[1].score > hits[2].score
     first = hits[0]
     assert (first.text, first.title, first.source) == ("a chunk 0", "t", "pubmed")
@@ -186,6 +190,37 @@ def test_edge_store_survives_reopen(tmp_path):
             reopened.ensure_collection("papers", DIM * 2)
     finally:
         reopened.close()
+
+
+def test_new_collections_store_half_precision_and_old_ones_keep_float32(tmp_path):
+    import qdrant_edge as qe
+
+    from services.retrieval.store import DENSE_VECTOR, SPARSE_VECTOR
+
+    # A hybrid shard as the previous version made it: float32 dense vectors.
+    shard = qe.EdgeShard.create(str(tmp_path / "collections" / "old"), qe.EdgeConfig(
+        vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}))
+    shard.update(qe.UpdateOperation.upsert_points(
+        [qe.Point(point_id("old", "a", 0), {DENSE_VECTOR: unit(1, 0).tolist()},
+                  chunk("a", 0).payload())]))
+    shard.close()
+    for reopen in range(2):
+        store = EdgeStore(tmp_path)
+        try:
+            if not reopen:
+                store.ensure_collection("new", DIM)
+                put(store, "new", [(chunk("a", 0), unit(1, 0))])
+            query = unit(1, 0.1)
+            exact = float(query @ unit(1, 0))
+            old, new = (store.search(name, query, top_k=1)[0].score for name in ("old", "new"))
+            assert old == pytest.approx(exact, abs=1e-6)
+            assert new == pytest.approx(exact, abs=HALF_PRECISION) and new != pytest.approx(
+                exact, abs=1e-6)  # rounded: the stored vector is float16
+        finally:
+            store.close()
+    config = json.loads((tmp_path / "collections" / "new" / "edge_config.json").read_text())
+    assert config["vectors"][DENSE_VECTOR]["datatype"] == "float16"
 
 
 def test_edge_store_refuses_a_second_owner(tmp_path):
@@ -294,8 +329,9 @@ def test_every_mode_reports_each_hits_cosine_to_the_query(texts_store):
                             sparse=bm25.embed_query("cats bone healing zebrafish heart"))
         assert hits, mode
         for hit in hits:
-            assert hit.cosine_similarity == pytest.approx(float(query @ stored[hit.document_id]),
-                                                          abs=1e-5), (mode, hit.document_id)
+            exact = float(query @ stored[hit.document_id])
+            assert hit.cosine_similarity == pytest.approx(exact, abs=HALF_PRECISION), (
+                mode, hit.document_id)
         if mode == "dense":
             assert [h.cosine_similarity for h in hits] == [h.score for h in hits]
     # Without a dense query vector (sparse search as the store allows it) there is no cosine.
