@@ -117,8 +117,9 @@ class OnnxEmbedder:
     query) runs unpadded in the calling thread, on that spreading session when nothing else is
     being embedded in this process, else on the single-threaded one. Spread, a query's 20-odd
     word pieces answer sooner on an otherwise idle machine (300 SciFact claims one after the
-    other: 4.2 ms against 5.4 ms for the encoder alone; a hybrid top-10 through one gRPC hop 7.7
-    ms against 9.3 ms, alternating runs) for more CPU (7.3 ms against 5.7 ms per query); beside
+    other: 4.2 ms against 5.4 ms for the encoder alone; a hybrid top-10 through one gRPC hop
+    0.94-0.95x the p50 of a service that runs queries single-threaded, the two queried in turn)
+    for more CPU (7.3 ms against 5.7 ms per query); beside
     other embedding work a spread op waits for its slower half (with the machine loaded, load
     average 5: 6.5 ms against 5.6 ms), hence single-threaded then. Both sessions hold the same
     weights (about 60 MB each). Thread-safe (onnxruntime sessions serve concurrent runs).

@@ -134,7 +134,7 @@ class Hit:
 
 
 def hit_cosines(mode: SearchMode, query: np.ndarray | None, scores: Sequence[float],
-                stored: Callable[[], list[float]]) -> list[float | None]:
+                stored: Callable[[], list[float | None]]) -> list[float | None]:
     """Each hit's cosine similarity to the query's dense vector, in [-1, 1]: its score in dense
     mode; else, with a query vector, `stored()`, the cosines of the hits' stored dense vectors
     to it, in the hits' order (the store computes them: both are of L2 norm 1, the encoder

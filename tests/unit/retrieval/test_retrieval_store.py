@@ -340,6 +340,27 @@ def test_every_mode_reports_each_hits_cosine_to_the_query(texts_store):
     assert [(h.document_id, h.cosine_similarity) for h in hits] == [("zeb", None)]
 
 
+def test_a_hit_deleted_before_its_cosine_is_read_has_none(tmp_path):
+    import qdrant_edge as qe
+
+    from services.retrieval.edge_store import _stored_cosines
+    from services.retrieval.store import DENSE_VECTOR
+
+    store = EdgeStore(tmp_path)
+    try:
+        store.ensure_collection("papers", DIM)
+        put(store, "papers", [(chunk("a", 0), unit(1, 0)), (chunk("b", 0), unit(0, 1))])
+        shard, query = store._shard("papers"), unit(1, 1)
+        points = shard.query(qe.QueryRequest(
+            limit=2, query=qe.Query.Nearest(query.tolist(), using=DENSE_VECTOR), with_payload=True))
+        store.delete_document("papers", points[1].payload["document_id"])  # a re-ingest's delete
+        cosines = _stored_cosines(shard, query, points)
+        assert cosines[0] == pytest.approx(float(query @ unit(1, 0)), abs=HALF_PRECISION)
+        assert cosines[1] is None
+    finally:
+        store.close()
+
+
 def test_fingerprints_of_stored_documents(texts_store):
     store, _ = texts_store
     assert store.fingerprints("papers", ["vit", "zeb", "nope"]) == {"vit": "fp-vit",
