@@ -111,7 +111,8 @@ async def build_servicers(
     checker_budget = CheckerBudget(max_nodes=settings.checker_max_nodes,
                                    time_budget_s=settings.checker_time_budget_ms / 1e3,
                                    min_moves=settings.checker_min_moves,
-                                   base_nodes=settings.checker_base_nodes)
+                                   base_nodes=settings.checker_base_nodes,
+                                   early_nodes=settings.checker_early_nodes)
     first = settings.checker_first_max_nodes if settings.checker_first else None
     quick_checker = CheckerAgent(dataclasses.replace(
         checker_budget, max_nodes=min(settings.checker_max_nodes, QUICK_CHECKER_MAX_NODES)),

@@ -345,13 +345,13 @@ CONNECT_FOUR_ROUTES: tuple[Route, ...] = (
 )
 """The first-round choices the Connect Four meta-controller chooses among, in the order of its
 output units: every agent (what the rules run), the exact checker with the network (the checker's
-tactics and, from `checker_min_moves` on, its solver; the network's move when the checker
-abstains), the search with the network (no exact solving), the network alone, the first two with
-the quick checker (its solver stopped at `QUICK_CHECKER_MAX_NODES`), the search alone, the
-checker (full, then quick) with the search, and the search alone with `DEEP_SEARCH_FACTOR` times
-the simulations. A set without the network has no second opinion to
-disagree with the search, so the loop ends after one round: one search of the default
-simulations, where the rules' disagreement between search and network doubles them twice."""
+tactics and its solver, within `checker_early_nodes` below `checker_min_moves` moves; the
+network's move when the checker abstains), the search with the network (no exact solving), the
+network alone, the first two with the quick checker (its solver stopped at
+`QUICK_CHECKER_MAX_NODES`), the search alone, the checker (full, then quick) with the search, and
+the search alone with `DEEP_SEARCH_FACTOR` times the simulations. A set without the network has no
+second opinion to disagree with the search, so the loop ends after one round: one search of the
+default simulations, where the rules' disagreement between search and network doubles them twice."""
 
 
 def route_name(route: Route | Sequence[AgentName]) -> str:

@@ -74,9 +74,14 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """Milliseconds of exact solving per request at most (the request's deadline shortens it);
     about what 2,000,000 nodes take on an idle core here."""
     checker_min_moves: int = 8
-    """Below this many moves played the checker does not solve (only immediate wins, forced
-    blocks and double threats): no Pons position with fewer than 8 moves finishes within
-    2,000,000 nodes (`bench/connect4_checker_budget.py`)."""
+    """Below this many moves played the checker solves with `checker_early_nodes` only: no Pons
+    position with fewer than 8 moves finishes within 2,000,000 nodes
+    (`bench/connect4_checker_budget.py`)."""
+    checker_early_nodes: int = 2_000
+    """Node budget below `checker_min_moves` moves (0: only immediate wins, forced blocks and
+    double threats there). Unfinished, a solve still proves a winning column often: 13 of the
+    36 positions with fewer than 8 moves in `bench/load.py --connect4-early`, at about 0.7 ms each;
+    the checker then answers alone, before the search and the network."""
     checker_base_nodes: int = 2_000
     """Node budget at `checker_min_moves` moves, 8x per further move up to `checker_max_nodes`
     (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at 11, 2,000,000 from 12)."""
@@ -230,8 +235,10 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
                 <= 10 and 1 <= self.text_step_branching <= 8 and 1 <= self.text_max_steps <= 20):
             raise ValueError("need text_refine_max_rounds and text_decompose_max_parts in 1..10, "
                              "text_step_branching in 1..8 and text_max_steps in 1..20")
-        if self.checker_max_nodes < 0 or self.checker_min_moves < 0:
-            raise ValueError("checker_max_nodes and checker_min_moves must be >= 0")
+        if self.checker_max_nodes < 0 or self.checker_min_moves < 0 \
+                or self.checker_early_nodes < 0:
+            raise ValueError("checker_max_nodes, checker_min_moves and checker_early_nodes "
+                             "must be >= 0")
         if not 0.0 <= self.search_close_ratio <= 1.0:
             raise ValueError("search_close_ratio must be in [0, 1]")
         if self.checker_first_max_nodes < 0:

@@ -14,11 +14,14 @@ Budget. Solving costs what is left of the game: measured on 360 positions of Pon
 files (`bench/connect4_checker_budget.py`, 2,000,000 nodes at most, about 300 ms of CPU here), no
 position with fewer than 8 moves played finished; of those with 8-11 moves 6-67% did, most of them
 cheaply (at 9 moves 6 of the 9 that finished needed under 8,000 nodes); from 12 moves 88-100% did,
-with a median of 120,000-390,000 nodes at 12-15 moves. So the node budget follows the moves
-played: none below `min_moves` (only the tactics above run), then `base_nodes`, growing 8x per
-further move up to `max_nodes` (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at
-11, 2,000,000 from 12); and `time_budget_s` stops the search in any case (`CancelToken`), as does
-a request that goes away. The search runs in a worker thread with the GIL released, so the
+with a median of 120,000-390,000 nodes at 12-15 moves. An unfinished solve still often proves a
+column winning, and early: on the 36 positions with fewer than 8 moves among `bench/load.py`'s
+early Connect Four workload (Pons' Begin files), 2,000 nodes (about 0.7 ms) proved the move of 13,
+each of which then needs neither the search nor the network. So the node budget follows the moves
+played: `early_nodes` below `min_moves`, then `base_nodes`, growing 8x per further move up to
+`max_nodes` (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at 11, 2,000,000 from
+12); and `time_budget_s` stops the search in any case (`CancelToken`), as does a request that goes
+away. The search runs in a worker thread with the GIL released, so the
 event loop and the other agents run meanwhile: one of `SOLVER_THREADS` threads (one per core), so
 that concurrent requests never run more solvers than there are cores (more would only share them)
 and the solvers' transposition tables (about 25 MB each, one per thread) stay bounded in memory.
@@ -92,19 +95,22 @@ class CheckerBudget:
     Attributes:
         max_nodes: negamax nodes at most, at any depth; 0 turns solving off.
         time_budget_s: seconds of solving at most (None: only nodes bound it).
-        min_moves: below this many moves played the checker does not solve at all.
+        min_moves: below this many moves played the checker solves with `early_nodes` only.
         base_nodes: the budget at `min_moves` moves, 8x per further move; None means
             `max_nodes` at every depth from `min_moves` on.
+        early_nodes: the budget below `min_moves` moves (at most `max_nodes`); 0: only the
+            tactics run there.
     """
 
     max_nodes: int = 2_000_000
     time_budget_s: float | None = None
     min_moves: int = 0
     base_nodes: int | None = None
+    early_nodes: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_nodes < 0 or self.min_moves < 0:
-            raise ValueError("max_nodes and min_moves must be >= 0")
+        if self.max_nodes < 0 or self.min_moves < 0 or self.early_nodes < 0:
+            raise ValueError("max_nodes, min_moves and early_nodes must be >= 0")
         if self.base_nodes is not None and self.base_nodes < 1:
             raise ValueError("base_nodes must be >= 1")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
@@ -112,8 +118,10 @@ class CheckerBudget:
 
     def nodes_for(self, num_moves: int) -> int:
         """The node budget of a position with `num_moves` stones played (0: do not solve)."""
-        if num_moves < self.min_moves or self.max_nodes == 0:
+        if self.max_nodes == 0:
             return 0
+        if num_moves < self.min_moves:
+            return min(self.early_nodes, self.max_nodes)
         if self.base_nodes is None:
             return self.max_nodes
         steps = min(num_moves - self.min_moves, 20)

@@ -96,9 +96,24 @@ def test_the_node_budget_follows_the_moves_played():
     assert [budget.nodes_for(n) for n in (0, 7, 8, 9, 10, 11, 12, 30)] == [
         0, 0, 2_000, 16_000, 128_000, 1_024_000, 2_000_000, 2_000_000]
     assert CheckerBudget(max_nodes=5).nodes_for(0) == 5  # the flat budget of old
+    early = CheckerBudget(max_nodes=2_000_000, min_moves=8, base_nodes=2_000, early_nodes=500)
+    assert [early.nodes_for(n) for n in (0, 7, 8, 9)] == [500, 500, 2_000, 16_000]
+    assert CheckerBudget(max_nodes=100, min_moves=8, early_nodes=500).nodes_for(3) == 100
     assert CheckerBudget(max_nodes=0, base_nodes=10).nodes_for(20) == 0
     with pytest.raises(ValueError):
         CheckerBudget(time_budget_s=0)
+
+
+async def test_an_early_budget_proves_a_winning_column_of_an_early_position():
+    # Pons Test_L1 "362363" (6 moves): 2,000 nodes do not finish the solve but prove column 4
+    # winning, so the checker answers with the position's value, as a proof it may settle with.
+    checker = CheckerAgent(CheckerBudget(min_moves=8, base_nodes=2_000, early_nodes=2_000),
+                           first_max_nodes=16_000)
+    problem = ConnectFourProblem(Position.from_moves("362363"))
+    assert checker.settles_first(problem)
+    proposal = await checker.propose(round_of("362363"))
+    assert proposal.answer == "4" and proposal.verified and proposal.value == 1.0
+    assert proposal.detail.nodes == 2_000 and "proved win" in proposal.rationale
 
 
 async def test_an_early_position_is_not_solved_and_abstains_at_once():
