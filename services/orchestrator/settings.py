@@ -80,7 +80,7 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     checker_early_nodes: int = 2_000
     """Node budget below `checker_min_moves` moves (0: only immediate wins, forced blocks and
     double threats there). Unfinished, a solve still proves a winning column often: 13 of the
-    36 positions with fewer than 8 moves in `bench/load.py --connect4-early`, at about 0.7 ms each;
+    34 positions with fewer than 8 moves in `bench/load.py --connect4-early`, at about 0.7 ms each;
     the checker then answers alone, before the search and the network."""
     checker_base_nodes: int = 2_000
     """Node budget at `checker_min_moves` moves, 8x per further move up to `checker_max_nodes`

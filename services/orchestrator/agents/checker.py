@@ -15,7 +15,7 @@ files (`bench/connect4_checker_budget.py`, 2,000,000 nodes at most, about 300 ms
 position with fewer than 8 moves played finished; of those with 8-11 moves 6-67% did, most of them
 cheaply (at 9 moves 6 of the 9 that finished needed under 8,000 nodes); from 12 moves 88-100% did,
 with a median of 120,000-390,000 nodes at 12-15 moves. An unfinished solve still often proves a
-column winning, and early: on the 36 positions with fewer than 8 moves among `bench/load.py`'s
+column winning, and early: on the 34 positions with fewer than 8 moves among `bench/load.py`'s
 early Connect Four workload (Pons' Begin files), 2,000 nodes (about 0.7 ms) proved the move of 13,
 each of which then needs neither the search nor the network. So the node budget follows the moves
 played: `early_nodes` below `min_moves`, then `base_nodes`, growing 8x per further move up to
