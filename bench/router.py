@@ -13,7 +13,7 @@ every orchestrator one after the other, each going first in turn, at concurrency
 kept-alive channel each, with default budgets. Every returned column is judged with the exact
 solver (cached in `--judge-cache`). Prints kept %, mean / median / p90 latency (client-side
 wall-clock ms), the ratio of means, the share of first rounds the model routed, the share of exact
-answers (the checker solved the position: the answer has an outcome), and the load average before
+answers (the checker proved the outcome: the answer has one), and the load average before
 and after.
 
     .venv/bin/python bench/router.py [--per-file 40] [--seed 0] [--model router-connect4] [--json]

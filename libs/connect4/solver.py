@@ -332,10 +332,17 @@ class Solver:
         return SolveResult(score=score, nodes=nodes, complete=score is not None)
 
     def best_moves(self, position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-                   weak: bool = False, cancel: CancelToken | None = None) -> MoveScores:
+                   weak: bool = False, cancel: CancelToken | None = None,
+                   stop_at_win: bool = False) -> MoveScores:
         """Scores every column for the player to move (the negated score of the child position, or
         the immediate-win score for a winning move), columns in centre-first order sharing
         `max_nodes`; `cancel` stops it early (the columns not solved by then stay None).
+
+        `stop_at_win` stops solving once one column is proved winning (a positive score): the
+        position is then a proved win and the winning move is known, and only its exact score
+        (how fast the win comes) would need the other columns. Those that win at once or hand the
+        opponent an immediate win still get their score (no search needed); the others stay None,
+        and the result is complete only when none is left (a forced block, say).
 
         Raises:
             IllegalPosition: malformed moves, or a finished game.
@@ -345,6 +352,10 @@ class Solver:
         nodes = 0
         complete = True
         win_score = (CELLS + 1 - pos.num_moves) // 2
+        # The score of a column after which the opponent wins at once, and the columns that don't.
+        loss_score = -1 if weak else -((CELLS - pos.num_moves) // 2)
+        safe = non_losing_moves(pos.position, pos.mask) if stop_at_win else 0
+        won = False
         with self._lock:
             self._empty_table()
             for col in _COLUMN_ORDER:
@@ -353,6 +364,13 @@ class Solver:
                     continue
                 if is_winning_move(pos.position, pos.mask, col):
                     scores[col] = 1 if weak else win_score
+                    won = stop_at_win
+                    continue
+                if won:
+                    if safe & column_mask(col):
+                        complete = False
+                    else:
+                        scores[col] = loss_score
                     continue
                 budget = max_nodes - nodes
                 if budget <= 0:
@@ -366,6 +384,7 @@ class Solver:
                     complete = False
                 else:
                     scores[col] = -score
+                    won = stop_at_win and score < 0
         return MoveScores(scores=tuple(scores), nodes=nodes, complete=complete)
 
 
@@ -388,6 +407,7 @@ def solve(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
 
 
 def best_moves(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-               weak: bool = False, cancel: CancelToken | None = None) -> MoveScores:
+               weak: bool = False, cancel: CancelToken | None = None,
+               stop_at_win: bool = False) -> MoveScores:
     """`Solver.best_moves` on this thread's solver; see there."""
-    return default_solver().best_moves(position, max_nodes, weak, cancel)
+    return default_solver().best_moves(position, max_nodes, weak, cancel, stop_at_win)

@@ -119,8 +119,8 @@ class Judge:
 @dataclass(frozen=True)
 class Answer:
     """One request's result: the column (0 when it failed), wall-clock ms, who routed, error, and
-    whether the answer is exact (the checker solved the position: `ConnectFourAnswer.outcome` is
-    set)."""
+    whether the answer is exact (the checker proved the position's outcome:
+    `ConnectFourAnswer.outcome` is set)."""
 
     column: int
     latency_ms: float

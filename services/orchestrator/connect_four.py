@@ -77,8 +77,13 @@ class ExactResult:
 
     @property
     def outcome(self) -> Outcome | None:
-        """The exact outcome, when the score is known."""
-        return None if self.score is None else Outcome.of_score(self.score)
+        """The exact outcome: from the score when it is known, WIN when a column is proved
+        winning without it, else None."""
+        if self.score is not None:
+            return Outcome.of_score(self.score)
+        if any(s is not None and s > 0 for s in self.column_scores):
+            return Outcome.WIN
+        return None
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,10 @@ class ConnectFourAnswer:
         value: the position's value for the player to move in [-1, 1]: the exact outcome's sign
             when solved, else 1 when the checker proved a winning move, else the newest MCTS root
             value, else the network's value, else 0.
-        outcome: the exact outcome when the checker solved the position.
-        score: the Pons score when solved exactly (0 otherwise).
+        outcome: the exact outcome when the checker solved the position or proved a column
+            winning.
+        score: the Pons score when solved exactly (0 otherwise, also when only a winning move is
+            proved: the outcome is then WIN).
     """
 
     column: int
@@ -115,10 +122,11 @@ def synthesize_connect_four(problem: ConnectFourProblem, tally: Tally,
     checker = proposals.get(AgentName.CHECKER)
     exact = checker.detail if checker is not None and isinstance(checker.detail, ExactResult) \
         else None
-    if exact is not None and exact.score is not None:
-        outcome = exact.outcome
+    outcome = exact.outcome if exact is not None else None
+    if outcome is not None:
         value = {Outcome.WIN: 1.0, Outcome.DRAW: 0.0, Outcome.LOSS: -1.0}[outcome]
-        return ConnectFourAnswer(int(tally.answer), value, outcome, exact.score)
+        score = exact.score if exact.score is not None else 0
+        return ConnectFourAnswer(int(tally.answer), value, outcome, score)
     value = 0.0
     for agent in (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL):
         proposal = proposals.get(agent)

@@ -112,7 +112,8 @@ async def build_servicers(
                                    time_budget_s=settings.checker_time_budget_ms / 1e3,
                                    min_moves=settings.checker_min_moves,
                                    base_nodes=settings.checker_base_nodes,
-                                   early_nodes=settings.checker_early_nodes)
+                                   early_nodes=settings.checker_early_nodes,
+                                   score_min_moves=settings.checker_score_min_moves)
     first = settings.checker_first_max_nodes if settings.checker_first else None
     quick_checker = CheckerAgent(dataclasses.replace(
         checker_budget, max_nodes=min(settings.checker_max_nodes, QUICK_CHECKER_MAX_NODES)),

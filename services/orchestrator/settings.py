@@ -85,6 +85,11 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     checker_base_nodes: int = 2_000
     """Node budget at `checker_min_moves` moves, 8x per further move up to `checker_max_nodes`
     (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at 11, 2,000,000 from 12)."""
+    checker_score_min_moves: int = 10
+    """From this many moves played on, a solve that proves a column winning goes on for the exact
+    score (how fast the win comes); below, it stops at the first winning column, whose proof
+    already gives the move and the outcome (WIN). On `bench/load.py --connect4-early`'s positions
+    this halves the solver's CPU with the same positions proved (0: always go on)."""
     checker_first: bool = True
     """Run the checker before the search and the network where its node budget is at most
     `checker_first_max_nodes`, and answer from it alone when it proves the move with the
@@ -236,9 +241,9 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
             raise ValueError("need text_refine_max_rounds and text_decompose_max_parts in 1..10, "
                              "text_step_branching in 1..8 and text_max_steps in 1..20")
         if self.checker_max_nodes < 0 or self.checker_min_moves < 0 \
-                or self.checker_early_nodes < 0:
-            raise ValueError("checker_max_nodes, checker_min_moves and checker_early_nodes "
-                             "must be >= 0")
+                or self.checker_early_nodes < 0 or self.checker_score_min_moves < 0:
+            raise ValueError("checker_max_nodes, checker_min_moves, checker_early_nodes and "
+                             "checker_score_min_moves must be >= 0")
         if not 0.0 <= self.search_close_ratio <= 1.0:
             raise ValueError("search_close_ratio must be in [0, 1]")
         if self.checker_first_max_nodes < 0:

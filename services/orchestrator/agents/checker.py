@@ -21,7 +21,12 @@ each of which then needs neither the search nor the network. So the node budget 
 played: `early_nodes` below `min_moves`, then `base_nodes`, growing 8x per further move up to
 `max_nodes` (2,000 nodes at 8 moves, 16,000 at 9, 128,000 at 10, 1,024,000 at 11, 2,000,000 from
 12); and `time_budget_s` stops the search in any case (`CancelToken`), as does a request that goes
-away. The search runs in a worker thread with the GIL released, so the
+away. Below `score_min_moves` (10 by default: where the budget is at most 16,000 nodes) a solve
+stops at the first column it proves winning: the move and the outcome (WIN) are proved, and the
+other columns would only tell how fast the win comes. On the same 64 positions this halved the
+solver's nodes (1.1 -> 0.5 ms of CPU per request) with the same 37 proved and the same 12 exact
+scores: columns that hand the opponent an immediate win are still scored without search, so a
+forced block that wins stays exact. The search runs in a worker thread with the GIL released, so the
 event loop and the other agents run meanwhile: one of `SOLVER_THREADS` threads (one per core), so
 that concurrent requests never run more solvers than there are cores (more would only share them)
 and the solvers' transposition tables (about 25 MB each, one per thread) stay bounded in memory.
@@ -100,6 +105,10 @@ class CheckerBudget:
             `max_nodes` at every depth from `min_moves` on.
         early_nodes: the budget below `min_moves` moves (at most `max_nodes`); 0: only the
             tactics run there.
+        score_min_moves: from this many moves played on, a solve that proves a column winning
+            goes on to the other columns for the exact score (how fast the win comes); below, it
+            stops at the first winning column: the move and the outcome are proved, and the
+            score was out of the budget's reach there anyway. 0: always go on.
     """
 
     max_nodes: int = 2_000_000
@@ -107,10 +116,12 @@ class CheckerBudget:
     min_moves: int = 0
     base_nodes: int | None = None
     early_nodes: int = 0
+    score_min_moves: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_nodes < 0 or self.min_moves < 0 or self.early_nodes < 0:
-            raise ValueError("max_nodes, min_moves and early_nodes must be >= 0")
+        if self.max_nodes < 0 or self.min_moves < 0 or self.early_nodes < 0 \
+                or self.score_min_moves < 0:
+            raise ValueError("max_nodes, min_moves, early_nodes and score_min_moves must be >= 0")
         if self.base_nodes is not None and self.base_nodes < 1:
             raise ValueError("base_nodes must be >= 1")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
@@ -173,11 +184,12 @@ class CheckerAgent:
         seconds = round_.remaining_s()
         if self._budget.time_budget_s is not None:
             seconds = min(seconds, self._budget.time_budget_s)
+        stop_at_win = problem.position.num_moves < self._budget.score_min_moves
         cancel = CancelToken()
         timer = asyncio.get_running_loop().call_later(seconds, cancel.cancel)
         try:
             scores = await asyncio.get_running_loop().run_in_executor(
-                _SOLVER_POOL, best_moves, problem.position, nodes, False, cancel)
+                _SOLVER_POOL, best_moves, problem.position, nodes, False, cancel, stop_at_win)
         except asyncio.CancelledError:
             cancel.cancel()
             raise
@@ -233,12 +245,8 @@ class CheckerAgent:
             return Proposal(str(col), 1.0, f"exact: {_describe(score, n)}, {nodes} nodes",
                             value=float((score > 0) - (score < 0)), verified=True,
                             detail=ExactResult(score, column_scores, nodes))
-        threats = winning_cells(pos.position ^ pos.mask, pos.mask) & possible(pos.mask)
-        threat_columns = _columns(threats)
-        if len(threat_columns) == 1:
-            col = threat_columns[0] + 1
-            return Proposal(str(col), 1.0, "forced: blocks the opponent's only threat",
-                            verified=True, detail=ExactResult(None, column_scores, nodes))
+        # Before the forced block: where the opponent has one threat, a column proved winning can
+        # only be the block, and the proof also gives the position's value.
         known_wins = [(s, col + 1) for col, s in enumerate(column_scores)
                       if s is not None and s > 0]
         if known_wins:
@@ -246,6 +254,12 @@ class CheckerAgent:
             return Proposal(str(col), 1.0, f"proved win (score {score:+d} after the move)",
                             value=1.0, verified=True,
                             detail=ExactResult(None, column_scores, nodes))
+        threats = winning_cells(pos.position ^ pos.mask, pos.mask) & possible(pos.mask)
+        threat_columns = _columns(threats)
+        if len(threat_columns) == 1:
+            col = threat_columns[0] + 1
+            return Proposal(str(col), 1.0, "forced: blocks the opponent's only threat",
+                            verified=True, detail=ExactResult(None, column_scores, nodes))
         safe = _columns(non_losing_moves(pos.position, pos.mask))
         legal = problem.legal_columns
         losing = frozenset(str(c + 1) for c in legal if c not in safe) if safe else frozenset()

@@ -49,6 +49,37 @@ def test_best_moves_agree_with_the_position_score(read_pons, solver: Solver) -> 
             )
 
 
+def test_stop_at_win_keeps_every_score_it_gives_and_a_winning_column(read_pons,
+                                                                    solver: Solver) -> None:
+    wins = 0
+    for moves, score in read_pons("Test_L2_R1", 30):
+        full = solver.best_moves(moves)
+        stopped = solver.best_moves(moves, stop_at_win=True)
+        assert stopped.nodes <= full.nodes
+        # Every score it gives is the full solve's; unsolved columns stay None.
+        assert all(s is None or s == f for s, f in zip(stopped.scores, full.scores, strict=True))
+        if score > 0:
+            wins += 1
+            assert any(s is not None and s > 0 for s in stopped.scores)
+        else:
+            assert stopped == full  # no column wins, so nothing stops early
+    assert wins >= 5
+
+
+def test_stop_at_win_spends_fewer_nodes_and_still_scores_the_forced_columns() -> None:
+    # Pons Test_L1 "7413637": column 4 proved winning (score 12) after 615 nodes; the full solve
+    # spends its 16,000 nodes on columns 2, 3 and 5 without finishing.
+    stopped = Solver().best_moves("7413637", 16_000, stop_at_win=True)
+    assert stopped.scores == (None, None, None, 12, None, None, None)
+    assert stopped.nodes < 1_000 and not stopped.complete
+    assert Solver().best_moves("7413637", 16_000).nodes == 16_000
+    # "13372526": the opponent threatens column 4; the block wins and every other column hands
+    # the opponent the game at once, so those are scored without search and the result is exact.
+    forced = Solver().best_moves("13372526", 16_000, stop_at_win=True)
+    assert forced == Solver().best_moves("13372526", 16_000)
+    assert forced.complete and forced.scores == (-17, -17, -17, 12, -17, -17, -17)
+
+
 def test_immediate_win_scores_by_stones_played() -> None:
     # First player to move with three on the bottom row: winning with the 4th stone scores 18.
     assert solve("112233").score == 18

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from libs.connect4.solver import CancelToken, MoveScores, Solver
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
 from services.orchestrator.connect_four import (
     ConnectFourProblem,
+    ExactResult,
     Outcome,
     synthesize_connect_four,
 )
@@ -116,6 +118,34 @@ async def test_an_early_budget_proves_a_winning_column_of_an_early_position():
     assert proposal.detail.nodes == 2_000 and "proved win" in proposal.rationale
 
 
+async def test_below_score_min_moves_the_solve_stops_at_the_first_winning_column():
+    # Pons Test_L1 "7413637" (7 moves): column 4 is proved winning after 615 nodes; going on for
+    # the exact score would spend the whole 2,000 without finishing.
+    def checker(score_min_moves: int) -> CheckerAgent:
+        return CheckerAgent(CheckerBudget(min_moves=8, base_nodes=2_000, early_nodes=2_000,
+                                          score_min_moves=score_min_moves))
+
+    stopped = await checker(10).propose(round_of("7413637"))
+    assert stopped.answer == "4" and stopped.value == 1.0 and stopped.verified
+    assert stopped.detail.nodes < 1_000 and stopped.detail.outcome is Outcome.WIN
+    assert stopped.detail.score is None
+    full = await checker(0).propose(round_of("7413637"))
+    assert full.answer == "4" and full.value == 1.0 and full.detail.nodes == 2_000
+    with pytest.raises(ValueError):
+        CheckerBudget(score_min_moves=-1)
+
+
+def test_a_proved_win_beats_the_forced_block_that_it_is():
+    # The opponent threatens column 4 and column 4 is proved winning: the proposal carries the
+    # position's value (it may settle the round), not only the forced block's column.
+    problem = ConnectFourProblem(Position.from_moves("635673616"))
+    partial = MoveScores(scores=(None, None, None, 11, None, None, None), nodes=894,
+                         complete=False)
+    proposal = CheckerAgent.from_scores(problem, partial)
+    assert proposal.answer == "4" and proposal.value == 1.0 and "proved win" in proposal.rationale
+    assert proposal.detail.outcome is Outcome.WIN
+
+
 async def test_an_early_position_is_not_solved_and_abstains_at_once():
     checker = CheckerAgent(CheckerBudget(min_moves=8, base_nodes=2_000))
     proposal = await checker.propose(round_of("4453"))
@@ -187,6 +217,11 @@ def test_a_proved_win_without_its_score_gives_the_answer_value_one() -> None:
     tally = Tally("4", 1.0, 1.0, True, True)
     answer = synthesize_connect_four(problem, tally, {AgentName.CHECKER: proved})
     assert answer.value == 1.0 and answer.outcome is None
+    # With the solver's column scores, the proof gives the outcome too, without the score.
+    proof = ExactResult(None, (None, None, None, 3, None, None, None), 100)
+    answer = synthesize_connect_four(problem, tally, {AgentName.CHECKER: dataclasses.replace(
+        proved, detail=proof)})
+    assert (answer.value, answer.outcome, answer.score) == (1.0, Outcome.WIN, 0)
     searched = Proposal("4", 0.5, "visits", value=0.25)
     abstained = Proposal(None, 0.0, "not solved")
     answer = synthesize_connect_four(problem, tally, {AgentName.CHECKER: abstained,
