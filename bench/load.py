@@ -14,8 +14,10 @@ The table gives completed requests per second, latency percentiles (p50/p99/p99.
 every request, failed ones included), errors by status (gRPC code name or HTTP status) and the
 ratio of the throughput to the echo server's at the same concurrency: the echo server
 (`--echo` in a child process) answers each request with its own bytes, so its rate is what this
-client and this machine's loopback can do at all. Every service's resident memory (VmRSS from
-/proc, MiB) is printed before and after.
+client and this machine's loopback can do at all. A second table gives each service's CPU time per
+request of every gRPC and REST row (user + system from /proc, ms; "all" their sum): requests/s
+follows the shared machine's speed of the moment, CPU per request much less. Every service's
+resident memory (VmRSS from /proc, MiB) is printed before and after.
 
 `--connect4-early` is the target's workload: early positions only at 2,000 simulations, the
 default agents, concurrency 1 and 32 over gRPC and REST; it prints p50 at concurrency 1, requests/s
@@ -392,6 +394,30 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds `pid` has used (all its threads), or None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After "pid (comm)": field 3 is the state, so utime and stime (fields 14, 15) are at 11, 12.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms_per_request(before: dict[str, float | None], after: dict[str, float | None],
+                       requests: int) -> dict[str, float | None]:
+    """Each service's CPU milliseconds per request between two `cpu_seconds` snapshots (None
+    where a snapshot is missing or nothing was answered), and "all": their sum."""
+    out: dict[str, float | None] = {}
+    for name, start in before.items():
+        end = after.get(name)
+        out[name] = (None if start is None or end is None or requests == 0
+                     else (end - start) * 1e3 / requests)
+    known = [v for v in out.values() if v is not None]
+    out["all"] = sum(known) if known and len(known) == len(out) else None
+    return out
+
+
 def _listening_pid(port: int) -> int | None:
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -442,6 +468,10 @@ def memory(pids: dict[str, int]) -> dict[str, float | None]:
     return {name: rss_mib(pid) for name, pid in pids.items()}
 
 
+def cpu(pids: dict[str, int]) -> dict[str, float | None]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
 # --- output ----------------------------------------------------------------------------------
 
 def _fmt_errors(errors: dict[str, int]) -> str:
@@ -458,6 +488,20 @@ def print_levels(rows: list[tuple[str, int, Tally]]) -> None:
         print(f"| {name} | {concurrency} | {tally.requests} | {tally.rate:,.1f} "
               f"| {tally.percentile_ms(50):.1f} | {tally.percentile_ms(99):.1f} "
               f"| {tally.percentile_ms(99.9):.1f} | {_fmt_errors(tally.errors)} | {ratio:.4f} |")
+
+
+def print_cpu(rows: list[tuple[str, int, dict[str, float | None]]]) -> None:
+    """Each service's CPU ms per request of every mesh row: a figure that depends less on how fast
+    the shared machine is at the moment than requests/s does."""
+    if not rows:
+        return
+    names = list(rows[0][2])
+    print("| transport | concurrency | CPU ms per request: " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for transport, concurrency, per_request in rows:
+        cells = " | ".join("n/a" if per_request[n] is None else f"{per_request[n]:.2f}"
+                           for n in names)
+        print(f"| {transport} | {concurrency} | {cells} |")
 
 
 def print_memory(before: dict[str, float | None], after: dict[str, float | None]) -> None:
@@ -483,6 +527,7 @@ async def run_levels(args, target: str, rest_url: str, workloads: dict[str, list
                      weights: dict[str, float], pids: dict[str, int]) -> None:
     echo_process, echo_target = start_echo()
     rows: list[tuple[str, int, Tally]] = []
+    cpu_rows: list[tuple[str, int, dict[str, float | None]]] = []
     levels = args.levels
     connections = max(levels)
     clients = {"echo": EchoClient(echo_target), "grpc": GrpcClient(target),
@@ -499,9 +544,13 @@ async def run_levels(args, target: str, rest_url: str, workloads: dict[str, list
         for concurrency in levels:
             for name in ("echo", *args.transports):
                 mix = Mix(workloads, weights, seed=concurrency)
+                cpu_before = cpu(pids)
                 tally = await closed_loop(clients[name], mix, concurrency, args.duration,
                                           args.deadline_s)
                 rows.append((name, concurrency, tally))
+                if name != "echo":
+                    cpu_rows.append((name, concurrency,
+                                     cpu_ms_per_request(cpu_before, cpu(pids), tally.requests)))
                 print(f"# {name} c={concurrency}: {tally.rate:,.1f}/s, "
                       f"errors {_fmt_errors(tally.errors)}", file=sys.stderr, flush=True)
         after = memory(pids)
@@ -514,6 +563,8 @@ async def run_levels(args, target: str, rest_url: str, workloads: dict[str, list
           f"simulations {args.simulations or 'default'}; REST client "
           f"{clients['rest'].library}\n")
     print_levels(rows)
+    print()
+    print_cpu(cpu_rows)
     print()
     print_memory(before, after)
     if args.connect4_early:
