@@ -341,8 +341,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def redis_url(tmp_path):
-    """A real redis-server on a free loopback port, without persistence."""
+def redis_url(tmp_path, monkeypatch):
+    """A real redis-server on a free loopback port, without persistence.
+
+    The orchestrator's Redis client gives up after `REDIS_TIMEOUT_S` (0.5 s), which is about a
+    stalled Redis; these tests are not, and on the 2-core CI machine the test's own event loop can
+    stall that long while a second front starts (a connect then timed out once in CI), so here it
+    is 5 s."""
+    monkeypatch.setattr("services.orchestrator.access.REDIS_TIMEOUT_S", 5.0)
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run "
