@@ -31,6 +31,7 @@ import numpy as np
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
+from procstat import cpu_seconds
 
 from libs.connect4.pons import read_pons
 
@@ -109,12 +110,6 @@ async def drive(target: str, positions: list[str], simulations: int, concurrency
             "p50_ms": float(np.percentile(ms, 50)) if len(ms) else float("nan"),
             "p99_ms": float(np.percentile(ms, 99)) if len(ms) else float("nan"),
             "requests_per_s": len(latencies) / elapsed}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

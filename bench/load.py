@@ -59,6 +59,7 @@ from pathlib import Path
 import grpc
 import httpx
 import numpy as np
+import procstat
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from mesh.common.v1 import common_pb2
@@ -395,18 +396,16 @@ def rss_mib(pid: int) -> float | None:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds `pid` has used (all its threads), or None when it is gone."""
+    """`procstat.cpu_seconds`, or None when the process is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return procstat.cpu_seconds(pid)
     except OSError:
         return None
-    # After "pid (comm)": field 3 is the state, so utime and stime (fields 14, 15) are at 11, 12.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ms_per_request(before: dict[str, float | None], after: dict[str, float | None],
                        requests: int) -> dict[str, float | None]:
-    """Each service's CPU milliseconds per request between two `cpu_seconds` snapshots (None
+    """Each service's CPU milliseconds per request between two `cpu` snapshots (None
     where a snapshot is missing or nothing was answered), and "all": their sum."""
     out: dict[str, float | None] = {}
     for name, start in before.items():

@@ -43,6 +43,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as opb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
+from procstat import cpu_seconds
 
 from mcts_mesh.launcher import start_mesh
 from services.retrieval.embedder import Embedder, OnnxEmbedder
@@ -95,12 +96,6 @@ def ingest(target: str, documents: list, batch: int) -> tuple[opb.StreamIngestDo
         start = time.perf_counter()
         reply = stub.StreamIngestDocuments(messages(), timeout=3600)
         return reply, time.perf_counter() - start
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, every thread) a process has used, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rankings(stub, queries: dict[str, str], mode: int, fusion: int, top_k: int
@@ -178,9 +173,9 @@ def main() -> None:
                     }
                 _, dense10 = rankings(stub, queries, *MODES["dense"], 10)
                 retrieval_pid = mesh.processes["retrieval"].pid
-                cpu_before, load = process_cpu_s(retrieval_pid), os.getloadavg()
+                cpu_before, load = cpu_seconds(retrieval_pid), os.getloadavg()
                 _, hybrid10 = rankings(stub, queries, *MODES["hybrid"], 10)
-                hybrid_cpu_ms = (process_cpu_s(retrieval_pid) - cpu_before) / len(queries) * 1000
+                hybrid_cpu_ms = (cpu_seconds(retrieval_pid) - cpu_before) / len(queries) * 1000
         finally:
             mesh.stop()
 

@@ -40,6 +40,7 @@ import retrieval_parts
 from mesh.common.v1 import common_pb2
 from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
+from procstat import cpu_seconds
 
 from services.retrieval.ingest import read_jsonl
 from services.retrieval.settings import RetrievalSettings
@@ -49,12 +50,6 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "beir-scifact"
 COLLECTION = "scifact"
 CHUNK_SIZE = 4000
 """Characters per chunk: each abstract is one chunk."""
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, every thread) a process has used, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def build_store(data: Path, documents: int | None, directory: Path) -> None:
@@ -141,11 +136,11 @@ def main() -> None:
                 ids = {}
                 for name in order:
                     pid = services[name][0].pid
-                    cpu_before = process_cpu_s(pid)
+                    cpu_before = cpu_seconds(pid)
                     start = time.perf_counter()
                     response = stubs[name].SearchDocuments(request, timeout=60)
                     latencies[name].append((time.perf_counter() - start) * 1000)
-                    cpu[name] += process_cpu_s(pid) - cpu_before
+                    cpu[name] += cpu_seconds(pid) - cpu_before
                     ids[name] = [result.document_id for result in response.results]
                     with_cosine[name] += all(r.HasField("cosine_similarity")
                                              for r in response.results)

@@ -1,13 +1,19 @@
-"""Fixtures every kind of test shares: where the repository and the shared evaluation data are."""
+"""Fixtures every kind of test shares: where the repository and the shared evaluation data are, and
+the bench scripts some unit tests import."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+BENCH_DIR = REPO_ROOT / "bench"
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +27,26 @@ def data_dir() -> Path:
     if not DATA_DIR.is_dir():
         pytest.fail(f"shared data not found at {DATA_DIR}")
     return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def bench_script() -> Iterator[Callable[[str], ModuleType]]:
+    """`bench_script("load")` imports `bench/load.py` under a name of its own (registered in
+    sys.modules, where dataclasses look their module up), with `bench/` on the import path for the
+    script's sibling modules; both are undone at the end of the session."""
+    loaded: list[str] = []
+    sys.path.append(str(BENCH_DIR))
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test",
+                                                      BENCH_DIR / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        loaded.append(spec.name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)
+    sys.path.remove(str(BENCH_DIR))

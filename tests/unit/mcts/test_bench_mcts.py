@@ -6,29 +6,17 @@ there, and that a missing peer gives a "skipped" row and null values instead of 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
 REQUIRED_KEYS = ("uct_c4_sims_per_cpu_s", "openspiel_c4_sims_per_cpu_s",
                  "pure_python_c4_sims_per_cpu_s", "puct_64x64_ratio_vs_mctx",
                  "puct_64x800_ratio_vs_mctx", "overhead_us_per_sim")
 
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_mcts_under_test", BENCH / "mcts.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
-    sys.path.remove(str(BENCH))
+def bench(bench_script):
+    return bench_script("mcts")
 
 
 def tiny(bench):

@@ -6,26 +6,17 @@ None instead of a failure, and the arithmetic of the table.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-
 
 @pytest.fixture(scope="module")
-def load():
-    spec = importlib.util.spec_from_file_location("bench_load_under_test", BENCH / "load.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+def load(bench_script):
+    return bench_script("load")
 
 
 def test_cpu_seconds_follow_the_work_a_process_does(load):

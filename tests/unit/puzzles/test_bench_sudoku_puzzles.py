@@ -3,23 +3,15 @@ puzzles have exactly the blanks asked and one solution, and the output is what `
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from libs.puzzles.sudoku import BoxShape, check_solution, parse_puzzle, solve
 
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "sudoku_puzzles.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_sudoku_puzzles_under_test", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(bench_script):
+    return bench_script("sudoku_puzzles")
 
 
 def test_full_grids_are_valid_and_differ_by_seed(bench):
