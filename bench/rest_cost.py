@@ -15,7 +15,8 @@ that the machine's drift hits them alike.
 
 Run it against another checkout (e.g. main, to compare before/after) with that checkout first on
 the import path: PYTHONPATH=/work/main:/work/main/libs/stubs .venv/bin/python bench/rest_cost.py
-(the "REST" row then measures that checkout's front).
+(the "REST" row then measures that checkout's front; checkouts from the in-process front on, where
+`build_rest_app` takes `RunningServer.in_process`; run an older checkout's own copy of this file).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def _serve(nagle: bool) -> None:
     wiring = Wiring(settings)
     servicers, ready = await build_servicers(settings, wiring)
     grpc_server = await start_server("orchestrator", settings, servicers, ready)
-    app = build_rest_app(f"127.0.0.1:{grpc_server.port}", RestSettings(port=0))
+    app = build_rest_app(grpc_server.in_process, RestSettings(port=0))
     if nagle:  # the front before: a listening socket of protocol 0
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))

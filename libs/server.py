@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from libs.channels import keepalive_server_options, message_limit_options, set_caller_deadline
 from libs.errors import InvalidArgument, MeshError, to_status
 from libs.health_metrics import watch_health
+from libs.in_process import InProcessServer, RecordingServer
 from libs.interceptors import WrapOnce
 from libs.logs import setup_logging
 from libs.metrics import start_metrics_server
@@ -222,15 +223,18 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
 
 
 class RunningServer:
-    """A started server: `port` is the bound port, `stop()` drains and stops it."""
+    """A started server: `port` is the bound port, `stop()` drains and stops it, `in_process`
+    calls its methods (health's included) from this process through its interceptors (the
+    orchestrator's REST front)."""
 
     def __init__(self, name: str, server: grpc.aio.Server, health: HealthServicer, port: int,
-                 service_names: list[str]) -> None:
+                 service_names: list[str], in_process: InProcessServer) -> None:
         self.name = name
         self.server = server
         self.health = health
         self.port = port
         self.service_names = service_names
+        self.in_process = in_process
         self.readiness: ReadinessLoop | None = None
 
     async def set_serving(self, serving: bool) -> None:
@@ -333,10 +337,10 @@ async def start_server(
     Raises:
         BindError: the port could not be bound (the message names the address and why).
     """
+    chain = [ServerTelemetryInterceptor(tracer_provider, metrics=settings.metrics_port >= 0),
+             ErrorMappingInterceptor(name), *interceptors]
     server = grpc.aio.server(
-        interceptors=[ServerTelemetryInterceptor(tracer_provider,
-                                                 metrics=settings.metrics_port >= 0),
-                      ErrorMappingInterceptor(name), *interceptors],
+        interceptors=chain,
         options=[*message_limit_options(MAX_MESSAGE_BYTES),
                  *keepalive_server_options(),  # the mesh channels' pings, once a second
                  ("grpc.so_reuseport", 0),
@@ -345,17 +349,19 @@ async def start_server(
                  ("grpc.max_metadata_size", MAX_METADATA_BYTES),
                  ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES)],
     )
+    recording = RecordingServer(server)
     for item in servicers:
-        item.add_to_server(item.servicer, server)
+        item.add_to_server(item.servicer, recording)
     health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, recording)
     watch_health(name, health)
     service_names = [item.service_name for item in servicers]
     enable_server_reflection(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
     await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     port = _bind(server, name, settings.host, settings.port)
-    running = RunningServer(name, server, health, port, service_names)
+    running = RunningServer(name, server, health, port, service_names, InProcessServer(
+        recording.handlers, chain, MAX_MESSAGE_BYTES, MAX_METADATA_BYTES))
     await running.set_serving(False)
     await server.start()
     log.info("%s listening on %s:%d (not serving until ready)", name, settings.host, port)

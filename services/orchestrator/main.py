@@ -192,9 +192,8 @@ async def run(settings: OrchestratorSettings,
         watcher.start()
         if settings.rest_port < 0:
             return {}, watcher.stop
-        grpc_host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
         app = build_rest_app(
-            f"{grpc_host}:{running.port}",
+            running.in_process,
             RestSettings(host=settings.host, port=settings.rest_port,
                          default_deadline_s=settings.request_deadline_s,
                          metrics=settings.metrics_port >= 0,
@@ -202,9 +201,7 @@ async def run(settings: OrchestratorSettings,
                          max_body_bytes=settings.rest_max_body_bytes,
                          max_json_depth=settings.rest_max_json_depth,
                          cors_allowed_origins=settings.rest_cors_allowed_origins,
-                         cors_max_age_s=settings.rest_cors_max_age_s,
-                         keepalive=Keepalive.of(settings),
-                         connect_timeout_s=settings.connect_timeout_s),
+                         cors_max_age_s=settings.rest_cors_max_age_s),
             dependencies=watcher.report)
         rest = await serve_rest(app, settings.host, settings.rest_port, settings.drain_grace_s)
 

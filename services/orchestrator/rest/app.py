@@ -1,6 +1,8 @@
 """The orchestrator's REST front: a Starlette app generated at start-up from the `google.api.http`
-annotations of a gRPC service, forwarding each call to the gRPC server like grpc-gateway v2's
-reverse proxy.
+annotations of a gRPC service, calling the service in-process like grpc-gateway v2's
+`RegisterXHandlerServer`: through `libs.in_process.InProcessServer`, so every call passes the gRPC
+server's own interceptors (access control, admission, tracing and metrics, error mapping) with no
+loopback connection.
 
 Routes: every annotated unary RPC's bindings (see `bindings`, `transcoding`, `metadata`, `status`
 for the exact rules), plus `/health` (200 while the process runs), `/ready` (below),
@@ -29,7 +31,8 @@ kept-alive connection. uvicorn parses HTTP with httptools (a dependency; its pur
 parser, used when httptools is absent, cost about 0.2 ms more per request in `bench/rest_cost.py`'s
 setting).
 
-`/ready` answers 200 while the gRPC server's health service reports the service SERVING, else 503;
+`/ready` answers 200 while the server's health service (asked in-process) reports the service
+SERVING, else 503;
 the body is the same either way: `{"status": ..., "dependencies": [...]}` with each dependency's
 last known state (name, service, state SERVING / NOT_SERVING / UNKNOWN, detail, for_s) when the app
 was given a dependency view, plus `code` and `message` (a `google.rpc.Status`'s fields) on a 503.
@@ -37,9 +40,10 @@ A dependency that is down does not make it 503: the orchestrator still answers w
 agents can (the exact checker, the puzzle solver) and says which agents failed.
 
 Tracing: a W3C `traceparent` on the HTTP request is extracted and the REST span is its child; the
-REST span's context travels in the forwarded call's metadata, so the gRPC server's span is the REST
-span's child (no client span: the hop is in-process). A client that
-disconnects cancels its gRPC call (grpc-gateway cancels the call's context the same way).
+REST span's context travels in the call's metadata, so the server span the interceptors make is the
+REST span's child. A client that disconnects cancels its call (grpc-gateway cancels the call's
+context the same way); a call's deadline is its `Grpc-Timeout` (or the default) and cancels the
+handler when it passes (504).
 """
 
 from __future__ import annotations
@@ -48,14 +52,15 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
 import uvicorn
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -70,8 +75,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from libs.channels import DEFAULT_CONNECT_TIMEOUT_S, Keepalive, channel_options
-from libs.errors import MeshError, status_from_rpc_error
+from libs.errors import MeshError
+from libs.in_process import CallFailed, InProcessServer, InProcessStreamCall, InProcessUnaryCall
 from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
 from services.orchestrator.rest.limits import (
     check_json_depth,
@@ -98,6 +103,7 @@ log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"
 
 ORCHESTRATOR_SERVICE = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"]
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
 @dataclass(frozen=True)
@@ -107,8 +113,7 @@ class RestSettings:
     Attributes:
         host: interface to bind.
         port: HTTP port; 0 binds a free port (tests).
-        default_deadline_s: deadline of a forwarded call when the request has no Grpc-Timeout
-            header.
+        default_deadline_s: deadline of a call when the request has no Grpc-Timeout header.
         ready_timeout_s: deadline of the health check behind /ready.
         metrics: serve the process's Prometheus registry at /metrics (the orchestrator's metrics
             are on); when False /metrics answers 404 saying they are off.
@@ -120,11 +125,6 @@ class RestSettings:
         cors_allowed_origins: origins ("https://app.example") whose browsers may call the API
             cross-site; "*" allows any; empty (the default) turns CORS off.
         cors_max_age_s: how long a browser may cache a preflight's answer, in seconds.
-        keepalive: HTTP/2 keepalive of the channel to the gRPC server (the orchestrator's
-            `Keepalive.of(settings)`), as on the mesh's other channels.
-        connect_timeout_s: seconds a connection attempt of the channel to the gRPC server may
-            take before calls on it fail UNAVAILABLE (answered 503), > 0 (the orchestrator's
-            `connect_timeout_s`, as on its channels to the other services).
     """
 
     host: str = "127.0.0.1"
@@ -137,15 +137,15 @@ class RestSettings:
     max_json_depth: int = 64
     cors_allowed_origins: tuple[str, ...] = field(default_factory=tuple)
     cors_max_age_s: int = 600
-    keepalive: Keepalive = field(default_factory=Keepalive)
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
 
 
 class _Gateway:
     """The ASGI endpoint behind every path that is not /health, /ready or /openapi.json."""
 
-    def __init__(self, service: ServiceDescriptor, bindings: list[HttpBinding],
-                 settings: RestSettings, tracer: trace.Tracer) -> None:
+    def __init__(self, server: InProcessServer, service: ServiceDescriptor,
+                 bindings: list[HttpBinding], settings: RestSettings,
+                 tracer: trace.Tracer) -> None:
+        self._server = server
         self._router = Router(bindings)
         self._settings = settings
         self._tracer = tracer
@@ -153,12 +153,6 @@ class _Gateway:
             method.full_name: message_factory.GetMessageClass(method.input_type)
             for method in service.methods
         }
-        self._response_classes = {
-            method.full_name: message_factory.GetMessageClass(method.output_type)
-            for method in service.methods
-        }
-        self._unary_callables: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
-        self.channel: grpc.aio.Channel | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -215,13 +209,11 @@ class _Gateway:
                                     request.url.query)
         except MeshError as error:
             return error_response(error)
-        if self.channel is None:
-            return status_response(code_status(grpc.StatusCode.UNAVAILABLE,
-                                               "the REST front has no channel (not started)"))
+        metadata = _with_trace_context(metadata)
+        peer = _peer(request)
         if binding.method.server_streaming:
-            return await self._open_stream(binding, message, timeout, metadata, receive)
-        call = self._unary(binding)(message, timeout=timeout,
-                                    metadata=_with_trace_context(metadata))
+            return await self._open_stream(binding, message, timeout, metadata, peer, receive)
+        call = self._server.unary_unary(binding.rpc_path, message, timeout, metadata, peer)
         watcher = _cancel_on_disconnect(call, receive)
         try:
             reply = await call
@@ -230,33 +222,15 @@ class _Gateway:
                 raise
             return status_response(code_status(grpc.StatusCode.CANCELLED,
                                                "the HTTP client went away"))
-        except grpc.aio.AioRpcError as error:
-            headers = response_headers(error.initial_metadata())
-            return status_response(status_from_rpc_error(error), headers)
+        except CallFailed as error:
+            return status_response(error.status, response_headers(error.initial_metadata))
         finally:
             watcher.cancel()
-        headers = response_headers(await call.initial_metadata())
         return Response(response_json(reply, binding.response_body), status_code=200,
-                        headers=headers, media_type=JSON)
-
-    def forget_callables(self) -> None:
-        """Drops the multicallables of a channel being closed."""
-        self._unary_callables.clear()
-
-    def _unary(self, binding: HttpBinding) -> grpc.aio.UnaryUnaryMultiCallable:
-        """The channel's multicallable for a unary binding's method, made once per method."""
-        callable_ = self._unary_callables.get(binding.rpc_path)
-        if callable_ is None:
-            callable_ = self.channel.unary_unary(  # type: ignore[union-attr]
-                binding.rpc_path,
-                request_serializer=_serialize,
-                response_deserializer=self._response_classes[binding.method.full_name].FromString,
-            )
-            self._unary_callables[binding.rpc_path] = callable_
-        return callable_
+                        headers=response_headers(call.initial_metadata()), media_type=JSON)
 
     def _timeout(self, header: str | None) -> float:
-        """The forwarded call's deadline in seconds: the Grpc-Timeout header's, capped at
+        """The call's deadline in seconds: the Grpc-Timeout header's, capped at
         `max_deadline_s`, or the default deadline when there is none (or it is zero, which
         grpc-gateway reads as "none"; the mesh wants one).
 
@@ -268,16 +242,16 @@ class _Gateway:
             timeout = self._settings.default_deadline_s
         return min(timeout, self._settings.max_deadline_s)
 
-    async def _open_stream(self, binding: HttpBinding, message: object, timeout: float,
-                           metadata: list, receive: Receive) -> Response | _NdjsonStream:
+    async def _open_stream(self, binding: HttpBinding, message: Message, timeout: float,
+                           metadata: list, peer: str, receive: Receive
+                           ) -> Response | _NdjsonStream:
         """Starts a server-streaming call and waits for its first message: an error before it is
         an ordinary error response; otherwise the stream of NDJSON lines."""
-        callable_ = self.channel.unary_stream(  # type: ignore[union-attr]
-            binding.rpc_path,
-            request_serializer=_serialize,
-            response_deserializer=self._response_classes[binding.method.full_name].FromString,
-        )
-        call = callable_(message, timeout=timeout, metadata=_with_trace_context(metadata))
+        try:
+            call = await self._server.unary_stream(binding.rpc_path, message, timeout, metadata,
+                                                   peer)
+        except CallFailed as error:
+            return status_response(error.status, response_headers(error.initial_metadata))
         watcher = _cancel_on_disconnect(call, receive)
         try:
             first = await call.read()
@@ -286,12 +260,12 @@ class _Gateway:
                 raise
             return status_response(code_status(grpc.StatusCode.CANCELLED,
                                                "the HTTP client went away"))
-        except grpc.aio.AioRpcError as error:
-            return status_response(status_from_rpc_error(error),
-                                   response_headers(error.initial_metadata()))
+        except CallFailed as error:
+            call.cancel()
+            return status_response(error.status, response_headers(error.initial_metadata))
         finally:
             watcher.cancel()
-        headers = response_headers(await call.initial_metadata())
+        headers = response_headers(call.initial_metadata())
         return _NdjsonStream(call, first, binding.response_body, headers)
 
 
@@ -302,7 +276,7 @@ class _NdjsonStream:
 
     status_code = 200
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall, first: object, response_body: str,
+    def __init__(self, call: InProcessStreamCall, first: object, response_body: str,
                  headers: dict[str, str]) -> None:
         self._call = call
         self._first = first
@@ -331,11 +305,10 @@ class _NdjsonStream:
                     return
                 try:
                     item = read.result()
-                except grpc.aio.AioRpcError as error:
-                    status = status_from_rpc_error(error)
-                    line = b'{"error":' + status_json(status) + b"}\n"
+                except CallFailed as error:
+                    line = b'{"error":' + status_json(error.status) + b"}\n"
                     await send({"type": "http.response.body", "body": line, "more_body": True})
-                    self._end_span(f"{error.code().name}: {error.details()}")
+                    self._end_span(str(error))
                     break
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
@@ -352,7 +325,8 @@ class _NdjsonStream:
         self.span = None
 
 
-def _cancel_on_disconnect(call: grpc.aio.Call, receive: Receive) -> asyncio.Task[None]:
+def _cancel_on_disconnect(call: InProcessUnaryCall | InProcessStreamCall,
+                          receive: Receive) -> asyncio.Task[None]:
     """A task that cancels `call` if the HTTP client disconnects (the caller cancels the task once
     it has what it waited for; a done task means the client went away)."""
 
@@ -363,15 +337,17 @@ def _cancel_on_disconnect(call: grpc.aio.Call, receive: Receive) -> asyncio.Task
     return asyncio.ensure_future(watch())
 
 
-def _serialize(message: object) -> bytes:
-    return message.SerializeToString()  # type: ignore[attr-defined]
+def _peer(request: Request) -> str:
+    """The HTTP client in gRPC's peer form ("ipv4:10.0.0.1:51234"); "" when unknown."""
+    if request.client is None:
+        return ""
+    host, port = request.client
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
 
 
 def _with_trace_context(metadata: list) -> list:
     """`metadata` plus the W3C trace context of the current (REST) span, when it is recording, so
-    the gRPC server's span is its child. The front's channel has no client interceptors: with them
-    (a client span, the deadline clamp) the front's own p50 cost was +1.83 / +1.23 ms in two runs of
-    `bench/rest_cost.py`, without them +1.33 / +1.02 ms, runs alternating on an idle machine."""
+    the server span the interceptors make is its child."""
     if not trace.get_current_span().is_recording():
         return metadata
     carrier: dict[str, str] = {}
@@ -387,25 +363,20 @@ async def _wait_for_disconnect(receive: Receive) -> None:
 
 
 def build_rest_app(
-    channel_target: str,
+    server: InProcessServer,
     settings: RestSettings | None = None,
     service: ServiceDescriptor = ORCHESTRATOR_SERVICE,
     tracer_provider: TracerProvider | None = None,
     dependencies: Callable[[], list[dict[str, object]]] | None = None,
 ) -> Starlette:
-    """The REST front for `service`, forwarding to the gRPC server at `channel_target`.
-
-    The channel (libs.channels.channel_options: retries on UNAVAILABLE, message limits,
-    `settings.connect_timeout_s`, `settings.keepalive`; no client interceptors, the REST span's
-    trace context is put in the metadata) opens when the app starts (ASGI lifespan) and closes
-    when it stops.
+    """The REST front for `service`, calling it through `server` (the gRPC server's
+    `RunningServer.in_process`: its handlers and interceptors, in this process).
 
     Args:
-        channel_target: "host:port" of the gRPC server.
-        settings: deadlines; None uses the defaults.
+        server: what serves `service` (and grpc.health.v1, asked by /ready).
+        settings: deadlines and limits; None uses the defaults.
         service: the annotated service descriptor.
-        tracer_provider: provider for the REST spans and the channel's client spans; None uses the
-            process's global provider.
+        tracer_provider: provider for the REST spans; None uses the process's global provider.
         dependencies: the dependencies' last known states, listed by /ready (the orchestrator
             passes `DependencyWatcher.report`); None lists none.
     Raises:
@@ -414,7 +385,7 @@ def build_rest_app(
     settings = settings or RestSettings()
     bindings = service_bindings(service)
     tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
-    gateway = _Gateway(service, bindings, settings, tracer)
+    gateway = _Gateway(server, service, bindings, settings, tracer)
     document = openapi_document(service, bindings)
 
     async def health(_: Request) -> Response:
@@ -422,14 +393,12 @@ def build_rest_app(
 
     async def own_status() -> tuple[str, str]:
         """The service's own health: (ServingStatus name, why it is not SERVING)."""
-        if gateway.channel is None:
-            return "UNKNOWN", "not started"
-        stub = health_pb2_grpc.HealthStub(gateway.channel)
+        call = server.unary_unary(HEALTH_CHECK, health_pb2.HealthCheckRequest(
+            service=service.full_name), settings.ready_timeout_s)
         try:
-            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service.full_name),
-                                     timeout=settings.ready_timeout_s)
-        except grpc.aio.AioRpcError as error:
-            return "UNKNOWN", f"health check failed: {error.code().name}: {error.details()}"
+            reply = await call
+        except CallFailed as error:
+            return "UNKNOWN", f"health check failed: {error}"
         status_name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
         return status_name, status_name
 
@@ -454,18 +423,6 @@ def build_rest_app(
                 "metrics are off: set ORCHESTRATOR_METRICS_PORT (0 or a port) to turn them on"))
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        gateway.channel = grpc.aio.insecure_channel(
-            channel_target, options=channel_options(settings.connect_timeout_s,
-                                                    keepalive=settings.keepalive))
-        try:
-            yield
-        finally:
-            channel, gateway.channel = gateway.channel, None
-            gateway.forget_callables()
-            await channel.close()
-
     routes = [
         Route("/health", _GetOnly(health)),
         Route("/ready", _GetOnly(ready)),
@@ -480,7 +437,7 @@ def build_rest_app(
             allow_methods=sorted({b.http_method for b in bindings} | {"GET"}),
             allow_headers=list(CORS_ALLOWED_HEADERS), expose_headers=list(CORS_EXPOSED_HEADERS),
             max_age=settings.cors_max_age_s))
-    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+    return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: _http_exception,
                                          Exception: _unexpected_exception})
 
@@ -575,8 +532,7 @@ class RunningRest:
         return sockets
 
     async def stop(self) -> None:
-        """Stops accepting, lets in-flight requests finish, runs the app's shutdown (closes the
-        channel)."""
+        """Stops accepting and lets in-flight requests finish."""
         self._server.should_exit = True
         await self._task
 

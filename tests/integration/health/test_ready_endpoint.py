@@ -22,7 +22,7 @@ async def test_ready_lists_dependencies_and_is_503_only_when_the_orchestrator_is
     running = await start_server("orchestrator", ServiceSettings(port=0), [
         Servicer(pb_grpc.add_OrchestratorServiceServicer_to_server,
                  pb_grpc.OrchestratorServiceServicer(), SERVICE)])
-    app = build_rest_app(f"127.0.0.1:{running.port}", RestSettings(port=0),
+    app = build_rest_app(running.in_process, RestSettings(port=0),
                          dependencies=lambda: DOWN)
     rest = await serve_rest(app, "127.0.0.1", 0)
     try:
@@ -37,12 +37,26 @@ async def test_ready_lists_dependencies_and_is_503_only_when_the_orchestrator_is
             assert reply.json() == {"status": "NOT_SERVING", "dependencies": DOWN, "code": 14,
                                     "message": f"{SERVICE}: NOT_SERVING", "details": []}
 
-            await running.stop(0)
+            await running.stop(0)  # draining: NOT_SERVING for every name
             reply = await client.get("/ready")
             assert reply.status_code == 503
-            assert reply.json()["status"] == "UNKNOWN"
+            assert reply.json()["status"] == "NOT_SERVING"
             assert reply.json()["dependencies"] == DOWN
-            assert reply.json()["message"].startswith(f"{SERVICE}: health check failed: ")
+    finally:
+        await rest.stop()
+        await running.stop(0)
+
+
+async def test_ready_is_503_unknown_when_the_server_does_not_serve_the_service():
+    running = await start_server("orchestrator", ServiceSettings(port=0), [])
+    rest = await serve_rest(build_rest_app(running.in_process, RestSettings(port=0)),
+                            "127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}") as client:
+            reply = await client.get("/ready")
+        assert reply.status_code == 503
+        assert reply.json()["status"] == "UNKNOWN"
+        assert reply.json()["message"] == f"{SERVICE}: health check failed: NOT_FOUND: "
     finally:
         await rest.stop()
         await running.stop(0)

@@ -49,12 +49,13 @@ class FakeReasoningNeural(neural_service_pb2_grpc.NeuralServiceServicer):
 
 class ReasoningMesh:
     """What `reasoning_mesh(**settings)` started: the fake, an aio stub, the orchestrator's
-    address."""
+    address and its running server."""
 
-    def __init__(self, fake, stub, target: str) -> None:
+    def __init__(self, fake, stub, target: str, server) -> None:
         self.fake = fake
         self.stub = stub
         self.target = target
+        self.server = server
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ async def reasoning_mesh():
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{orchestrator.port}")
         started.append((neural, orchestrator, wiring, channel))
         stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
-        return ReasoningMesh(fake, stub, f"127.0.0.1:{orchestrator.port}")
+        return ReasoningMesh(fake, stub, f"127.0.0.1:{orchestrator.port}", orchestrator)
 
     yield start
     for neural, orchestrator, wiring, channel in started:

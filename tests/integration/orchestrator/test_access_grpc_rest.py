@@ -85,7 +85,7 @@ async def front():
             "orchestrator", settings, [Servicer(pb_grpc.add_OrchestratorServiceServicer_to_server,
                                                 servicer, SERVICE)],
             interceptors=[AccessInterceptor(control)])
-        app = build_rest_app(f"127.0.0.1:{grpc_server.port}",
+        app = build_rest_app(grpc_server.in_process,
                              RestSettings(port=0, default_deadline_s=10.0))
         rest = await serve_rest(app, "127.0.0.1", 0)
         started.append(_Front(grpc_server, rest, control, servicer))

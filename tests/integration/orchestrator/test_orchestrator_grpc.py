@@ -411,7 +411,7 @@ async def test_hrm_and_trm_without_a_model_for_the_grid_are_failed_precondition(
 
 
 async def test_rest_front_solves_a_sudoku_and_maps_bad_puzzles_to_400(mesh):
-    app = build_rest_app(f"127.0.0.1:{mesh.orchestrator.port}",
+    app = build_rest_app(mesh.orchestrator.in_process,
                          RestSettings(port=0, default_deadline_s=30.0))
     rest = await serve_rest(app, "127.0.0.1", 0)
     try:

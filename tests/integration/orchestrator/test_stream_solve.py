@@ -103,7 +103,8 @@ async def test_the_rest_front_streams_the_real_loop_as_ndjson(reasoning_mesh):
     from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
 
     mesh = await reasoning_mesh()
-    rest = await serve_rest(build_rest_app(mesh.target, RestSettings(port=0)), "127.0.0.1", 0)
+    rest = await serve_rest(build_rest_app(mesh.server.in_process, RestSettings(port=0)),
+                            "127.0.0.1", 0)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}") as client:
             async with client.stream("POST", "/v1/problems:streamSolve", json={

@@ -84,7 +84,7 @@ async def front_factory():
             [Servicer(pb_grpc.add_OrchestratorServiceServicer_to_server, servicer, SERVICE)])
         options = dict(port=0, default_deadline_s=5.0, max_body_bytes=LIMIT, max_json_depth=32)
         options.update(settings)
-        app = build_rest_app(f"127.0.0.1:{grpc_server.port}", RestSettings(**options))
+        app = build_rest_app(grpc_server.in_process, RestSettings(**options))
         rest = await serve_rest(app, "127.0.0.1", 0)
         client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}", timeout=15)
         started.append((client, rest, grpc_server, servicer))

@@ -1,6 +1,6 @@
 """Every long-lived channel the project opens has the mesh's HTTP/2 keepalive (libs.channels.
-Keepalive), not only the channels between services: the REST front's channel to its own gRPC
-server, the `mcts-mesh` client commands' channel, the MCP server's, and the training workloads'.
+Keepalive), not only the channels between services: the `mcts-mesh` client commands' channel, the
+MCP server's, and the training workloads'.
 A channel without it waits for its deadline when the peer freezes on an open connection (a
 SIGSTOPped process, a node gone without a word); with it, the call fails UNAVAILABLE within
 keepalive time + timeout (3 s by default)."""
@@ -22,7 +22,6 @@ from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
 from mcts_mesh.client import client_options, open_channel
 from mcts_mesh.mcp_server import _Orchestrator
-from services.orchestrator.rest import app as rest_app
 
 REPO = Path(__file__).resolve().parents[3]
 HELPERS = {"channel_options", "client_options"}
@@ -48,7 +47,7 @@ def test_every_channel_in_the_code_takes_the_options_of_a_helper():
                 assert isinstance(options, ast.Call), f"{where}: a channel without options"
                 name = getattr(options.func, "id", getattr(options.func, "attr", None))
                 assert name in HELPERS, f"{where}: options from {name}, not {HELPERS}"
-    assert calls >= 4  # libs.channels, the REST front, the client commands, the MCP server
+    assert calls >= 3  # libs.channels, the client commands, the MCP server
 
 
 def test_client_channels_have_the_mesh_keepalive_and_message_limits():
@@ -56,22 +55,6 @@ def test_client_channels_have_the_mesh_keepalive_and_message_limits():
     assert set(Keepalive().options()) <= set(options)
     assert ("grpc.max_receive_message_length", 4 * 1024 * 1024) in options
     assert options[-1] == ("grpc.http2.bdp_probe", 0)
-
-
-async def test_the_rest_fronts_channel_has_the_keepalive_of_its_settings(monkeypatch):
-    opened = []
-    real = grpc.aio.insecure_channel
-
-    def insecure_channel(target, options=None, **kwargs):
-        opened.append(options)
-        return real(target, options=options, **kwargs)
-
-    monkeypatch.setattr(rest_app.grpc.aio, "insecure_channel", insecure_channel)
-    keepalive = Keepalive(time_s=4.0, timeout_s=5.0)
-    app = rest_app.build_rest_app("127.0.0.1:1", rest_app.RestSettings(keepalive=keepalive))
-    async with app.router.lifespan_context(app):
-        pass
-    assert len(opened) == 1 and set(keepalive.options()) <= set(opened[0])
 
 
 class _Slow(llm_service_pb2_grpc.LlmServiceServicer):
