@@ -11,6 +11,9 @@ import pytest
 from grpc_status import rpc_status
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from libs.errors import InvalidArgument
 from libs.in_process import CallFailed
@@ -230,3 +233,32 @@ async def test_a_stream_past_its_deadline_or_cancelled_stops_its_handler(served)
     assert not servicer.closed.is_set()
     call.cancel()
     await asyncio.wait_for(servicer.closed.wait(), 1)
+
+
+async def test_the_server_span_records_the_status_of_each_ending():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    running = await start_server(
+        "orchestrator", ServiceSettings(port=0),
+        [Servicer(pb_grpc.add_OrchestratorServiceServicer_to_server, _Servicer(), SERVICE)],
+        tracer_provider=provider)
+    server = running.in_process
+    try:
+        await server.unary_unary(ANSWER, pb.AnswerQueryRequest(query="q"), 5.0)
+        for query, timeout in (("bad", 5.0), ("slow", 0.1)):
+            with pytest.raises(CallFailed):
+                await server.unary_unary(ANSWER, pb.AnswerQueryRequest(query=query), timeout)
+        call = server.unary_unary(ANSWER, pb.AnswerQueryRequest(query="slow"), 5.0)
+        await asyncio.sleep(0.05)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        await running.stop(0)
+        provider.shutdown()
+    codes = [span.attributes["rpc.grpc.status_code"] for span in exporter.get_finished_spans()
+             if span.name == ANSWER.lstrip("/")]
+    assert codes == [0, grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                     grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                     grpc.StatusCode.CANCELLED.value[0]]
