@@ -567,11 +567,14 @@ async def run_levels(args, target: str, rest_url: str, workloads: dict[str, list
     print()
     print_memory(before, after)
     if args.connect4_early:
-        print_targets(rows)
+        print_targets(rows, clients["rest"].library)
 
 
-def print_targets(rows: list[tuple[str, int, Tally]]) -> None:
-    """The issue's Connect Four targets, each with its measured figure."""
+def print_targets(rows: list[tuple[str, int, Tally]], rest_client: str = "aiohttp") -> None:
+    """The issue's Connect Four targets, each with its measured figure. REST's share is not judged
+    when the REST client is httpx: on this machine its own CPU and connection pool, not the front,
+    set REST's rate (p99 over 1 s at 32 with cores idle, before and after the front's in-process
+    change alike); `make bench` installs aiohttp."""
     by = {(name, c): t for name, c, t in rows}
     print("\n| target | measured | met |")
     print("|---|---|---|")
@@ -585,9 +588,13 @@ def print_targets(rows: list[tuple[str, int, Tally]]) -> None:
         lines.append(("gRPC p99 at concurrency 32 < 250 ms", f"{p99:.1f} ms", p99 < 250))
         if ("rest", 32) in by:
             share = by["rest", 32].rate / rate if rate else 0.0
-            lines.append(("REST at 32 >= 70% of gRPC", f"{share:.0%}", share >= 0.7))
+            judged = rest_client != "httpx"
+            lines.append(("REST at 32 >= 70% of gRPC",
+                          f"{share:.0%}" + ("" if judged else " (httpx client)"),
+                          share >= 0.7 if judged else None))
     for label, value, met in lines:
-        print(f"| {label} | {value} | {'yes' if met else 'NO'} |")
+        verdict = "not judged: install aiohttp" if met is None else "yes" if met else "NO"
+        print(f"| {label} | {value} | {verdict} |")
 
 
 async def run_soak(args, target: str, rest_url: str, workloads: dict[str, list[Workload]],

@@ -50,3 +50,19 @@ def test_the_cpu_table_has_a_row_per_mesh_run(load, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| transport | concurrency | CPU ms per request: mcts | neural | all |"
     assert lines[2] == "| grpc | 32 | 2.50 | n/a | n/a |"
+
+
+def _tally(load, requests: int, latency_s: float):
+    tally = load.Tally(elapsed_s=1.0)
+    for _ in range(requests):
+        tally.add(latency_s, "OK")
+    return tally
+
+
+def test_rests_share_is_judged_only_with_the_aiohttp_client(load, capsys):
+    rows = [("grpc", 32, _tally(load, 300, 0.1)), ("rest", 32, _tally(load, 200, 0.1))]
+    load.print_targets(rows, "aiohttp")
+    assert "| REST at 32 >= 70% of gRPC | 67% | NO |" in capsys.readouterr().out
+    load.print_targets(rows, "httpx")
+    assert ("| REST at 32 >= 70% of gRPC | 67% (httpx client) | not judged: install aiohttp |"
+            in capsys.readouterr().out)
