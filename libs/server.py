@@ -10,6 +10,10 @@ While it runs, a service's readiness `probe` (when it has one) is evaluated ever
 `health_interval_s` seconds in a background task, never on a request's path: health for "" and
 every served name follows it (SERVING while it returns None, NOT_SERVING with the reason logged
 once it returns a reason, raises, or gives no answer within `health_timeout_s`).
+
+`RunningServer.in_process` calls the served methods from the same process through the same
+interceptors (`libs.in_process`: the orchestrator's REST front uses it instead of a loopback
+channel).
 """
 
 from __future__ import annotations
