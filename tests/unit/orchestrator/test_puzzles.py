@@ -164,6 +164,16 @@ def test_sudoku_checker_accepts_a_solution_and_names_each_fault():
     assert not verdict.accepted and verdict.reason.startswith("column 2 does not hold 1..9")
 
 
+def test_sudoku_checker_refuses_a_grid_that_breaks_only_boxes():
+    """Rows 3 and 4 of a solution swapped: rows and columns still hold 1..9, six boxes do not."""
+    solution = parse_sudoku(NORVIG_FIRST).solve().answer
+    rows = [solution[9 * r:9 * r + 9] for r in range(9)]
+    rows[2], rows[3] = rows[3], rows[2]
+    verdict = parse_sudoku("." * 81).check("".join(rows))
+    assert not verdict.accepted
+    assert verdict.reason == "box 1 does not hold 1..9 once (6 units broken)"
+
+
 def test_maze_checker_accepts_only_a_shortest_path():
     problem = parse_maze_grid(MAZE)
     assert problem.check(MAZE_ANSWER).accepted

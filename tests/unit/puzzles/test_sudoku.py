@@ -143,6 +143,27 @@ def test_check_solution_reports_each_fault():
     assert check_solution(puzzle, blank).blanks == 1
 
 
+def test_check_solution_enforces_the_box_rule():
+    """Grids whose rows and columns all hold 1..N but whose boxes do not are refused, box by box:
+    a checker that looked only at rows and columns would accept both."""
+    blank = np.zeros((9, 9), dtype=np.int8)
+    latin = np.array([[(r + c) % 9 + 1 for c in range(9)] for r in range(9)], dtype=np.int8)
+    verdict = check_solution(blank, latin)
+    assert not verdict.valid
+    assert verdict.violations == tuple(("box", b) for b in range(9))
+    # Swap rows 2 and 3 (0-based) of a true solution: every row and column still holds 1..9, but
+    # the two rows cross from band 0 into band 1, breaking exactly the boxes of those two bands.
+    crossed = parse_puzzle(GRID1_SOLUTION)
+    crossed[[2, 3]] = crossed[[3, 2]]
+    verdict = check_solution(blank, crossed)
+    assert verdict.violations == tuple(("box", b) for b in range(6))
+    # The box shape is the one given: a 6x6 grid with 2x3 boxes is not one with 3x2 boxes.
+    six = parse_puzzle("123456456123231564564231312645645312")
+    assert check_solution(np.zeros((6, 6), dtype=np.int8), six, SIX).valid
+    turned = check_solution(np.zeros((6, 6), dtype=np.int8), six, BoxShape(3, 2))
+    assert turned.violations and {unit for unit, _ in turned.violations} == {"box"}
+
+
 @pytest.mark.parametrize("blanks", [16, 22])
 def test_generator_gives_unique_six_by_six_puzzles(blanks):
     rng = np.random.default_rng(7)
