@@ -172,6 +172,17 @@ class AccessControl:
         for close in self._closers:
             await close()
 
+    def authenticate(self, credential: Credential) -> Rejection | None:
+        """Who is calling, and nothing else: None when `credential` may call (a known key, or
+        no key while keys are optional), else MISSING_KEY or INVALID_KEY. No admission, no
+        rate-limit state, no I/O (one hash and one lookup): the REST front asks it before it
+        reads a request's query or body; `admit()` still decides the call."""
+        if credential.key is None:
+            if credential.malformed:
+                return INVALID_KEY
+            return MISSING_KEY if self._require_key else None
+        return None if self._index.find(credential.key) is not None else INVALID_KEY
+
     async def admit(self, credential: Credential) -> Rejection | None:
         """None when the call may run (the caller then owes one `release()`), else why not."""
         if credential.key is None:
