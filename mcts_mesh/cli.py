@@ -20,6 +20,7 @@ from pathlib import Path
 
 import grpc
 
+from libs.data import MissingDataset, evaluation_dir
 from mcts_mesh.client import API_KEY_ENV
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -597,7 +598,8 @@ def cmd_train_text_router(args) -> int:
         if unknown:
             raise SystemExit(f"train router --text: unknown dataset or role: {', '.join(unknown)}")
         try:
-            counts = generate(logs[0], labels[0], Path(args.data_dir), args.generate, args.seed,
+            data_dir = Path(args.data_dir) if args.data_dir else evaluation_dir()
+            counts = generate(logs[0], labels[0], data_dir, args.generate, args.seed,
                               datasets, roles, args.text_simulations)
         except NoLanguageModel as error:
             raise SystemExit(f"train router --text: FAILED_PRECONDITION: {error.message}") \
@@ -778,7 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo-positions", type=int, default=20,
                     help="Pons positions per file in the demo")
     up.add_argument("--data-dir", default=None,
-                    help="shared data folder (default: ../shared/data beside the repository)")
+                    help="evaluation data folder searched before the repository's data/ "
+                         "(default: MCTS_MESH_DATA_DIR, else ../shared/data beside the "
+                         "repository)")
     up.add_argument("--fail-fast", action="store_true",
                     help="stop the whole mesh when one service exits (no restarts)")
     up.add_argument("--max-restarts", type=_non_negative_int, default=5,
@@ -937,9 +941,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "and ROUTER_DIR/text-labels.jsonl, the output to models/router-text; "
                             "--generate N asks N train-split questions per dataset once per "
                             "role and needs a language model")
-    train.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1].parent
-                                                 / "shared" / "data"),
-                       help="router --text: the shared data folder (gsm8k, strategyqa, hotpotqa)")
+    train.add_argument("--data-dir", default=None,
+                       help="router --text: the evaluation data folder holding gsm8k, "
+                            "strategyqa, hotpotqa (default: MCTS_MESH_DATA_DIR, else "
+                            "../shared/data beside the repository)")
     train.add_argument("--datasets", default="gsm8k,strategyqa,hotpotqa",
                        help="router --text: --generate asks these datasets' questions")
     train.add_argument("--roles", default="draft,decompose,refine,search",
@@ -1019,7 +1024,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except MissingDataset as error:
+        print(f"mcts-mesh: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

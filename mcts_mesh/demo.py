@@ -21,6 +21,8 @@ from pathlib import Path
 
 import grpc
 
+from libs.data import dataset
+
 PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R2", "Test_L1_R3")
 # Judging a move in a Begin-Hard position takes the exact solver 7-20 s, so the demo takes a few;
 # `mcts-mesh eval connect4` runs whole files.
@@ -32,12 +34,7 @@ SCIFACT_CLAIMS = 5
 SCIFACT_DISTRACTORS = 300
 
 
-def default_data_dir() -> Path:
-    """`../shared/data` beside the repository."""
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def _connect_four(stub, data_dir: Path, per_file: int) -> None:
+def _connect_four(stub, data_dir: Path | None, per_file: int) -> None:
     from mesh.common.v1 import common_pb2
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
@@ -47,7 +44,7 @@ def _connect_four(stub, data_dir: Path, per_file: int) -> None:
     print("\n== Connect Four: Pons benchmark positions through OrchestratorService.SolveProblem")
     print(f"{'file':<12} {'positions':>9} {'kept':>5} {'rate':>7} {'median ms':>10} {'agents'}")
     for name in PONS_FILES:
-        rows = read_pons(data_dir / "connect4-pons" / name,
+        rows = read_pons(dataset("connect4-pons", data_dir) / name,
                               min(per_file, PER_FILE_CAP.get(name, per_file)))
         kept, latencies, agents = 0, [], set()
         for moves, score in rows:
@@ -102,21 +99,21 @@ def _mazes(stub) -> None:
               f"{response.maze.optimal}; answered by {answered}, {elapsed:.0f} ms", flush=True)
 
 
-def _scifact_subset(data_dir: Path, claims: list[dict], relevant: dict[str, set[str]]):
+def _scifact_subset(root: Path, claims: list[dict], relevant: dict[str, set[str]]):
     """The documents relevant to the demo's claims plus the first distractors of the corpus."""
     wanted = set().union(*(relevant[c["_id"]] for c in claims))
-    with (data_dir / "beir-scifact" / "corpus.jsonl").open() as corpus:
+    with (root / "corpus.jsonl").open() as corpus:
         docs = [json.loads(line) for line in corpus]
     chosen = [d for d in docs if d["_id"] in wanted]
     chosen += [d for d in docs if d["_id"] not in wanted][:SCIFACT_DISTRACTORS]
     return chosen
 
 
-def _scifact(stub, data_dir: Path) -> None:
+def _scifact(stub, data_dir: Path | None) -> None:
     from mesh.common.v1 import common_pb2
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    root = data_dir / "beir-scifact"
+    root = dataset("scifact-demo", data_dir)
     relevant: dict[str, set[str]] = {}
     for line in (root / "qrels" / "test.tsv").read_text().splitlines()[1:]:
         query_id, doc_id, _ = line.split("\t")
@@ -132,7 +129,7 @@ def _scifact(stub, data_dir: Path) -> None:
     except grpc.RpcError as error:
         if error.code() != grpc.StatusCode.NOT_FOUND:
             raise
-        docs = _scifact_subset(data_dir, claims, relevant)
+        docs = _scifact_subset(root, claims, relevant)
         started = time.perf_counter()
         reply = stub.IngestDocuments(pb.IngestDocumentsRequest(
             collection=SCIFACT_COLLECTION,
@@ -164,7 +161,7 @@ def run_demo(target: str, args) -> None:
 
     from mcts_mesh.client import open_channel
 
-    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    data_dir = Path(args.data_dir) if args.data_dir else None
     with open_channel(target, getattr(args, "api_key", None)) as channel:
         stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
         _connect_four(stub, data_dir, args.demo_positions)

@@ -34,6 +34,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
 from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
+from libs.data import dataset
 
 REPO = Path(__file__).resolve().parents[2]
 PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R2", "Test_L1_R3")
@@ -43,17 +44,12 @@ AGENT_PROTO = {"checker": pb.AGENT_CHECKER, "mcts": pb.AGENT_MCTS, "neural": pb.
 
 
 def pons_dir() -> Path:
-    """`../shared/data/connect4-pons` beside the repository (or its worktree's parent).
+    """Pons' files: `connect4-pons` in the evaluation data folder, else the repository's copy.
 
     Raises:
-        FileNotFoundError: not found.
+        libs.data.MissingDataset: in neither.
     """
-    for base in (REPO.parent, REPO.parent.parent):
-        candidate = base / "shared" / "data" / "connect4-pons"
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("Pons' files (shared/data/connect4-pons) not found beside the "
-                            "repository")
+    return dataset("connect4-pons")
 
 
 def split_of(moves: str) -> str:

@@ -20,10 +20,11 @@ import numpy as np
 from libs.connect4.board import Position, encode, legal_mask
 from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
+from libs.data import REPO_DATA
 from services.neural.models.connect4_pv import Connect4PV, predict
 
-DEFAULT_PONS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "connect4-pons"
-"""`../shared/data/connect4-pons` beside the repository."""
+DEFAULT_PONS_DIR = REPO_DATA / "connect4-pons"
+"""The repository's copy of Pons' files (`data/connect4-pons`)."""
 BENCHMARK_FILES = ("Test_L3_R1", "Test_L2_R1")
 DRAW_BAND = 1.0 / 3.0
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
+from libs.data import REPO_DATA
 from libs.server import start_server
 from services.mcts.main import build_servicers as mcts_servicers
 from services.mcts.settings import MctsSettings
@@ -20,7 +20,7 @@ from services.orchestrator.main import build_servicers as orchestrator_servicers
 from services.orchestrator.settings import OrchestratorSettings
 
 SIMULATIONS = 3_000
-PONS = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "connect4-pons"
+PONS = REPO_DATA / "connect4-pons"
 
 
 @pytest.fixture

@@ -1,14 +1,13 @@
-"""Fixtures of the Connect Four tests: Pascal Pons' benchmark files in ../shared/data."""
+"""Fixtures of the Connect Four tests: Pascal Pons' benchmark files in the repository's data/."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from libs.connect4 import pons
+from libs.data import REPO_DATA
 
-PONS_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "connect4-pons"
+PONS_DIR = REPO_DATA / "connect4-pons"
 
 
 def _read_pons(name: str, limit: int) -> list[tuple[str, int]]:

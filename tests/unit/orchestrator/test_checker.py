@@ -6,13 +6,13 @@ import asyncio
 import dataclasses
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import libs.connect4.solver as checker_module
 from libs.connect4 import Position
 from libs.connect4.solver import CancelToken, MoveScores, Solver
+from libs.data import REPO_DATA
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
 from services.orchestrator.connect_four import (
     ConnectFourProblem,
@@ -23,7 +23,7 @@ from services.orchestrator.connect_four import (
 from services.orchestrator.consensus import Proposal, Round, Tally
 from services.orchestrator.routing import AgentName
 
-PONS = Path(__file__).resolve().parents[4] / "shared" / "data" / "connect4-pons" / "Test_L3_R1"
+PONS = REPO_DATA / "connect4-pons" / "Test_L3_R1"
 
 
 def round_of(moves: str) -> Round:
