@@ -45,8 +45,11 @@ breaking: setup
 
 # Brings the mesh up on the embedded defaults, sends it the demo workload through its public API,
 # then keeps serving until Ctrl-C.
+# Other ports: `make run PORT_BASE=21000 REST_PORT=21080` (gRPC PORT_BASE..PORT_BASE+4).
+PORT_BASE ?= 50051
+REST_PORT ?= 8080
 run: setup
-	$(VENV)/bin/mcts-mesh up --demo
+	$(VENV)/bin/mcts-mesh up --demo --port-base $(PORT_BASE) --rest-port $(REST_PORT)
 
 test: setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider

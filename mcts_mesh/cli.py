@@ -1029,6 +1029,12 @@ def main(argv: list[str] | None = None) -> int:
     except MissingDataset as error:
         print(f"mcts-mesh: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        if error.filename is None:
+            raise
+        # A file named on the command line that is missing or unreadable: one line, no traceback.
+        print(f"mcts-mesh: {error.filename}: {error.strerror}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
