@@ -251,7 +251,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         except TimeoutError as error:
             raise DeadlineExceeded(
                 f"the deadline passed while {self._settings.max_running_solves} other solves "
-                "ran (ORCHESTRATOR_MAX_RUNNING_SOLVES)") from error
+                "and queries ran (ORCHESTRATOR_MAX_RUNNING_SOLVES)") from error
         finally:
             SOLVES_WAITING.dec()
         try:
@@ -334,13 +334,21 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                 offline provider answers (a language model is needed), or no role is configured.
             NotFound: the collection does not exist.
             Unavailable: retrieval is down, or the gateway is and no passage matched.
-            DeadlineExceeded: the deadline passed first.
+            DeadlineExceeded: the deadline passed first (or while it waited for one of
+                `max_running_solves`, which queries share with solves).
         """
         set_work_attributes({"mesh.problem.kind": "text_query"})
         problem = self._validate_query(request)
         options = sampling_options(request, self._settings)
         chosen_role = role_options(request, self._settings, options)
         deadline = self._deadline(context)
+        async with self._running_solve(deadline):
+            return await self._answer_query(request, problem, options, chosen_role, deadline)
+
+    async def _answer_query(self, request: pb.AnswerQueryRequest, problem: TextProblem,
+                            options: SamplingOptions, chosen_role: RoleOptions | None,
+                            deadline: float) -> pb.AnswerQueryResponse:
+        """AnswerQuery's work, once validated and holding a running-solves slot."""
         if chosen_role is not None:
             return await self._answer_with_role(problem, chosen_role, request.thread_id,
                                                 deadline, "request", None)
@@ -500,6 +508,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             Unavailable: retrieval is down. DeadlineExceeded: the deadline passed first.
         """
         remaining = context.time_remaining()
+        timeout = self._settings.ingest_deadline_s if remaining is None else remaining
 
         async def forward():
             async for request in request_iterator:
@@ -507,7 +516,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                     collection=request.collection, documents=request.documents)
 
         try:
-            response = await self._retrieval.StreamIngestDocuments(forward(), timeout=remaining)
+            response = await self._retrieval.StreamIngestDocuments(forward(), timeout=timeout)
         except grpc.aio.AioRpcError as error:
             raise propagate(error, "retrieval") from error
         return pb.StreamIngestDocumentsResponse(

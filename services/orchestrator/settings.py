@@ -222,7 +222,33 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     in arrival order, within their deadline (up to `max_in_flight` calls in all); 0: no limit.
     Running every solve at once shares the cores among all of them and stretches the tail: on the
     load bench's early Connect Four positions at concurrency 32, 10 kept the requests/s and cut the
-    p99 from 319-456 ms to 209-224 ms."""
+    p99 from 319-456 ms to 209-224 ms. AnswerQuery calls hold one of these slots too."""
+    max_in_flight_per_key: int = 32
+    """Calls of one API key running at once beyond which its next call is refused with
+    RESOURCE_EXHAUSTED / HTTP 429 (reason KEY_TOO_MANY_REQUESTS_IN_FLIGHT), so one key cannot hold
+    every slot of `max_in_flight`; a key's record may set its own (`keys create --max-in-flight`).
+    Calls without a key (keys not required) are bounded by `max_in_flight` only; 0: no limit."""
+    max_deadline_s: float = 600.0
+    """Longest any call of the API may run, in seconds, streams included: a call without a
+    deadline, or with a longer one, ends DEADLINE_EXCEEDED at this (its handler cancelled).
+    At least `request_deadline_s`."""
+    budget_window_s: float = 3600.0
+    """Length of a key's budget window, in seconds; it opens at the key's first call."""
+    budget_tokens: int = 0
+    """LLM tokens (prompt and completion) a key may use per window, as its AnswerQuery responses
+    report them (`total_tokens`); a key's record may set its own budgets. 0: no budget."""
+    budget_usd: float = 0.0
+    """US dollars of provider cost a key may use per window (`cost_usd` of its responses);
+    0: no budget."""
+    budget_simulations: int = 0
+    """MCTS simulations a key may use per window (the search statistics of its responses);
+    0: no budget."""
+    rate_limit_redis_failure: Literal["fail_open", "fail_closed"] = "fail_open"
+    """Rate limits while Redis cannot be reached: "fail_open" lets calls through unlimited (a
+    warning a minute), "fail_closed" refuses them UNAVAILABLE / HTTP 503. `/ready` lists Redis."""
+    budget_redis_failure: Literal["fail_open", "fail_closed"] = "fail_closed"
+    """Budgets while Redis cannot be reached, as `rate_limit_redis_failure`: by default a key
+    with budgets is refused (its use cannot be checked)."""
 
     @model_validator(mode="after")
     def _ranges(self) -> OrchestratorSettings:
@@ -258,9 +284,13 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
         if self.reasoning_models_ttl_s < 0:
             raise ValueError("reasoning_models_ttl_s must be >= 0")
         if min(self.rate_limit_per_second, self.rate_limit_per_minute, self.rate_limit_per_hour,
-               self.max_in_flight, self.max_running_solves) < 0:
-            raise ValueError("rate limits, max_in_flight and max_running_solves must be >= 0 "
-                             "(0: no limit)")
+               self.max_in_flight, self.max_running_solves, self.max_in_flight_per_key,
+               self.budget_tokens, self.budget_simulations) < 0 \
+                or not 0 <= self.budget_usd < float("inf"):
+            raise ValueError("rate limits, max_in_flight, max_in_flight_per_key, "
+                             "max_running_solves and budgets must be >= 0 (0: no limit)")
+        if self.budget_window_s <= 0 or not self.request_deadline_s <= self.max_deadline_s:
+            raise ValueError("need budget_window_s > 0 and request_deadline_s <= max_deadline_s")
         if self.api_keys_reload_s <= 0:
             raise ValueError("api_keys_reload_s must be positive")
         if not 0.0 <= self.router_threshold <= 1.0 or self.router_deadline_ms <= 0 \

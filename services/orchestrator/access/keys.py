@@ -2,7 +2,10 @@
 
 A key is `mmk_` followed by `secrets.token_urlsafe(32)` (256 random bits as 43 URL-safe base64
 characters): the prefix lets secret scanners and people recognise one. Only its SHA-256 digest is
-stored, beside the key's name, creation time and optional per-key rate limits.
+stored, beside the key's name, creation time and what the key may do: its scopes (`solve`, `query`,
+`ingest`, `admin`; a record without scopes, as written before scopes existed, has them all), the
+collections it may name (none listed: any), and its own rate limits, cap on calls in flight and
+budgets (each unset: the orchestrator's defaults).
 
 Two stores hold the records:
 - `FileKeyStore`: a JSON file (written atomically, mode 0600, under an exclusive lock), e.g. a
@@ -25,17 +28,19 @@ import os
 import re
 import secrets
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from libs.errors import InvalidArgument, NotFound
+from services.orchestrator.access.scopes import SCOPES
 
 KEY_PREFIX = "mmk_"
 MAX_KEY_LENGTH = 256
 """Presented keys longer than this are rejected without hashing (a real key has 47 characters)."""
 REDIS_KEYS_HASH = "mcts-mesh:api-keys"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z")
+_COLLECTION = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _FILE_VERSION = 1
 
 
@@ -64,30 +69,112 @@ class RateLimits:
 
 
 @dataclass(frozen=True)
+class Budgets:
+    """What a key may use per budget window (`ORCHESTRATOR_BUDGET_WINDOW_S`): LLM tokens
+    (prompt and completion), US dollars of provider cost, MCTS simulations; 0 leaves that budget
+    unlimited."""
+
+    tokens: int = 0
+    usd: float = 0.0
+    simulations: int = 0
+
+    @property
+    def unlimited(self) -> bool:
+        return not (self.tokens or self.usd or self.simulations)
+
+    def check(self) -> Budgets:
+        """Returns self. Raises InvalidArgument naming a negative or non-numeric budget."""
+        for field, value in asdict(self).items():
+            kind = (int, float) if field == "usd" else int
+            if isinstance(value, bool) or not isinstance(value, kind) or not value >= 0 \
+                    or value == float("inf"):
+                raise InvalidArgument(f"budgets.{field}",
+                                      f"must be a finite number >= 0, got {value!r}")
+        return self
+
+
+@dataclass(frozen=True)
 class KeyRecord:
     """One stored key: its name, the hex SHA-256 of the key, when it was made (RFC 3339, UTC), and
-    its own limits (None: the orchestrator's default limits apply)."""
+    what it may do. Each of the rest unset (None) takes the default:
+    - `limits`: own rate limits (default: the orchestrator's);
+    - `scopes`: what it may call (`scopes.SCOPES`; default: all, as for records written before
+      scopes existed);
+    - `collections`: the only collections it may name (default: any);
+    - `max_in_flight`: own cap on its calls running at once, 0 none (default: the
+      orchestrator's `max_in_flight_per_key`);
+    - `budgets`: own budgets per window (default: the orchestrator's `budget_*`)."""
 
     name: str
     sha256: str
     created: str
     limits: RateLimits | None = None
+    scopes: frozenset[str] | None = None
+    collections: frozenset[str] | None = None
+    max_in_flight: int | None = None
+    budgets: Budgets | None = None
 
     def to_json(self) -> dict:
         out: dict = {"name": self.name, "sha256": self.sha256, "created": self.created}
         if self.limits is not None:
             out["limits"] = asdict(self.limits)
+        if self.scopes is not None:
+            out["scopes"] = sorted(self.scopes)
+        if self.collections is not None:
+            out["collections"] = sorted(self.collections)
+        if self.max_in_flight is not None:
+            out["max_in_flight"] = self.max_in_flight
+        if self.budgets is not None:
+            out["budgets"] = asdict(self.budgets)
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> KeyRecord:
-        """Raises ValueError (KeyError, TypeError) on a malformed record."""
+        """Raises ValueError (KeyError, TypeError, InvalidArgument) on a malformed record."""
         digest = str(data["sha256"])
         if len(bytes.fromhex(digest)) != 32:
             raise ValueError("sha256 must be 64 hex digits")
-        limits = data.get("limits")
+        limits, budgets = data.get("limits"), data.get("budgets")
+        scopes, collections = data.get("scopes"), data.get("collections")
         return cls(name=check_name(str(data["name"])), sha256=digest, created=str(data["created"]),
-                   limits=RateLimits(**limits).check() if limits is not None else None)
+                   limits=RateLimits(**limits).check() if limits is not None else None,
+                   scopes=check_scopes(scopes) if scopes is not None else None,
+                   collections=(check_collections(collections) if collections is not None
+                                else None),
+                   max_in_flight=(check_max_in_flight(data["max_in_flight"])
+                                  if data.get("max_in_flight") is not None else None),
+                   budgets=Budgets(**budgets).check() if budgets is not None else None)
+
+
+def check_scopes(scopes: Iterable[str]) -> frozenset[str]:
+    """The scopes as a set. Raises InvalidArgument("scopes") on one that is not in SCOPES, or on
+    a string or an empty list."""
+    if isinstance(scopes, str) or not scopes:
+        raise InvalidArgument("scopes", f"must be a non-empty list of {', '.join(SCOPES)}")
+    unknown = sorted(str(scope) for scope in scopes if scope not in SCOPES)
+    if unknown:
+        raise InvalidArgument("scopes", f"unknown scope {unknown[0]!r}; the scopes are "
+                                        f"{', '.join(SCOPES)}")
+    return frozenset(scopes)
+
+
+def check_collections(collections: Iterable[str]) -> frozenset[str]:
+    """The collection names as a set. Raises InvalidArgument("collections") on a name that does
+    not match ^[a-zA-Z0-9_-]{1,64}$, or on a string or an empty list."""
+    if isinstance(collections, str) or not collections:
+        raise InvalidArgument("collections", "must be a non-empty list of collection names")
+    for collection in collections:
+        if not isinstance(collection, str) or not _COLLECTION.fullmatch(collection):
+            raise InvalidArgument("collections", f"{collection!r} must match "
+                                                 "^[a-zA-Z0-9_-]{1,64}$")
+    return frozenset(collections)
+
+
+def check_max_in_flight(value: int) -> int:
+    """Returns `value`. Raises InvalidArgument("max_in_flight") unless it is an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument("max_in_flight", f"must be an integer >= 0, got {value!r}")
+    return value
 
 
 def check_name(name: str) -> str:
@@ -108,12 +195,34 @@ def key_digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("ascii")).digest()
 
 
-def new_record(name: str, limits: RateLimits | None) -> tuple[str, KeyRecord]:
-    """A new key and the record to store for it."""
+@dataclass(frozen=True)
+class Grants:
+    """What a new key may do besides its rate limits (see KeyRecord; None: the default)."""
+
+    scopes: Iterable[str] | None = None
+    collections: Iterable[str] | None = None
+    max_in_flight: int | None = None
+    budgets: Budgets | None = None
+
+
+def new_record(name: str, limits: RateLimits | None,
+               grants: Grants | None = None) -> tuple[str, KeyRecord]:
+    """A new key and the record to store for it.
+
+    Raises:
+        InvalidArgument: a bad name, limit, scope, collection, cap or budget."""
+    grants = grants or Grants()
+    record = KeyRecord(
+        check_name(name), "", "", limits.check() if limits is not None else None,
+        scopes=check_scopes(grants.scopes) if grants.scopes is not None else None,
+        collections=(check_collections(grants.collections) if grants.collections is not None
+                     else None),
+        max_in_flight=(check_max_in_flight(grants.max_in_flight)
+                       if grants.max_in_flight is not None else None),
+        budgets=grants.budgets.check() if grants.budgets is not None else None)
     key = generate_key()
     created = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return key, KeyRecord(check_name(name), key_digest(key).hex(), created,
-                          limits.check() if limits is not None else None)
+    return key, replace(record, sha256=key_digest(key).hex(), created=created)
 
 
 class KeyIndex:
@@ -164,17 +273,19 @@ class FileKeyStore:
         self._seen = signature
         return records
 
-    async def create(self, name: str, limits: RateLimits | None = None) -> str:
+    async def create(self, name: str, limits: RateLimits | None = None,
+                     grants: Grants | None = None) -> str:
         """Stores a new key named `name` and returns the key (shown once, never stored).
+        `grants`: its scopes, collections, cap in flight and budgets (None: the defaults).
 
         Raises:
-            InvalidArgument: a bad name or limit, or a key with that name exists.
+            InvalidArgument: a bad name, limit or grant, or a key with that name exists.
         """
         with self._locked():
             records = self._read()
             if any(record.name == name for record in records):
                 raise InvalidArgument("name", f"a key named {name!r} exists; revoke it first")
-            key, record = new_record(name, limits)
+            key, record = new_record(name, limits, grants)
             self._write([*records, record])
         return key
 
@@ -259,9 +370,10 @@ class RedisKeyStore:
         """Every record (one HGETALL; the caller rebuilds its index each time)."""
         return await self.read()
 
-    async def create(self, name: str, limits: RateLimits | None = None) -> str:
+    async def create(self, name: str, limits: RateLimits | None = None,
+                     grants: Grants | None = None) -> str:
         """As FileKeyStore.create (HSETNX, so two creators never overwrite each other)."""
-        key, record = new_record(name, limits)
+        key, record = new_record(name, limits, grants)
         if not await self._redis.hsetnx(REDIS_KEYS_HASH, name, json.dumps(record.to_json())):
             raise InvalidArgument("name", f"a key named {name!r} exists; revoke it first")
         return key
