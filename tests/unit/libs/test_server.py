@@ -172,20 +172,64 @@ async def test_a_probe_that_hangs_or_raises_means_not_serving():
         await running.stop(0)
 
 
+class _Recorder:
+    """A stand-in for the servicer context of `HealthServicer.Watch`, called in-process: it keeps
+    every status the watch writes. (Over the wire, Watch fails: the error-mapping interceptor
+    iterates what the health servicer's Watch returns, a coroutine, not a stream.)"""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self.changed = asyncio.Event()
+
+    async def write(self, reply: health_pb2.HealthCheckResponse) -> None:
+        self.statuses.append(reply.status)
+        self.changed.set()
+
+
+class _Holding(llm_service_pb2_grpc.LlmServiceServicer):
+    """Generate holds its call until the server cancels it: an in-flight call that keeps a
+    stopping server draining for its whole grace period."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def Generate(self, request, context):
+        self.entered.set()
+        await asyncio.Event().wait()
+
+
 async def test_health_goes_not_serving_on_stop_even_with_a_probe():
+    """Health's watch sees SERVING, then NOT_SERVING as the stop begins, and nothing else while
+    an in-flight call keeps the server draining for the 0.5 s grace period: the probe loop (every
+    0.05 s, so about 10 rounds) never turns it back to SERVING, and Check says NOT_SERVING after."""
     async def probe() -> str | None:
         return None
 
+    holding = _Holding()
     running = await start_server(
-        "echo", ServiceSettings(port=0, health_interval_s=0.05), _echo_servicer(), probe=probe)
+        "echo", ServiceSettings(port=0, health_interval_s=0.05),
+        [Servicer(llm_service_pb2_grpc.add_LlmServiceServicer_to_server, holding,
+                  "mesh.llm.v1.LlmService")], probe=probe)
+    recorder = _Recorder()
+    watch = asyncio.create_task(
+        running.health.Watch(health_pb2.HealthCheckRequest(service=""), recorder))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        stopping = asyncio.create_task(running.stop(1.0))
-        await asyncio.sleep(0.2)  # the probe loop must not turn it back to SERVING
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
-        await stopping
+        held = asyncio.ensure_future(llm_service_pb2_grpc.LlmServiceStub(channel).Generate(
+            llm_service_pb2.GenerateRequest(prompt="hold"), timeout=30))
+        await holding.entered.wait()
+        await recorder.changed.wait()
+        assert recorder.statuses == [health_pb2.HealthCheckResponse.SERVING]
+        await running.stop(0.5)
+        with pytest.raises(grpc.aio.AioRpcError) as cut:
+            await held
+        assert cut.value.code() != grpc.StatusCode.DEADLINE_EXCEEDED  # the stop ended it
+    watch.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watch
+    assert recorder.statuses == [health_pb2.HealthCheckResponse.SERVING,
+                                 health_pb2.HealthCheckResponse.NOT_SERVING]
+    reply = await running.health.Check(health_pb2.HealthCheckRequest(service=""), recorder)
+    assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def test_a_taken_port_is_named_with_the_reason():
