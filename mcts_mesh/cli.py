@@ -402,13 +402,15 @@ def _key_store(args):
 
 
 def cmd_keys(args) -> int:
-    """`keys create NAME` prints a new key once (only its SHA-256 is stored); `keys list` shows
-    names, creation times and own limits; `keys revoke NAME` deletes a key (running orchestrators
-    refuse it within ORCHESTRATOR_API_KEYS_RELOAD_S)."""
+    """`keys create NAME` prints a new key once (only its SHA-256 is stored) with its scopes
+    (`--scope`, repeated; default `solve` and `query`), allowed collections, cap in flight and
+    budgets; `keys list` shows names, creation times, scopes and own limits; `keys revoke NAME`
+    deletes a key (running orchestrators refuse it within ORCHESTRATOR_API_KEYS_RELOAD_S)."""
     import asyncio
 
     from libs.errors import MeshError
-    from services.orchestrator.access.keys import RateLimits
+    from services.orchestrator.access.keys import Budgets, Grants, RateLimits
+    from services.orchestrator.access.scopes import DEFAULT_NEW_KEY_SCOPES
 
     async def run() -> int:
         store, client = _key_store(args)
@@ -417,10 +419,18 @@ def cmd_keys(args) -> int:
                 own = (args.per_second, args.per_minute, args.per_hour)
                 limits = None if own == (None, None, None) else \
                     RateLimits(*(value or 0 for value in own))
-                key = await store.create(args.name, limits)
+                budgets = (args.budget_tokens, args.budget_usd, args.budget_simulations)
+                grants = Grants(
+                    scopes=args.scope or DEFAULT_NEW_KEY_SCOPES, collections=args.collection,
+                    max_in_flight=args.max_in_flight,
+                    budgets=None if budgets == (None, None, None) else Budgets(
+                        args.budget_tokens or 0, args.budget_usd or 0.0,
+                        args.budget_simulations or 0))
+                key = await store.create(args.name, limits, grants)
                 print(key)
-                print(f"key {args.name!r} stored in {store.describe()} (as its SHA-256 only): "
-                      "copy it now, it cannot be shown again", file=sys.stderr)
+                print(f"key {args.name!r} (scopes {', '.join(sorted(grants.scopes))}) stored in "
+                      f"{store.describe()} (as its SHA-256 only): copy it now, it cannot be shown "
+                      "again", file=sys.stderr)
             elif args.keys_command == "revoke":
                 await store.revoke(args.name)
                 print(f"key {args.name!r} revoked in {store.describe()}", file=sys.stderr)
@@ -437,7 +447,9 @@ def cmd_keys(args) -> int:
                         own = record.limits
                         limits = (f"{own.per_second}/s {own.per_minute}/min {own.per_hour}/h"
                                   if own else "default limits")
-                        print(f"  {record.name:<24} created {record.created}  {limits}")
+                        scopes = ",".join(sorted(record.scopes)) if record.scopes else "all"
+                        print(f"  {record.name:<24} created {record.created}  {limits}  "
+                              f"scopes {scopes}")
             return 0
         finally:
             if client is not None:
@@ -998,6 +1010,21 @@ def build_parser() -> argparse.ArgumentParser:
         create.add_argument(f"--per-{window}", type=int, default=None,
                             help=f"this key's own limit of calls per {window} (0: none; "
                                  "unset: the orchestrator's ORCHESTRATOR_RATE_LIMIT_* defaults)")
+    create.add_argument("--scope", action="append", default=None,
+                        choices=("solve", "query", "ingest", "admin"),  # access.scopes.SCOPES
+                        help="what the key may call (repeat for several): solve, query, ingest, "
+                             "admin (every method); default: solve and query")
+    create.add_argument("--collection", action="append", default=None,
+                        help="a collection the key may use (repeat for several; default: any)")
+    create.add_argument("--max-in-flight", type=int, default=None,
+                        help="this key's own cap on calls running at once (0: none; unset: "
+                             "ORCHESTRATOR_MAX_IN_FLIGHT_PER_KEY)")
+    for budget, kind, what in (("tokens", int, "LLM tokens"), ("usd", float, "US dollars"),
+                               ("simulations", int, "MCTS simulations")):
+        create.add_argument(f"--budget-{budget}", type=kind, default=None,
+                            help=f"{what} this key may use per ORCHESTRATOR_BUDGET_WINDOW_S (0: "
+                                 "none; any --budget-* set replaces the ORCHESTRATOR_BUDGET_* "
+                                 "defaults)")
     keys_sub.add_parser("list", help="names, creation times and own limits (never the keys)"
                         ).add_argument("--json", action="store_true")
     keys_sub.add_parser("revoke", help="delete a key").add_argument("name")
