@@ -50,3 +50,19 @@ def bench_script() -> Iterator[Callable[[str], ModuleType]]:
     for name in loaded:
         sys.modules.pop(name, None)
     sys.path.remove(str(BENCH_DIR))
+
+
+MESH_DIRS = ("e2e", "fault", "fuzz")
+"""Test folders whose modules start whole meshes (waiting up to 600 s for them to be ready)."""
+MESH_TEST_TIMEOUT_S = 1200
+"""pytest-timeout's limit for a test in MESH_DIRS: the first test of a module also pays for the
+mesh its fixture starts; every other test gets pyproject's default (600 s). A test's own
+`@pytest.mark.timeout` wins over both."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = REPO_ROOT / "tests"
+    for item in items:
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
+        if parts and parts[0] in MESH_DIRS and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(MESH_TEST_TIMEOUT_S))

@@ -73,6 +73,7 @@ def podman(tmp_path_factory):
     return podman
 
 
+@pytest.mark.timeout(6000)  # its steps' own limits added up: pull, build, compose, solve, down
 def test_image_builds_and_the_composed_mesh_solves(podman, repo_root):
     built = _run(podman, "build", "-f", "deploy/Dockerfile", "-t", IMAGE,
                  "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", *BUILD_OPTIONS, ".", cwd=repo_root,
