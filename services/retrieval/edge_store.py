@@ -24,18 +24,24 @@ from libs.errors import FailedPrecondition, NotFound, Unavailable
 from services.retrieval.store import (
     DENSE_ONLY,
     DENSE_VECTOR,
-    FILTER_KEYS,
+    HEAD_KIND,
+    KEYWORD_INDEXES,
+    KIND_KEY,
     RRF_K,
     SEARCH_MODES,
+    SEQ_KEY,
     SPARSE_VECTOR,
+    VERSION_KEY,
     ChunkRecord,
     CollectionInfo,
+    DocumentHead,
     FusionMethod,
     Hit,
     SearchMode,
     SparseVector,
     check_collection_name,
     check_mode,
+    head_point_id,
     hit_cosines,
     point_id,
 )
@@ -96,11 +102,51 @@ class _DirectoryLock:
             self._file.close()
 
 
-def _edge_filter(filter: Mapping[str, str] | None) -> qe.Filter | None:
-    if not filter:
-        return None
-    return qe.Filter(must=[qe.FieldCondition(key=key, match=qe.MatchValue(value))
-                           for key, value in sorted(filter.items())])
+def _match(key: str, value: str) -> qe.FieldCondition:
+    return qe.FieldCondition(key=key, match=qe.MatchValue(value))
+
+
+def _edge_filter(filter: Mapping[str, str] | None,
+                 versions: Sequence[str] | None = None) -> qe.Filter | None:
+    """Every key equal to its value; with `versions`, title and source only for chunks without
+    a version, and a chunk's version one of `versions` (see `VectorStore.search`)."""
+    filter = dict(filter or {})
+    if versions is None:
+        return qe.Filter(must=[_match(k, v) for k, v in sorted(filter.items())]) if filter \
+            else None
+    legacy = [_match(k, filter.pop(k)) for k in ("source", "title") if k in filter]
+    return qe.Filter(
+        must=[_match(k, v) for k, v in sorted(filter.items())],
+        should=[qe.FieldCondition(key=VERSION_KEY, match=qe.MatchAny(list(versions))),
+                qe.Filter(must=[qe.IsEmptyCondition(VERSION_KEY), *legacy])])
+
+
+_NOT_HEAD = qe.Filter(must_not=[_match(KIND_KEY, HEAD_KIND)])
+"""Chunks only."""
+
+
+def _heads_filter(filter: Mapping[str, str] | None) -> qe.Filter:
+    """Heads (whose payload equals each value of `filter`)."""
+    return qe.Filter(must=[_match(KIND_KEY, HEAD_KIND),
+                        *[_match(k, v) for k, v in sorted((filter or {}).items())]])
+
+
+def _of_documents(document_ids: Sequence[str]) -> qe.FieldCondition:
+    return qe.FieldCondition(key="document_id", match=qe.MatchAny(list(document_ids)))
+
+
+def _stale_of(head: DocumentHead) -> qe.Filter:
+    """Points of `head`'s document that are neither its version nor newer than it."""
+    return qe.Filter(must=[_match("document_id", head.document_id)],
+                     must_not=[qe.FieldCondition(key=SEQ_KEY, range=qe.RangeFloat(gt=head.seq)),
+                               _match(VERSION_KEY, head.version)])
+
+
+def _create_indexes(shard: qe.EdgeShard) -> None:
+    """The payload indexes filters and the head protocol use (a no-op where they exist)."""
+    for key in KEYWORD_INDEXES:
+        shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
+    shard.update(qe.UpdateOperation.create_field_index(SEQ_KEY, qe.PayloadSchemaType.Integer))
 
 
 class EdgeStore:
@@ -127,6 +173,7 @@ class EdgeStore:
                     dim, modes, datatype = _shard_layout(path)
                     self._shards[path.name] = qe.EdgeShard.load(
                         str(path), _edge_config(dim, modes, datatype))
+                    _create_indexes(self._shards[path.name])  # one made before heads lacks some
                     self._dims[path.name], self._modes[path.name] = dim, modes
         except BaseException:
             self.close()
@@ -147,9 +194,7 @@ class EdgeStore:
                 shutil.rmtree(path)
             shard = qe.EdgeShard.create(
                 str(path), _edge_config(dim, frozenset(SEARCH_MODES), DENSE_DATATYPE))
-            for key in FILTER_KEYS:
-                shard.update(
-                    qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
+            _create_indexes(shard)
             self._shards[name] = shard
             self._dims[name] = dim
             self._modes[name] = frozenset(SEARCH_MODES)
@@ -171,8 +216,9 @@ class EdgeStore:
                 vector_data = {DENSE_VECTOR: vector.tolist(),
                                SPARSE_VECTOR: qe.SparseVector(
                                    sparse[index].indices, sparse[index].values)}
-            points.append(qe.Point(point_id(collection, chunk.document_id, chunk.chunk_index),
-                                   vector_data, chunk.payload()))
+            points.append(qe.Point(
+                point_id(collection, chunk.document_id, chunk.chunk_index, chunk.version),
+                vector_data, chunk.payload()))
         if points:
             shard.update(qe.UpdateOperation.upsert_points(points))
 
@@ -184,11 +230,11 @@ class EdgeStore:
                filter: Mapping[str, str] | None = None,
                min_score: float | None = None, *, sparse: SparseVector | None = None,
                mode: SearchMode = "dense", fusion: FusionMethod = "dbsf",
-               prefetch_limit: int = 100) -> list[Hit]:
+               prefetch_limit: int = 100, versions: Sequence[str] | None = None) -> list[Hit]:
         shard = self._shard(collection)
         modes = self._modes[collection]
         check_mode(collection, mode, modes)
-        edge_filter = _edge_filter(filter)
+        edge_filter = _edge_filter(filter, versions)
         dense_name = None if modes == DENSE_ONLY else DENSE_VECTOR
         if mode != "sparse" or vector is not None:
             self._check_vectors(collection, vector[None, :], 1)
@@ -225,13 +271,94 @@ class EdgeStore:
                                  with_payload=True, with_vector=False)
         return {r.payload["document_id"]: r.payload.get("fingerprint", "") for r in records}
 
+    def heads(self, collection: str, document_ids: Sequence[str]) -> dict[str, DocumentHead]:
+        shard = self._shard(collection)
+        if not document_ids:
+            return {}
+        found = {r.payload["document_id"]: DocumentHead.from_payload(r.payload)
+                 for r in shard.retrieve([head_point_id(collection, d) for d in document_ids],
+                                         with_payload=True, with_vector=False)}
+        rest = [d for d in document_ids if d not in found]
+        if rest:  # documents written before heads: their first chunk's payload
+            found.update({r.payload["document_id"]: DocumentHead.from_payload(r.payload)
+                          for r in shard.retrieve([point_id(collection, d, 0) for d in rest],
+                                                  with_payload=True, with_vector=False)})
+        return found
+
+    def commit_heads(self, collection: str, heads: Sequence[DocumentHead]) -> None:
+        shard = self._shard(collection)
+        for seq in sorted({head.seq for head in heads}):
+            shard.update(qe.UpdateOperation.upsert_points(
+                [qe.Point(head_point_id(collection, h.document_id), {}, h.payload())
+                 for h in heads if h.seq == seq],
+                condition=qe.Filter(must=[qe.FieldCondition(
+                    key=SEQ_KEY, range=qe.RangeFloat(lt=seq))])))
+
+    def max_seq(self, collection: str, document_ids: Sequence[str]) -> int:
+        if not document_ids:
+            return 0
+        records, _ = self._shard(collection).scroll(qe.ScrollRequest(
+            limit=1, filter=qe.Filter(must=[_of_documents(document_ids)]),
+            order_by=qe.OrderBy(SEQ_KEY, direction=qe.Direction.Desc), with_payload=[SEQ_KEY]))
+        return int(records[0].payload[SEQ_KEY]) if records else 0
+
+    def version_counts(self, collection: str, versions: Sequence[str]) -> dict[str, int]:
+        return self._facet(collection, VERSION_KEY, versions, _NOT_HEAD)
+
+    def point_counts(self, collection: str, document_ids: Sequence[str]) -> dict[str, int]:
+        return self._facet(collection, "document_id", document_ids, None)
+
+    def remove_stale(self, collection: str, heads: Sequence[DocumentHead]) -> None:
+        if heads:
+            self._shard(collection).update(qe.UpdateOperation.delete_points_by_filter(
+                qe.Filter(should=[_stale_of(head) for head in heads])))
+
+    def delete_versions(self, collection: str, document_id: str, up_to_seq: int) -> None:
+        self._shard(collection).update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(
+            must=[_match("document_id", document_id)],
+            must_not=[qe.FieldCondition(key=SEQ_KEY, range=qe.RangeFloat(gt=up_to_seq))])))
+
+    def list_heads(self, collection: str, page_size: int, offset: str | None,
+                   filter: Mapping[str, str] | None = None
+                   ) -> tuple[list[DocumentHead], str | None]:
+        records, next_offset = self._shard(collection).scroll(qe.ScrollRequest(
+            offset=offset, limit=page_size,
+            filter=_heads_filter(filter), with_payload=True))
+        return ([DocumentHead.from_payload(r.payload) for r in records],
+                None if next_offset is None else str(next_offset))
+
+    def document_count(self, collection: str) -> int:
+        return self._shard(collection).count(qe.CountRequest(
+            exact=True, filter=_heads_filter(None)))
+
+    def delete_collection(self, name: str) -> None:
+        with self._table_lock:
+            shard = self._shards.pop(name, None)
+            if shard is None:
+                raise NotFound(f"collection {name!r} does not exist")
+            self._dims.pop(name, None)
+            self._modes.pop(name, None)
+            shard.close()
+            shutil.rmtree(self._collections_dir / name)
+
+    def _facet(self, collection: str, key: str, values: Sequence[str],
+               extra: qe.Filter | None) -> dict[str, int]:
+        if not values:
+            return {}
+        must: list = [qe.FieldCondition(key=key, match=qe.MatchAny(list(values)))]
+        if extra is not None:
+            must.append(extra)
+        response = self._shard(collection).facet(qe.FacetRequest(
+            key=key, limit=len(values), exact=True, filter=qe.Filter(must=must)))
+        return {str(hit.value): hit.count for hit in response}
+
     def list_collections(self) -> list[CollectionInfo]:
         with self._table_lock:
             names = sorted(self._shards)
         return [CollectionInfo(name, self._dims[name], self.count(name)) for name in names]
 
     def count(self, collection: str) -> int:
-        return self._shard(collection).count(qe.CountRequest(exact=True))
+        return self._shard(collection).count(qe.CountRequest(exact=True, filter=_NOT_HEAD))
 
     def close(self) -> None:
         with self._table_lock:

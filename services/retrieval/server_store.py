@@ -15,18 +15,24 @@ from libs.errors import FailedPrecondition, NotFound, Unavailable
 from services.retrieval.store import (
     DENSE_ONLY,
     DENSE_VECTOR,
-    FILTER_KEYS,
+    HEAD_KIND,
+    KEYWORD_INDEXES,
+    KIND_KEY,
     RRF_K,
     SEARCH_MODES,
+    SEQ_KEY,
     SPARSE_VECTOR,
+    VERSION_KEY,
     ChunkRecord,
     CollectionInfo,
+    DocumentHead,
     FusionMethod,
     Hit,
     SearchMode,
     SparseVector,
     check_collection_name,
     check_mode,
+    head_point_id,
     hit_cosines,
     point_id,
 )
@@ -38,13 +44,43 @@ def _sparse(sparse: SparseVector | None) -> models.SparseVector:
     return models.SparseVector(indices=sparse.indices, values=sparse.values)
 
 
-def _server_filter(filter: Mapping[str, str] | None) -> models.Filter | None:
-    if not filter:
-        return None
-    return models.Filter(must=[
-        models.FieldCondition(key=key, match=models.MatchValue(value=value))
-        for key, value in sorted(filter.items())
-    ])
+def _match(key: str, value: str) -> models.FieldCondition:
+    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+
+def _server_filter(filter: Mapping[str, str] | None,
+                   versions: Sequence[str] | None = None) -> models.Filter | None:
+    """As `edge_store._edge_filter`."""
+    filter = dict(filter or {})
+    if versions is None:
+        return models.Filter(must=[_match(k, v) for k, v in sorted(filter.items())]) \
+            if filter else None
+    legacy = [_match(k, filter.pop(k)) for k in ("source", "title") if k in filter]
+    return models.Filter(
+        must=[_match(k, v) for k, v in sorted(filter.items())],
+        should=[models.FieldCondition(key=VERSION_KEY, match=models.MatchAny(any=list(versions))),
+                models.Filter(must=[models.IsEmptyCondition(
+                    is_empty=models.PayloadField(key=VERSION_KEY)), *legacy])])
+
+
+_NOT_HEAD = models.Filter(must_not=[_match(KIND_KEY, HEAD_KIND)])
+
+
+def _heads_filter(filter: Mapping[str, str] | None) -> models.Filter:
+    """Heads (whose payload equals each value of `filter`)."""
+    return models.Filter(must=[_match(KIND_KEY, HEAD_KIND),
+                        *[_match(k, v) for k, v in sorted((filter or {}).items())]])
+
+
+def _of_documents(document_ids: Sequence[str]) -> models.FieldCondition:
+    return models.FieldCondition(key="document_id", match=models.MatchAny(any=list(document_ids)))
+
+
+def _stale_of(head: DocumentHead) -> models.Filter:
+    return models.Filter(must=[_match("document_id", head.document_id)],
+                         must_not=[models.FieldCondition(key=SEQ_KEY,
+                                                         range=models.Range(gt=head.seq)),
+                                   _match(VERSION_KEY, head.version)])
 
 
 class ServerStore:
@@ -54,15 +90,26 @@ class ServerStore:
     def __init__(self, client: QdrantClient) -> None:
         self._client = client
         self._modes: dict[str, frozenset[str]] = {}
+        self._indexed: set[str] = set()
 
     def ensure_collection(self, name: str, dim: int) -> None:
         check_collection_name(name)
-        if self._client.collection_exists(name):
-            size = self._dim(name)
-            if size != dim:
-                raise FailedPrecondition(
-                    f"collection {name!r} holds {size}-d vectors, not {dim}-d")
-            return
+        if not self._client.collection_exists(name):
+            try:
+                self._create(name, dim)
+            except Exception:  # noqa: BLE001 - another replica may have created it meanwhile
+                if not self._client.collection_exists(name):
+                    raise
+        size = self._dim(name)
+        if size != dim:
+            raise FailedPrecondition(f"collection {name!r} holds {size}-d vectors, not {dim}-d")
+        if name not in self._indexed:  # once per process: one made before heads lacks some
+            for key in KEYWORD_INDEXES:
+                self._client.create_payload_index(name, key, models.PayloadSchemaType.KEYWORD)
+            self._client.create_payload_index(name, SEQ_KEY, models.PayloadSchemaType.INTEGER)
+            self._indexed.add(name)
+
+    def _create(self, name: str, dim: int) -> None:
         self._client.create_collection(
             name,
             # Half-precision storage, as the embedded store (see edge_store.DENSE_DATATYPE).
@@ -71,8 +118,6 @@ class ServerStore:
             sparse_vectors_config={
                 SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)},
         )
-        for key in FILTER_KEYS:
-            self._client.create_payload_index(name, key, models.PayloadSchemaType.KEYWORD)
 
     def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
                sparse: Sequence[SparseVector] | None = None) -> None:
@@ -90,7 +135,7 @@ class ServerStore:
                                SPARSE_VECTOR: models.SparseVector(
                                    indices=sparse[index].indices, values=sparse[index].values)}
             points.append(models.PointStruct(
-                id=point_id(collection, chunk.document_id, chunk.chunk_index),
+                id=point_id(collection, chunk.document_id, chunk.chunk_index, chunk.version),
                 vector=vector_data, payload=chunk.payload()))
         if points:
             self._client.upsert(collection, points=points, wait=True)
@@ -108,10 +153,10 @@ class ServerStore:
                filter: Mapping[str, str] | None = None,
                min_score: float | None = None, *, sparse: SparseVector | None = None,
                mode: SearchMode = "dense", fusion: FusionMethod = "dbsf",
-               prefetch_limit: int = 100) -> list[Hit]:
+               prefetch_limit: int = 100, versions: Sequence[str] | None = None) -> list[Hit]:
         modes = self.modes(collection)
         check_mode(collection, mode, modes)
-        server_filter = _server_filter(filter)
+        server_filter = _server_filter(filter, versions)
         if mode == "sparse" and sparse is not None and not sparse.indices:
             return []  # the query has no indexed term (only stopwords or punctuation)
         prefetch = None
@@ -168,13 +213,96 @@ class ServerStore:
             with_payload=True, with_vectors=False)
         return {r.payload["document_id"]: r.payload.get("fingerprint", "") for r in records}
 
+    def heads(self, collection: str, document_ids: Sequence[str]) -> dict[str, DocumentHead]:
+        self._require(collection)
+        if not document_ids:
+            return {}
+        found = {r.payload["document_id"]: DocumentHead.from_payload(r.payload)
+                 for r in self._client.retrieve(
+                     collection, ids=[head_point_id(collection, d) for d in document_ids],
+                     with_payload=True, with_vectors=False)}
+        rest = [d for d in document_ids if d not in found]
+        if rest:  # documents written before heads: their first chunk's payload
+            found.update({r.payload["document_id"]: DocumentHead.from_payload(r.payload)
+                          for r in self._client.retrieve(
+                              collection, ids=[point_id(collection, d, 0) for d in rest],
+                              with_payload=True, with_vectors=False)})
+        return found
+
+    def commit_heads(self, collection: str, heads: Sequence[DocumentHead]) -> None:
+        for seq in sorted({head.seq for head in heads}):
+            self._client.upsert(
+                collection, wait=True,
+                points=[models.PointStruct(id=head_point_id(collection, h.document_id),
+                                           vector={}, payload=h.payload())
+                        for h in heads if h.seq == seq],
+                update_filter=models.Filter(must=[models.FieldCondition(
+                    key=SEQ_KEY, range=models.Range(lt=seq))]))
+
+    def max_seq(self, collection: str, document_ids: Sequence[str]) -> int:
+        if not document_ids:
+            return 0
+        records, _ = self._client.scroll(
+            collection, scroll_filter=models.Filter(must=[_of_documents(document_ids)]),
+            limit=1, order_by=models.OrderBy(key=SEQ_KEY, direction=models.Direction.DESC),
+            with_payload=[SEQ_KEY])
+        return int(records[0].payload[SEQ_KEY]) if records else 0
+
+    def version_counts(self, collection: str, versions: Sequence[str]) -> dict[str, int]:
+        return self._facet(collection, VERSION_KEY, versions, _NOT_HEAD)
+
+    def point_counts(self, collection: str, document_ids: Sequence[str]) -> dict[str, int]:
+        return self._facet(collection, "document_id", document_ids, None)
+
+    def remove_stale(self, collection: str, heads: Sequence[DocumentHead]) -> None:
+        if heads:
+            self._client.delete(collection, wait=True, points_selector=models.FilterSelector(
+                filter=models.Filter(should=[_stale_of(head) for head in heads])))
+
+    def delete_versions(self, collection: str, document_id: str, up_to_seq: int) -> None:
+        self._client.delete(collection, wait=True, points_selector=models.FilterSelector(
+            filter=models.Filter(
+                must=[_match("document_id", document_id)],
+                must_not=[models.FieldCondition(key=SEQ_KEY, range=models.Range(gt=up_to_seq))])))
+
+    def list_heads(self, collection: str, page_size: int, offset: str | None,
+                   filter: Mapping[str, str] | None = None
+                   ) -> tuple[list[DocumentHead], str | None]:
+        self._require(collection)
+        records, next_offset = self._client.scroll(
+            collection, scroll_filter=_heads_filter(filter),
+            limit=page_size, offset=offset, with_payload=True, with_vectors=False)
+        return ([DocumentHead.from_payload(r.payload) for r in records],
+                None if next_offset is None else str(next_offset))
+
+    def document_count(self, collection: str) -> int:
+        self._require(collection)
+        return self._client.count(collection, exact=True, count_filter=_heads_filter(None)).count
+
+    def delete_collection(self, name: str) -> None:
+        self._require(name)
+        self._client.delete_collection(name)
+        self._modes.pop(name, None)
+        self._indexed.discard(name)
+
+    def _facet(self, collection: str, key: str, values: Sequence[str],
+               extra: models.Filter | None) -> dict[str, int]:
+        if not values:
+            return {}
+        must: list = [models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))]
+        if extra is not None:
+            must.append(extra)
+        response = self._client.facet(collection, key=key, limit=len(values), exact=True,
+                                      facet_filter=models.Filter(must=must))
+        return {str(hit.value): hit.count for hit in response.hits}
+
     def list_collections(self) -> list[CollectionInfo]:
         names = sorted(c.name for c in self._client.get_collections().collections)
         return [CollectionInfo(name, self._dim(name), self.count(name)) for name in names]
 
     def count(self, collection: str) -> int:
         self._require(collection)
-        return self._client.count(collection, exact=True).count
+        return self._client.count(collection, exact=True, count_filter=_NOT_HEAD).count
 
     def close(self) -> None:
         self._client.close()

@@ -32,6 +32,17 @@ COLLECTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 FILTER_KEYS = ("document_id", "source", "title")
 """Payload keys a search filter may name; both backends index them as keywords."""
+VERSION_KEY = "version"
+"""Payload key of the write id a chunk and its document's head carry (keyword index)."""
+SEQ_KEY = "seq"
+"""Payload key of a write's order (integer index): microseconds since the epoch, at least one more
+than any earlier write of the same documents; kept below 2**53 so that the engines' range
+conditions, which compare as float64, order every pair exactly."""
+KIND_KEY = "kind"
+"""Payload key that marks a document's head point ("document"); chunks have none."""
+HEAD_KIND = "document"
+KEYWORD_INDEXES = (*FILTER_KEYS, VERSION_KEY, KIND_KEY)
+"""Payload keys both backends index as keywords."""
 
 DENSE_VECTOR = "dense"
 """Name of the dense vector in a collection."""
@@ -58,9 +69,17 @@ class SparseVector:
 _POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "mcts-mesh/retrieval/chunk")
 
 
-def point_id(collection: str, document_id: str, chunk_index: int) -> str:
-    """Deterministic id of a chunk's point (UUIDv5), so re-ingest overwrites the same points."""
-    return str(uuid.uuid5(_POINT_NAMESPACE, f"{collection}/{document_id}/{chunk_index}"))
+def point_id(collection: str, document_id: str, chunk_index: int, version: str = "") -> str:
+    """Deterministic id of a chunk's point (UUIDv5). With a `version` (what this version
+    writes) each write of a document has its own points, so a new version never overwrites the
+    one searches serve; without, the id a chunk had before versions existed."""
+    key = f"{collection}/{document_id}/{chunk_index}"
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"{key}@{version}" if version else key))
+
+
+def head_point_id(collection: str, document_id: str) -> str:
+    """Id of a document's head point (UUIDv5): one per document, whatever its version."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"{collection}/{document_id}#head"))
 
 
 def check_collection_name(name: str) -> None:
@@ -82,9 +101,20 @@ class ChunkRecord:
     end_offset: int
     fingerprint: str = ""
     """Digest of what the document's chunks were made from (see `Retriever.fingerprint`); stored
-    so that a re-ingest of an unchanged document can be skipped."""
+    in a chunk only without a `version` (the layout before heads), else in the head."""
+    version: str = ""
+    """Write id of the document version the chunk belongs to ("": the layout before versions)."""
+    seq: int = 0
+    """Order of that write (see SEQ_KEY)."""
+    chunk_count: int = 0
+    """Chunks of that version."""
 
     def payload(self) -> dict[str, Any]:
+        if self.version:  # title, source and fingerprint live once, in the document's head
+            return {"document_id": self.document_id, VERSION_KEY: self.version,
+                    SEQ_KEY: self.seq, "chunk_index": self.chunk_index,
+                    "chunk_count": self.chunk_count, "text": self.text,
+                    "start_offset": self.start_offset, "end_offset": self.end_offset}
         return {
             "fingerprint": self.fingerprint,
             "document_id": self.document_id,
@@ -115,6 +145,8 @@ class Hit:
     start_offset: int
     end_offset: int
     cosine_similarity: float | None = None
+    version: str = ""
+    """The version (write id) the chunk belongs to; "" for a chunk written before versions."""
 
     @classmethod
     def from_payload(cls, chunk_id: str, score: float, payload: Mapping[str, Any],
@@ -130,7 +162,41 @@ class Hit:
             start_offset=int(payload["start_offset"]),
             end_offset=int(payload["end_offset"]),
             cosine_similarity=cosine_similarity,
+            version=payload.get(VERSION_KEY, ""),
         )
+
+
+@dataclass(frozen=True)
+class DocumentHead:
+    """A document's head point: which version of it searches serve (`version`, written by the
+    write numbered `seq`) and what that version is (`chunk_count` chunks, made from a document
+    whose digest is `fingerprint`), with the document's title and source, stored once. A head is
+    written only after every chunk of its version, and only over a head of a lower `seq`, so the
+    version it names is always whole. `legacy` marks a pseudo-head read from the first chunk of
+    a document written before heads existed (`version` "", `seq` 0, `chunk_count` unknown: 0)."""
+
+    document_id: str
+    version: str
+    seq: int
+    chunk_count: int
+    fingerprint: str
+    title: str
+    source: str
+    legacy: bool = False
+
+    def payload(self) -> dict[str, Any]:
+        return {KIND_KEY: HEAD_KIND, "document_id": self.document_id, VERSION_KEY: self.version,
+                SEQ_KEY: self.seq, "chunk_count": self.chunk_count,
+                "fingerprint": self.fingerprint, "title": self.title, "source": self.source}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> DocumentHead:
+        if payload.get(KIND_KEY) != HEAD_KIND:  # the first chunk of a document without a head
+            return cls(payload["document_id"], "", 0, 0, payload.get("fingerprint", ""),
+                       payload.get("title", ""), payload.get("source", ""), legacy=True)
+        return cls(payload["document_id"], payload[VERSION_KEY], int(payload[SEQ_KEY]),
+                   int(payload["chunk_count"]), payload.get("fingerprint", ""),
+                   payload.get("title", ""), payload.get("source", ""))
 
 
 def hit_cosines(mode: SearchMode, query: np.ndarray | None, scores: Sequence[float],
@@ -184,14 +250,64 @@ class VectorStore(Protocol):
         ...
 
     def delete_document(self, collection: str, document_id: str) -> None:
-        """Deletes every chunk of `document_id` (no error when there is none)."""
+        """Deletes every point of `document_id`, head included (no error when there is none)."""
+        ...
+
+    def heads(self, collection: str, document_ids: Sequence[str]) -> dict[str, DocumentHead]:
+        """The head of each of `document_ids` that has one; for a document written before heads
+        existed, a `legacy` pseudo-head read from its first chunk; absent ids are left out."""
+        ...
+
+    def commit_heads(self, collection: str, heads: Sequence[DocumentHead]) -> None:
+        """Writes `heads` (all of one `seq`), each only where the document has no head or one of
+        a lower seq (one conditional upsert: the engine checks and writes under one lock)."""
+        ...
+
+    def max_seq(self, collection: str, document_ids: Sequence[str]) -> int:
+        """The highest `seq` of any point (head or chunk, of any version) of `document_ids`; 0
+        when none has one."""
+        ...
+
+    def version_counts(self, collection: str, versions: Sequence[str]) -> dict[str, int]:
+        """Chunks stored of each of `versions` (heads not counted); absent versions left out."""
+        ...
+
+    def point_counts(self, collection: str, document_ids: Sequence[str]) -> dict[str, int]:
+        """Points (chunks of every version, and the head) of each of `document_ids`."""
+        ...
+
+    def remove_stale(self, collection: str, heads: Sequence[DocumentHead]) -> None:
+        """For each head, deletes the points of its document that are not its version's and not
+        newer than it (older versions, their heads' predecessors, unfinished writes, chunks
+        written before versions), in one delete; chunks of a newer write in progress stay."""
+        ...
+
+    def delete_versions(self, collection: str, document_id: str, up_to_seq: int) -> None:
+        """Deletes every point of `document_id` (head included) whose seq is at most `up_to_seq`
+        or that has none, in one delete; a newer write in progress keeps its points."""
+        ...
+
+    def list_heads(self, collection: str, page_size: int, offset: str | None,
+                   filter: Mapping[str, str] | None = None
+                   ) -> tuple[list[DocumentHead], str | None]:
+        """Up to `page_size` heads in point-id order from point id `offset` (None: the first),
+        and the id to continue from (None after the last); with `filter`, only heads whose
+        payload equals each of its values (keys in FILTER_KEYS)."""
+        ...
+
+    def document_count(self, collection: str) -> int:
+        """Documents (heads) stored in `collection`."""
+        ...
+
+    def delete_collection(self, name: str) -> None:
+        """Deletes collection `name` and everything in it. Raises NotFound when absent."""
         ...
 
     def search(self, collection: str, vector: np.ndarray | None, top_k: int,
                filter: Mapping[str, str] | None = None,
                min_score: float | None = None, *, sparse: SparseVector | None = None,
                mode: SearchMode = "dense", fusion: FusionMethod = "dbsf",
-               prefetch_limit: int = 100) -> list[Hit]:
+               prefetch_limit: int = 100, versions: Sequence[str] | None = None) -> list[Hit]:
         """The `top_k` best chunks for the query, best first.
 
         `mode` "dense" ranks by cosine similarity to `vector` (float32 [dim]); "sparse" by BM25
@@ -199,7 +315,9 @@ class VectorStore(Protocol):
         fuses the two lists with `fusion`. `filter` keeps chunks whose payload equals every given
         value (keys in FILTER_KEYS), in every stage; `min_score` drops results whose final score
         (see `Hit.score`) is below it. When `vector` is given, every hit carries its cosine
-        similarity to it (`Hit.cosine_similarity`), in sparse mode too.
+        similarity to it (`Hit.cosine_similarity`), in sparse mode too. With `versions`, the
+        filter's title and source apply to chunks written before versions only (they carry
+        them), and chunks with a version are kept only when it is one of `versions`.
         Raises:
             InvalidArgument("mode"): the collection was not built for `mode` (see `modes`).
         """
@@ -219,7 +337,7 @@ class VectorStore(Protocol):
         ...
 
     def count(self, collection: str) -> int:
-        """Chunks stored in `collection`."""
+        """Chunks stored in `collection` (of every version; heads not counted)."""
         ...
 
     def close(self) -> None:
