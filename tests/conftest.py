@@ -1,9 +1,11 @@
-"""Fixtures every kind of test shares: where the repository and the shared evaluation data are, and
-the bench scripts some unit tests import."""
+"""Fixtures every kind of test shares: where the repository and the shared evaluation data are, the
+bench scripts some unit tests import, SIGINT's default disposition, and longer timeouts for the
+tests that start whole meshes."""
 
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +29,20 @@ def data_dir() -> Path:
     if not DATA_DIR.is_dir():
         pytest.fail(f"shared data not found at {DATA_DIR}")
     return DATA_DIR
+
+
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread during the test (Python's
+    `default_int_handler`, what an interactive shell gives); the previous disposition comes back
+    after it. Tests that send themselves SIGINT need it: a background job (`nohup make test &`)
+    starts with SIGINT ignored, and Python then keeps it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, which cannot be restored
+            signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

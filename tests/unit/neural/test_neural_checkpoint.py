@@ -201,6 +201,7 @@ def test_an_interrupted_replacement_leaves_the_previous_checkpoint(saved, tiny_m
     assert sorted(p.name for p in directory.parent.iterdir()) == [directory.name]
 
 
+@pytest.mark.usefixtures("default_sigint")  # SIGINT may start ignored (a background job)
 def test_ctrl_c_during_the_swap_waits_for_it_to_finish(saved, tiny_model, monkeypatch):
     import os
     import signal

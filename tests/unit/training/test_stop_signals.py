@@ -13,6 +13,9 @@ from mcts_mesh.training.az import learner
 
 NETWORK = {"channels": 8, "blocks": 1, "value_hidden": 8}
 
+# Each test starts from SIGINT's default disposition, whatever the shell that ran pytest left.
+pytestmark = pytest.mark.usefixtures("default_sigint")
+
 
 def test_the_first_signal_interrupts_and_later_ones_are_ignored():
     before = signal.getsignal(signal.SIGTERM)
