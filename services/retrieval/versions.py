@@ -62,7 +62,8 @@ def whole_versions(store: VectorStore, collection: str, heads: Mapping[str, Docu
     points = store.point_counts(collection, sorted(whole))
     stale = [heads[doc] for doc in sorted(whole)
              if points.get(doc, 0) != heads[doc].chunk_count + 1]
-    store.remove_stale(collection, stale)
+    if stale:
+        store.remove_stale(collection, stale)
     return whole
 
 
@@ -98,7 +99,7 @@ def new_heads(records_by_document: Mapping[str, list[ChunkRecord]],
     records: list[ChunkRecord] = []
     heads: list[DocumentHead] = []
     for doc, chunks in records_by_document.items():
-        version = uuid.uuid4().hex
+        version = f"v{uuid.uuid4().hex}"  # not a UUID: engines may read a UUID string as one
         records.extend(replace(chunk, version=version, seq=seq, chunk_count=len(chunks),
                                title="", source="", fingerprint="") for chunk in chunks)
         heads.append(DocumentHead(doc, version, seq, len(chunks), fingerprints[doc],
