@@ -13,7 +13,6 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
-
 import pytest
 from qdrant_client import QdrantClient
 
@@ -230,34 +229,38 @@ def interleavings(count: int, seed: int = 0) -> list[str]:
     return fixed + random.Random(seed).sample(rest, count - len(fixed))
 
 
+def race(store, order: str) -> None:
+    """Two writers of document "a" (stored at round 0) with their store calls in `order`; then
+    checks that exactly the winner's version is stored."""
+    base = retriever_over(store)
+    base.ingest(COLLECTION, [version_of(0, "a")])
+    turns = Turns(order)
+    writers = {name: Retriever(Gated(store, turns, name), base.embedder, 40, 0) for name in "AB"}
+    documents = {"A": version_of(1, "a"), "B": version_of(2, "a", sentences=3)}
+    errors: list[BaseException] = []
+
+    def write(name: str) -> None:
+        try:
+            writers[name].ingest(COLLECTION, [documents[name]])
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(name,)) for name in "AB"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, (order, errors)
+    head = base.get_document(COLLECTION, "a")
+    winner = next(d for d in documents.values() if base.fingerprint(d) == head.fingerprint)
+    assert_exactly(base, winner)
+
+
 @pytest.mark.parametrize("kind", ["edge", "server"])
 def test_two_writers_of_one_document_end_with_one_whole_version(kind, tmp_path):
     for number, order in enumerate(interleavings(24)):
         store = make_store(kind, tmp_path / f"store-{number}")
         try:
-            base = retriever_over(store)
-            base.ingest(COLLECTION, [version_of(0, "a")])
-            turns = Turns(order)
-            writers = {name: Retriever(Gated(store, turns, name), base.embedder, 40, 0)
-                       for name in "AB"}
-            documents = {"A": version_of(1, "a"), "B": version_of(2, "a", sentences=3)}
-            errors: list[BaseException] = []
-
-            def write(name: str) -> None:
-                try:
-                    writers[name].ingest(COLLECTION, [documents[name]])
-                except BaseException as error:  # noqa: BLE001 - re-raised below
-                    errors.append(error)
-
-            threads = [threading.Thread(target=write, args=(name,)) for name in "AB"]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-            assert not errors, (order, errors)
-            head = base.get_document(COLLECTION, "a")
-            winner = next(d for d in documents.values()
-                          if base.fingerprint(d) == head.fingerprint)
-            assert_exactly(base, winner)
+            race(store, order)
         finally:
             store.close()
