@@ -52,8 +52,9 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import grpc
 import uvicorn
@@ -77,18 +78,20 @@ from starlette.types import Receive, Scope, Send
 
 from libs.errors import MeshError
 from libs.in_process import CallFailed, InProcessServer, InProcessStreamCall, InProcessUnaryCall
+from services.orchestrator.access.control import Credential, Rejection, credential_from_metadata
+from services.orchestrator.access.interceptor import rejection_status
 from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
-from services.orchestrator.rest.limits import (
-    check_json_depth,
-    check_media_type,
-    read_body,
-)
+from services.orchestrator.rest.limits import check_media_type, check_query, read_body
 from services.orchestrator.rest.metadata import (
+    credential_metadata,
     request_metadata,
     response_headers,
     timeout_seconds,
 )
+from services.orchestrator.rest.offload import BodyDecoder
 from services.orchestrator.rest.openapi import openapi_document
+from services.orchestrator.rest.origins import HostOriginGuard, default_allowed_hosts
+from services.orchestrator.rest.protocol import bounded_protocol
 from services.orchestrator.rest.status import (
     JSON,
     code_status,
@@ -96,7 +99,7 @@ from services.orchestrator.rest.status import (
     status_json,
     status_response,
 )
-from services.orchestrator.rest.transcoding import build_request, response_json
+from services.orchestrator.rest.transcoding import apply_path_and_query, response_json
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,18 @@ class RestSettings:
         cors_allowed_origins: origins ("https://app.example") whose browsers may call the API
             cross-site; "*" allows any; empty (the default) turns CORS off.
         cors_max_age_s: how long a browser may cache a preflight's answer, in seconds.
+        max_query_bytes: longest query string accepted (414 beyond, not parsed).
+        max_query_parameters: most `&`-separated query parameters accepted (400 beyond).
+        max_head_bytes: most bytes of request target and headers together (414 or 431 beyond,
+            answered by the HTTP protocol before the request reaches the app).
+        max_headers: most headers of a request (431 beyond).
+        allowed_hosts: Host names answered ("*.example.com" its subdomains, "*" any); None: the
+            loopback names when `host` is loopback, any otherwise (see `origins`).
+        allowed_origins: origins whose cross-site requests are served besides same-origin ones
+            and `cors_allowed_origins`; others are refused 403.
+        offload_body_bytes: bodies of at least this many bytes are decoded in worker processes,
+            off the event loop (see `offload`).
+        body_workers: worker processes for those bodies (started on the first one).
     """
 
     host: str = "127.0.0.1"
@@ -137,6 +152,26 @@ class RestSettings:
     max_json_depth: int = 64
     cors_allowed_origins: tuple[str, ...] = field(default_factory=tuple)
     cors_max_age_s: int = 600
+    max_query_bytes: int = 8 * 1024
+    max_query_parameters: int = 64
+    max_head_bytes: int = 1024 * 1024
+    max_headers: int = 100
+    allowed_hosts: tuple[str, ...] | None = None
+    allowed_origins: tuple[str, ...] = field(default_factory=tuple)
+    offload_body_bytes: int = 16 * 1024
+    body_workers: int = 2
+
+
+class Authenticator(Protocol):
+    """What checks a caller's credential (`access.control.AccessControl`): None when it may
+    call, else the rejection (missing or invalid key), with no other effect."""
+
+    def authenticate(self, credential: Credential) -> Rejection | None: ...
+
+
+_UNREAD_BODY_BYTES = 64 * 1024
+"""A refused request announcing a larger body (or a chunked one) has its connection closed rather
+than its body read and discarded."""
 
 
 class _Gateway:
@@ -144,11 +179,14 @@ class _Gateway:
 
     def __init__(self, server: InProcessServer, service: ServiceDescriptor,
                  bindings: list[HttpBinding], settings: RestSettings,
-                 tracer: trace.Tracer) -> None:
+                 tracer: trace.Tracer, access: Authenticator | None,
+                 decoder: BodyDecoder) -> None:
         self._server = server
         self._router = Router(bindings)
         self._settings = settings
         self._tracer = tracer
+        self._access = access
+        self._decoder = decoder
         self._request_classes = {
             method.full_name: message_factory.GetMessageClass(method.input_type)
             for method in service.methods
@@ -194,19 +232,17 @@ class _Gateway:
 
     async def _transcode_and_call(self, request: Request, receive: Receive, binding: HttpBinding,
                                   path_values: dict[str, str]) -> Response | _NdjsonStream:
-        method = binding.method.full_name
+        refusal = self._refuse_unauthenticated(request)
+        if refusal is not None:
+            return refusal
         try:
+            check_query(request.scope.get("query_string", b""), self._settings.max_query_bytes,
+                        self._settings.max_query_parameters)
             timeout = self._timeout(request.headers.get("grpc-timeout"))
             metadata = request_metadata(
                 request.headers.items(), request.headers.get("host"),
                 request.client.host if request.client else None)
-            body = b""
-            if binding.body:
-                check_media_type(request.headers.get("content-type"))
-                body = await read_body(request, self._settings.max_body_bytes)
-                check_json_depth(body, self._settings.max_json_depth)
-            message = build_request(binding, self._request_classes[method], body, path_values,
-                                    request.url.query)
+            message = await self._build_request(request, binding, path_values)
         except MeshError as error:
             return error_response(error)
         metadata = _with_trace_context(metadata)
@@ -228,6 +264,40 @@ class _Gateway:
             watcher.cancel()
         return Response(response_json(reply, binding.response_body), status_code=200,
                         headers=response_headers(call.initial_metadata()), media_type=JSON)
+
+    def _refuse_unauthenticated(self, request: Request) -> Response | None:
+        """The 401 for a missing or invalid key (when the app was given access control), from
+        the credential headers alone, before the query or the body is looked at; None otherwise.
+        The in-process call's interceptor still decides the call (admission, limits)."""
+        if self._access is None:
+            return None
+        rejection = self._access.authenticate(
+            credential_from_metadata(credential_metadata(request.headers.items())))
+        if rejection is None:
+            return None
+        headers = request.headers
+        declared = headers.get("content-length", "0").strip()
+        unread = "transfer-encoding" in headers or not declared.isdigit() \
+            or int(declared) > _UNREAD_BODY_BYTES
+        return status_response(rejection_status(rejection),
+                               {"Connection": "close"} if unread else None)
+
+    async def _build_request(self, request: Request, binding: HttpBinding,
+                             path_values: dict[str, str]) -> Message:
+        """The request message: the body (when the binding takes one) decoded, on the loop or
+        in a worker process (`offload`), then the path variables and the query.
+
+        Raises:
+            MeshError: a refused body (415, 413, 400) or a bad field (400), naming it.
+        """
+        message = self._request_classes[binding.method.full_name]()
+        if binding.body:
+            check_media_type(request.headers.get("content-type"))
+            body = await read_body(request, self._settings.max_body_bytes)
+            if body.strip():
+                message = await self._decoder.decode(message, binding.body, body)
+        apply_path_and_query(binding, message, path_values, request.url.query)
+        return message
 
     def _timeout(self, header: str | None) -> float:
         """The call's deadline in seconds: the Grpc-Timeout header's, capped at
@@ -368,6 +438,7 @@ def build_rest_app(
     service: ServiceDescriptor = ORCHESTRATOR_SERVICE,
     tracer_provider: TracerProvider | None = None,
     dependencies: Callable[[], list[dict[str, object]]] | None = None,
+    access: Authenticator | None = None,
 ) -> Starlette:
     """The REST front for `service`, calling it through `server` (the gRPC server's
     `RunningServer.in_process`: its handlers and interceptors, in this process).
@@ -379,13 +450,18 @@ def build_rest_app(
         tracer_provider: provider for the REST spans; None uses the process's global provider.
         dependencies: the dependencies' last known states, listed by /ready (the orchestrator
             passes `DependencyWatcher.report`); None lists none.
+        access: checks the API key of every API request before its query or body is read
+            (the orchestrator passes its `AccessControl`); None leaves the key to the
+            in-process call's interceptor alone.
     Raises:
         AnnotationError: an annotation that cannot be served (checked here, at start-up).
     """
     settings = settings or RestSettings()
     bindings = service_bindings(service)
     tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
-    gateway = _Gateway(server, service, bindings, settings, tracer)
+    decoder = BodyDecoder(settings.offload_body_bytes, settings.max_json_depth,
+                          settings.body_workers)
+    gateway = _Gateway(server, service, bindings, settings, tracer, access, decoder)
     document = openapi_document(service, bindings)
 
     async def health(_: Request) -> Response:
@@ -430,16 +506,30 @@ def build_rest_app(
         Route("/metrics", _GetOnly(metrics)),
         Route("/{path:path}", gateway),
     ]
-    middleware = []
+    allowed_hosts = settings.allowed_hosts
+    if allowed_hosts is None:
+        allowed_hosts = default_allowed_hosts(settings.host)
+    middleware = [Middleware(HostOriginGuard, allowed_hosts=allowed_hosts,
+                             allowed_origins=settings.allowed_origins
+                             + settings.cors_allowed_origins)]
     if settings.cors_allowed_origins:
         middleware.append(Middleware(
             _StatusCorsMiddleware, allow_origins=list(settings.cors_allowed_origins),
             allow_methods=sorted({b.http_method for b in bindings} | {"GET"}),
             allow_headers=list(CORS_ALLOWED_HEADERS), expose_headers=list(CORS_EXPOSED_HEADERS),
             max_age=settings.cors_max_age_s))
-    return Starlette(routes=routes, middleware=middleware,
-                     exception_handlers={HTTPException: _http_exception,
-                                         Exception: _unexpected_exception})
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            decoder.close()
+
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_exception,
+                                        Exception: _unexpected_exception})
+    app.state.rest_settings = settings
+    return app
 
 
 class _GetOnly:
@@ -558,8 +648,10 @@ async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float 
         raise RuntimeError(f"REST: could not bind {host}:{port}: {error}") from error
     bound_port = sock.getsockname()[1]
     # log_config=None: uvicorn's records propagate to the root handler (the service's JSON lines).
+    settings = getattr(app.state, "rest_settings", None) or RestSettings()
     config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False,
                             log_config=None,
+                            http=bounded_protocol(settings.max_head_bytes, settings.max_headers),
                             timeout_graceful_shutdown=drain_grace_s)
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -1,6 +1,7 @@
-"""What the REST front checks before it parses a request body: the media type (415), the size
-(413, enforced while reading, so an oversized body is never held whole), and how deep the JSON
-nests (400, checked on the raw bytes before any JSON parser recurses into it).
+"""What the REST front checks before it parses a request: the query string's length (414) and
+parameter count (400), the body's media type (415), its size (413, enforced while reading, so an
+oversized body is never held whole), and how deep its JSON nests (400, checked on the raw bytes
+before any JSON parser recurses into it).
 
 Each failure is a `MeshError` carrying its HTTP status (`http_status`) and a `google.rpc` reason;
 `status.error_response` turns it into a `google.rpc.Status` body.
@@ -12,7 +13,7 @@ import grpc
 import numpy as np
 from starlette.requests import Request
 
-from libs.errors import MeshError
+from libs.errors import InvalidArgument, MeshError
 
 JSON_MEDIA_TYPE = "application/json"
 _OPEN = (ord("["), ord("{"))
@@ -57,6 +58,39 @@ class BadContentLength(RequestRefused):
 
     reason = "BAD_CONTENT_LENGTH"
     close = True
+
+
+class QueryTooLong(InvalidArgument):
+    """HTTP 414: the query string is longer than the limit (not parsed)."""
+
+    http_status = 414
+
+    def __init__(self, description: str) -> None:
+        super().__init__("query", description)
+
+
+class TooManyQueryParameters(InvalidArgument):
+    """HTTP 400: the query string has more parameters than the limit (not parsed)."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__("query", description)
+
+
+def check_query(query: bytes, max_bytes: int, max_parameters: int) -> None:
+    """Refuses a raw query string over `max_bytes` bytes or with more than `max_parameters`
+    `&`-separated parameters, before it is decoded or parsed (two linear scans in C).
+
+    Raises:
+        QueryTooLong: more than `max_bytes` bytes.
+        TooManyQueryParameters: more than `max_parameters` parameters.
+    """
+    if len(query) > max_bytes:
+        raise QueryTooLong(f"the query string is {len(query):,} bytes; at most {max_bytes:,} "
+                           "are accepted")
+    parameters = query.count(b"&") + 1 if query else 0
+    if parameters > max_parameters:
+        raise TooManyQueryParameters(f"the query string has {parameters:,} parameters; at most "
+                                     f"{max_parameters} are accepted")
 
 
 def check_media_type(content_type: str | None) -> None:
