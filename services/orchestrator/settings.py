@@ -35,6 +35,21 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     (`["https://app.example"]`; `["*"]` for any); empty turns CORS off."""
     rest_cors_max_age_s: int = 600
     """Seconds a browser may cache a CORS preflight's answer."""
+    rest_allowed_hosts: tuple[str, ...] | None = None
+    """Host names the REST front answers, as a JSON list (`["api.example", "*.example.com"]`;
+    `["*"]` for any); others get 421. Unset: localhost, 127.0.0.1 and [::1] when `host` is a
+    loopback address (no DNS rebinding), any host otherwise."""
+    rest_allowed_origins: tuple[str, ...] = ()
+    """Origins whose cross-site requests the REST front serves besides the CORS allowed origins;
+    a request with any other Origin (not the request's own) is refused 403."""
+    rest_max_query_bytes: int = 8 * 1024
+    """Longest REST query string, in bytes (414 beyond, not parsed)."""
+    rest_max_query_parameters: int = 64
+    """Most parameters of a REST query string (400 beyond, not parsed)."""
+    rest_max_head_bytes: int = 1024 * 1024
+    """Most bytes of a REST request's target and headers together (414/431 beyond)."""
+    rest_max_headers: int = 100
+    """Most headers of a REST request (431 beyond)."""
 
     mcts_target: str = "127.0.0.1:50052"
     neural_target: str = "127.0.0.1:50053"
@@ -256,6 +271,9 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
             raise ValueError("need 1 <= default_simulations <= max_simulations <= 10,000,000")
         if not 1 <= self.max_iterations <= 10 or not 1 <= self.text_max_iterations <= 10:
             raise ValueError("max_iterations and text_max_iterations must be in 1..10")
+        if min(self.rest_max_query_bytes, self.rest_max_query_parameters,
+               self.rest_max_head_bytes, self.rest_max_headers) < 1:
+            raise ValueError("the REST front's query and head limits must be >= 1")
         if self.rest_max_body_bytes < 1 or not 1 <= self.rest_max_json_depth <= 512:
             raise ValueError("need rest_max_body_bytes >= 1 and rest_max_json_depth in 1..512")
         if not 1 <= self.text_sample_count <= 20 or not 0 <= self.text_temperature <= 2 \
