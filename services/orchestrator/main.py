@@ -201,7 +201,14 @@ async def run(settings: OrchestratorSettings,
                          max_body_bytes=settings.rest_max_body_bytes,
                          max_json_depth=settings.rest_max_json_depth,
                          cors_allowed_origins=settings.rest_cors_allowed_origins,
-                         cors_max_age_s=settings.rest_cors_max_age_s),
+                         cors_max_age_s=settings.rest_cors_max_age_s,
+                         allowed_hosts=settings.rest_allowed_hosts,
+                         allowed_origins=settings.rest_allowed_origins,
+                         max_query_bytes=settings.rest_max_query_bytes,
+                         max_query_parameters=settings.rest_max_query_parameters,
+                         max_head_bytes=settings.rest_max_head_bytes,
+                         max_headers=settings.rest_max_headers),
+            access=access,
             dependencies=watcher.report)
         rest = await serve_rest(app, settings.host, settings.rest_port, settings.drain_grace_s)
 
