@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -61,6 +62,26 @@ class OrchestratorServiceStub:
                 '/mesh.orchestrator.v1.OrchestratorService/StreamIngestDocuments',
                 request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsRequest.SerializeToString,
                 response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsResponse.FromString,
+                _registered_method=True)
+        self.GetDocument = channel.unary_unary(
+                '/mesh.orchestrator.v1.OrchestratorService/GetDocument',
+                request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.Document.FromString,
+                _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/mesh.orchestrator.v1.OrchestratorService/ListDocuments',
+                request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
+        self.DeleteDocument = channel.unary_unary(
+                '/mesh.orchestrator.v1.OrchestratorService/DeleteDocument',
+                request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteDocumentRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.DeleteCollection = channel.unary_unary(
+                '/mesh.orchestrator.v1.OrchestratorService/DeleteCollection',
+                request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteCollectionRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
 
 
@@ -132,9 +153,15 @@ class OrchestratorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def IngestDocuments(self, request, context):
-        """Ingests documents into a retrieval collection.
-        Errors: INVALID_ARGUMENT for a bad collection name or documents;
-        UNAVAILABLE when retrieval is down.
+        """Ingests documents into a retrieval collection. Each document is replaced
+        on its own: if the call fails part way it is served whole at its
+        previous version or whole at its new one, and a retry converges to the
+        new one (see RetrievalService.IngestDocuments).
+        Errors: INVALID_ARGUMENT for a bad collection name or documents (an id
+        over 1,024 characters, a title over 1,024, a source over 2,048 included);
+        RESOURCE_EXHAUSTED, naming the limit, past the retrieval service's caps
+        on collections and on documents per collection; UNAVAILABLE when
+        retrieval is down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -147,6 +174,47 @@ class OrchestratorServiceServicer:
         only (no REST mapping).
         Errors: as IngestDocuments; INVALID_ARGUMENT for an id repeated in the
         stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDocument(self, request, context):
+        """Gets a stored document (AIP-131): its chunk count, version, fingerprint,
+        title and source. Forwarded to RetrievalService.GetDocument.
+        Errors: INVALID_ARGUMENT ("name") for a name not of the form
+        collections/{collection}/documents/{document}; NOT_FOUND for an unknown
+        collection or document; UNAVAILABLE when retrieval is down.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDocuments(self, request, context):
+        """Lists a collection's documents a page at a time (AIP-132, AIP-158).
+        Errors: INVALID_ARGUMENT for a bad parent ("parent"), a negative
+        page_size ("page_size") or a page_token not issued for this parent
+        ("page_token"); NOT_FOUND for an unknown collection; UNAVAILABLE when
+        retrieval is down.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteDocument(self, request, context):
+        """Deletes a document and all its chunks (AIP-135).
+        Errors: INVALID_ARGUMENT ("name"); NOT_FOUND for an unknown collection or
+        document; UNAVAILABLE when retrieval is down.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCollection(self, request, context):
+        """Deletes a collection and every document in it (AIP-135).
+        Errors: INVALID_ARGUMENT ("name") for a name not of the form
+        collections/{collection}; NOT_FOUND for an unknown collection;
+        UNAVAILABLE when retrieval is down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -179,6 +247,26 @@ def add_OrchestratorServiceServicer_to_server(servicer, server):
                     servicer.StreamIngestDocuments,
                     request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsRequest.FromString,
                     response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsResponse.SerializeToString,
+            ),
+            'GetDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocument,
+                    request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.GetDocumentRequest.FromString,
+                    response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.Document.SerializeToString,
+            ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'DeleteDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteDocument,
+                    request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteDocumentRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'DeleteCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCollection,
+                    request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteCollectionRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -319,6 +407,114 @@ class OrchestratorService:
             '/mesh.orchestrator.v1.OrchestratorService/StreamIngestDocuments',
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsRequest.SerializeToString,
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamIngestDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.orchestrator.v1.OrchestratorService/GetDocument',
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.GetDocumentRequest.SerializeToString,
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.Document.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.orchestrator.v1.OrchestratorService/ListDocuments',
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListDocumentsRequest.SerializeToString,
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.orchestrator.v1.OrchestratorService/DeleteDocument',
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteDocumentRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.orchestrator.v1.OrchestratorService/DeleteCollection',
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.DeleteCollectionRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,10 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from mesh.common.v1 import common_pb2 as mesh_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)mesh/retrieval/v1/retrieval_service.proto\x12\x11mesh.retrieval.v1\x1a\x1bmesh/common/v1/common.proto\"p\n\x16IngestDocumentsRequest\x12\x1e\n\ncollection\x18\x01 \x01(\tR\ncollection\x12\x36\n\tdocuments\x18\x02 \x03(\x0b\x32\x18.mesh.common.v1.DocumentR\tdocuments\"\xcd\x01\n\x17IngestDocumentsResponse\x12%\n\x0e\x64ocument_count\x18\x01 \x01(\x05R\rdocumentCount\x12\x1f\n\x0b\x63hunk_count\x18\x02 \x01(\x05R\nchunkCount\x12\x34\n\x16skipped_document_count\x18\x03 \x01(\x05R\x14skippedDocumentCount\x12\x34\n\x16updated_document_count\x18\x04 \x01(\x05R\x14updatedDocumentCount\"v\n\x1cStreamIngestDocumentsRequest\x12\x1e\n\ncollection\x18\x01 \x01(\tR\ncollection\x12\x36\n\tdocuments\x18\x02 \x03(\x0b\x32\x18.mesh.common.v1.DocumentR\tdocuments\"\xd3\x01\n\x1dStreamIngestDocumentsResponse\x12%\n\x0e\x64ocument_count\x18\x01 \x01(\x05R\rdocumentCount\x12\x1f\n\x0b\x63hunk_count\x18\x02 \x01(\x05R\nchunkCount\x12\x34\n\x16skipped_document_count\x18\x03 \x01(\x05R\x14skippedDocumentCount\x12\x34\n\x16updated_document_count\x18\x04 \x01(\x05R\x14updatedDocumentCount\"\x92\x03\n\x16SearchDocumentsRequest\x12\x1e\n\ncollection\x18\x01 \x01(\tR\ncollection\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n\x05top_k\x18\x03 \x01(\x05H\x00R\x04topK\x88\x01\x01\x12M\n\x06\x66ilter\x18\x04 \x03(\x0b\x32\x35.mesh.retrieval.v1.SearchDocumentsRequest.FilterEntryR\x06\x66ilter\x12 \n\tmin_score\x18\x05 \x01(\x02H\x01R\x08minScore\x88\x01\x01\x12.\n\x04mode\x18\x06 \x01(\x0e\x32\x1a.mesh.common.v1.SearchModeR\x04mode\x12\x34\n\x06\x66usion\x18\x07 \x01(\x0e\x32\x1c.mesh.common.v1.FusionMethodR\x06\x66usion\x1a\x39\n\x0b\x46ilterEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x08\n\x06_top_kB\x0c\n\n_min_score\"\xac\x02\n\x0cSearchResult\x12\x19\n\x08\x63hunk_id\x18\x01 \x01(\tR\x07\x63hunkId\x12\x1f\n\x0b\x64ocument_id\x18\x02 \x01(\tR\ndocumentId\x12\x14\n\x05title\x18\x03 \x01(\tR\x05title\x12\x12\n\x04text\x18\x04 \x01(\tR\x04text\x12\x16\n\x06source\x18\x05 \x01(\tR\x06source\x12\x14\n\x05score\x18\x06 \x01(\x02R\x05score\x12!\n\x0cstart_offset\x18\x07 \x01(\x05R\x0bstartOffset\x12\x1d\n\nend_offset\x18\x08 \x01(\x05R\tendOffset\x12\x30\n\x11\x63osine_similarity\x18\x46 \x01(\x02H\x00R\x10\x63osineSimilarity\x88\x01\x01\x42\x14\n\x12_cosine_similarity\"T\n\x17SearchDocumentsResponse\x12\x39\n\x07results\x18\x01 \x03(\x0b\x32\x1f.mesh.retrieval.v1.SearchResultR\x07results\"\x18\n\x16ListCollectionsRequest\"A\n\nCollection\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n\x0b\x63hunk_count\x18\x02 \x01(\x03R\nchunkCount\"Z\n\x17ListCollectionsResponse\x12?\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32\x1d.mesh.retrieval.v1.CollectionR\x0b\x63ollections2\xce\x03\n\x10RetrievalService\x12h\n\x0fIngestDocuments\x12).mesh.retrieval.v1.IngestDocumentsRequest\x1a*.mesh.retrieval.v1.IngestDocumentsResponse\x12|\n\x15StreamIngestDocuments\x12/.mesh.retrieval.v1.StreamIngestDocumentsRequest\x1a\x30.mesh.retrieval.v1.StreamIngestDocumentsResponse(\x01\x12h\n\x0fSearchDocuments\x12).mesh.retrieval.v1.SearchDocumentsRequest\x1a*.mesh.retrieval.v1.SearchDocumentsResponse\x12h\n\x0fListCollections\x12).mesh.retrieval.v1.ListCollectionsRequest\x1a*.mesh.retrieval.v1.ListCollectionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)mesh/retrieval/v1/retrieval_service.proto\x12\x11mesh.retrieval.v1\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bmesh/common/v1/common.proto\"\x87\x02\n\x08\x44ocument\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n\x0b\x64ocument_id\x18\x02 \x01(\tR\ndocumentId\x12\x14\n\x05title\x18\x03 \x01(\tR\x05title\x12\x16\n\x06source\x18\x04 \x01(\tR\x06source\x12\x1f\n\x0b\x63hunk_count\x18\x05 \x01(\x05R\nchunkCount\x12\x18\n\x07version\x18\x06 \x01(\tR\x07version\x12 \n\x0b\x66ingerprint\x18\x07 \x01(\tR\x0b\x66ingerprint\x12;\n\x0bupdate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\"(\n\x12GetDocumentRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"j\n\x14ListDocumentsRequest\x12\x16\n\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageToken\"z\n\x15ListDocumentsResponse\x12\x39\n\tdocuments\x18\x01 \x03(\x0b\x32\x1b.mesh.retrieval.v1.DocumentR\tdocuments\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"+\n\x15\x44\x65leteDocumentRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"-\n\x17\x44\x65leteCollectionRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"p\n\x16IngestDocumentsRequest\x12\x1e\n\ncollection\x18\x01 \x01(\tR\ncollection\x12\x36\n\tdocuments\x18\x02 \x03(\x0b\x32\x18.mesh.common.v1.DocumentR\tdocuments\"\xcd\x01\n\x17IngestDocumentsResponse\x12%\n\x0e\x64ocument_count\x18\x01 \x01(\x05R\rdocumentCount\x12\x1f\n\x0b\x63hunk_count\x18\x02 \x01(\x05R\nchunkCount\x12\x34\n\x16skipped_document_count\x18\x03 \x01(\x05R\x14skippedDocumentCount\x12\x34\n\x16updated_document_count\x18\x04 \x01(\x05R\x14updatedDocumentCount\"v\n\x1cStreamIngestDocumentsRequest\x12\x1e\n\ncollection\x18\x01 \x01(\tR\ncollection\x12\x36\n\tdocuments\x18\x02 \x03(\x0b\x32\x18.mesh.common.v1.DocumentR\tdocuments\"\xd3\x01\n\x1dStreamIngestDocumentsResponse\x12%\n\x0e\x64ocument_count\x18\x01 \x01(\x05R\rdocumentCount\x12\x1f\n\x0b\x63hunk_count\x18\x02 \x01(\x05R\nchunkCount\x12\x34\n\x16skipped_document_count\x18\x03 \x01(\x05R\x14skippedDocumentCount\x12\x34\n\x16updated_document_count\x18\x04 \x01(\x05R\x14updatedDocumentCount\"\x92\x03\n\x16SearchDocumentsRequest\x12\x1e\n\ncollection\x18\x01 \x01(\tR\ncollection\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\x12\x18\n\x05top_k\x18\x03 \x01(\x05H\x00R\x04topK\x88\x01\x01\x12M\n\x06\x66ilter\x18\x04 \x03(\x0b\x32\x35.mesh.retrieval.v1.SearchDocumentsRequest.FilterEntryR\x06\x66ilter\x12 \n\tmin_score\x18\x05 \x01(\x02H\x01R\x08minScore\x88\x01\x01\x12.\n\x04mode\x18\x06 \x01(\x0e\x32\x1a.mesh.common.v1.SearchModeR\x04mode\x12\x34\n\x06\x66usion\x18\x07 \x01(\x0e\x32\x1c.mesh.common.v1.FusionMethodR\x06\x66usion\x1a\x39\n\x0b\x46ilterEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x08\n\x06_top_kB\x0c\n\n_min_score\"\xac\x02\n\x0cSearchResult\x12\x19\n\x08\x63hunk_id\x18\x01 \x01(\tR\x07\x63hunkId\x12\x1f\n\x0b\x64ocument_id\x18\x02 \x01(\tR\ndocumentId\x12\x14\n\x05title\x18\x03 \x01(\tR\x05title\x12\x12\n\x04text\x18\x04 \x01(\tR\x04text\x12\x16\n\x06source\x18\x05 \x01(\tR\x06source\x12\x14\n\x05score\x18\x06 \x01(\x02R\x05score\x12!\n\x0cstart_offset\x18\x07 \x01(\x05R\x0bstartOffset\x12\x1d\n\nend_offset\x18\x08 \x01(\x05R\tendOffset\x12\x30\n\x11\x63osine_similarity\x18\x46 \x01(\x02H\x00R\x10\x63osineSimilarity\x88\x01\x01\x42\x14\n\x12_cosine_similarity\"T\n\x17SearchDocumentsResponse\x12\x39\n\x07results\x18\x01 \x03(\x0b\x32\x1f.mesh.retrieval.v1.SearchResultR\x07results\"\x18\n\x16ListCollectionsRequest\"A\n\nCollection\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n\x0b\x63hunk_count\x18\x02 \x01(\x03R\nchunkCount\"Z\n\x17ListCollectionsResponse\x12?\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32\x1d.mesh.retrieval.v1.CollectionR\x0b\x63ollections2\xb1\x06\n\x10RetrievalService\x12h\n\x0fIngestDocuments\x12).mesh.retrieval.v1.IngestDocumentsRequest\x1a*.mesh.retrieval.v1.IngestDocumentsResponse\x12|\n\x15StreamIngestDocuments\x12/.mesh.retrieval.v1.StreamIngestDocumentsRequest\x1a\x30.mesh.retrieval.v1.StreamIngestDocumentsResponse(\x01\x12h\n\x0fSearchDocuments\x12).mesh.retrieval.v1.SearchDocumentsRequest\x1a*.mesh.retrieval.v1.SearchDocumentsResponse\x12h\n\x0fListCollections\x12).mesh.retrieval.v1.ListCollectionsRequest\x1a*.mesh.retrieval.v1.ListCollectionsResponse\x12Q\n\x0bGetDocument\x12%.mesh.retrieval.v1.GetDocumentRequest\x1a\x1b.mesh.retrieval.v1.Document\x12\x62\n\rListDocuments\x12\'.mesh.retrieval.v1.ListDocumentsRequest\x1a(.mesh.retrieval.v1.ListDocumentsResponse\x12R\n\x0e\x44\x65leteDocument\x12(.mesh.retrieval.v1.DeleteDocumentRequest\x1a\x16.google.protobuf.Empty\x12V\n\x10\x44\x65leteCollection\x12*.mesh.retrieval.v1.DeleteCollectionRequest\x1a\x16.google.protobuf.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,28 +36,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SEARCHDOCUMENTSREQUEST_FILTERENTRY']._loaded_options = None
   _globals['_SEARCHDOCUMENTSREQUEST_FILTERENTRY']._serialized_options = b'8\001'
-  _globals['_INGESTDOCUMENTSREQUEST']._serialized_start=93
-  _globals['_INGESTDOCUMENTSREQUEST']._serialized_end=205
-  _globals['_INGESTDOCUMENTSRESPONSE']._serialized_start=208
-  _globals['_INGESTDOCUMENTSRESPONSE']._serialized_end=413
-  _globals['_STREAMINGESTDOCUMENTSREQUEST']._serialized_start=415
-  _globals['_STREAMINGESTDOCUMENTSREQUEST']._serialized_end=533
-  _globals['_STREAMINGESTDOCUMENTSRESPONSE']._serialized_start=536
-  _globals['_STREAMINGESTDOCUMENTSRESPONSE']._serialized_end=747
-  _globals['_SEARCHDOCUMENTSREQUEST']._serialized_start=750
-  _globals['_SEARCHDOCUMENTSREQUEST']._serialized_end=1152
-  _globals['_SEARCHDOCUMENTSREQUEST_FILTERENTRY']._serialized_start=1071
-  _globals['_SEARCHDOCUMENTSREQUEST_FILTERENTRY']._serialized_end=1128
-  _globals['_SEARCHRESULT']._serialized_start=1155
-  _globals['_SEARCHRESULT']._serialized_end=1455
-  _globals['_SEARCHDOCUMENTSRESPONSE']._serialized_start=1457
-  _globals['_SEARCHDOCUMENTSRESPONSE']._serialized_end=1541
-  _globals['_LISTCOLLECTIONSREQUEST']._serialized_start=1543
-  _globals['_LISTCOLLECTIONSREQUEST']._serialized_end=1567
-  _globals['_COLLECTION']._serialized_start=1569
-  _globals['_COLLECTION']._serialized_end=1634
-  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_start=1636
-  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_end=1726
-  _globals['_RETRIEVALSERVICE']._serialized_start=1729
-  _globals['_RETRIEVALSERVICE']._serialized_end=2191
+  _globals['_DOCUMENT']._serialized_start=156
+  _globals['_DOCUMENT']._serialized_end=419
+  _globals['_GETDOCUMENTREQUEST']._serialized_start=421
+  _globals['_GETDOCUMENTREQUEST']._serialized_end=461
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=463
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=569
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=571
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=693
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_start=695
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_end=738
+  _globals['_DELETECOLLECTIONREQUEST']._serialized_start=740
+  _globals['_DELETECOLLECTIONREQUEST']._serialized_end=785
+  _globals['_INGESTDOCUMENTSREQUEST']._serialized_start=787
+  _globals['_INGESTDOCUMENTSREQUEST']._serialized_end=899
+  _globals['_INGESTDOCUMENTSRESPONSE']._serialized_start=902
+  _globals['_INGESTDOCUMENTSRESPONSE']._serialized_end=1107
+  _globals['_STREAMINGESTDOCUMENTSREQUEST']._serialized_start=1109
+  _globals['_STREAMINGESTDOCUMENTSREQUEST']._serialized_end=1227
+  _globals['_STREAMINGESTDOCUMENTSRESPONSE']._serialized_start=1230
+  _globals['_STREAMINGESTDOCUMENTSRESPONSE']._serialized_end=1441
+  _globals['_SEARCHDOCUMENTSREQUEST']._serialized_start=1444
+  _globals['_SEARCHDOCUMENTSREQUEST']._serialized_end=1846
+  _globals['_SEARCHDOCUMENTSREQUEST_FILTERENTRY']._serialized_start=1765
+  _globals['_SEARCHDOCUMENTSREQUEST_FILTERENTRY']._serialized_end=1822
+  _globals['_SEARCHRESULT']._serialized_start=1849
+  _globals['_SEARCHRESULT']._serialized_end=2149
+  _globals['_SEARCHDOCUMENTSRESPONSE']._serialized_start=2151
+  _globals['_SEARCHDOCUMENTSRESPONSE']._serialized_end=2235
+  _globals['_LISTCOLLECTIONSREQUEST']._serialized_start=2237
+  _globals['_LISTCOLLECTIONSREQUEST']._serialized_end=2261
+  _globals['_COLLECTION']._serialized_start=2263
+  _globals['_COLLECTION']._serialized_end=2328
+  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_start=2330
+  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_end=2420
+  _globals['_RETRIEVALSERVICE']._serialized_start=2423
+  _globals['_RETRIEVALSERVICE']._serialized_end=3240
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from mesh.retrieval.v1 import retrieval_service_pb2 as mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -56,6 +57,26 @@ class RetrievalServiceStub:
                 request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListCollectionsRequest.SerializeToString,
                 response_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListCollectionsResponse.FromString,
                 _registered_method=True)
+        self.GetDocument = channel.unary_unary(
+                '/mesh.retrieval.v1.RetrievalService/GetDocument',
+                request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.Document.FromString,
+                _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/mesh.retrieval.v1.RetrievalService/ListDocuments',
+                request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
+        self.DeleteDocument = channel.unary_unary(
+                '/mesh.retrieval.v1.RetrievalService/DeleteDocument',
+                request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.DeleteDocumentRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.DeleteCollection = channel.unary_unary(
+                '/mesh.retrieval.v1.RetrievalService/DeleteCollection',
+                request_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.DeleteCollectionRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class RetrievalServiceServicer:
@@ -66,15 +87,26 @@ class RetrievalServiceServicer:
     def IngestDocuments(self, request, context):
         """Chunks, embeds and stores documents in a collection, creating it when
         absent. Re-ingesting a document id with other text, title or source
-        replaces its chunks (counted as updated); with the same ones it is
-        skipped, not embedded again. Every document is checked before anything is
-        written, and nothing is written when the caller cancels or the deadline
-        passes before the write starts (a retry is safe: chunk ids derive from the
-        collection, document id and chunk index).
+        stores a new version of it (counted as updated); with the same ones, and
+        its served version stored whole, it is skipped, not embedded again. Every
+        document is checked before anything is written, and nothing is written
+        when the caller cancels or the deadline passes before the write starts.
+        Each document is replaced on its own, not the request as a whole: a new
+        version's chunks are written first, then the document's head (which
+        version searches serve), then the older versions are removed. If the call
+        fails or the service dies part way, each document is served either
+        whole at its previous version or whole at its new one, never a mix, and
+        a retry of the same request converges to exactly the new versions. Two
+        writers of one document at once end with one whole version (the later
+        write's).
         Errors: INVALID_ARGUMENT for an invalid collection name, no documents or
         more than the service's limit (RETRIEVAL_MAX_DOCUMENTS_PER_REQUEST,
         10,000), a request over RETRIEVAL_MAX_REQUEST_BYTES, a document without id
-        or text, text over RETRIEVAL_MAX_DOCUMENT_CHARS, a repeated id;
+        or text, an id over 1,024 characters, a title over 1,024, a source over
+        2,048, text over RETRIEVAL_MAX_DOCUMENT_CHARS, a repeated id;
+        RESOURCE_EXHAUSTED, naming the limit, for a new collection beyond
+        RETRIEVAL_MAX_COLLECTIONS or new documents beyond
+        RETRIEVAL_MAX_DOCUMENTS_PER_COLLECTION (nothing written);
         CANCELLED / DEADLINE_EXCEEDED with nothing written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -84,10 +116,12 @@ class RetrievalServiceServicer:
     def StreamIngestDocuments(self, request_iterator, context):
         """IngestDocuments for large corpora: a stream of requests (each with the
         same collection, or empty after the first) and one summary. Documents are
-        embedded and stored in batches as they arrive; a batch is written whole
-        or not at all, and when the caller cancels or the deadline passes the
-        batch in progress is dropped (the batches before it stay stored, so a
-        re-run skips them as unchanged).
+        embedded and stored in batches of RETRIEVAL_STREAM_BATCH_DOCUMENTS as they
+        arrive, each document replaced as IngestDocuments replaces it; when the
+        caller cancels or the deadline passes, the batch being embedded is dropped
+        unwritten (the batches before it stay stored, so a re-run skips them as
+        unchanged), and a batch interrupted while being written leaves each of
+        its documents whole at its previous or its new version.
         Errors: as IngestDocuments, per request message; INVALID_ARGUMENT also for
         an id repeated anywhere in the stream or a collection that changes.
         """
@@ -115,6 +149,48 @@ class RetrievalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDocument(self, request, context):
+        """Gets a document's served version (AIP-131).
+        Errors: INVALID_ARGUMENT ("name") for a name not of the form
+        collections/{collection}/documents/{document}; NOT_FOUND for an unknown
+        collection or document.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDocuments(self, request, context):
+        """Lists a collection's documents, a page at a time (AIP-132, AIP-158), in
+        the store's order. Documents stored before versions existed (before
+        heads) are not listed until re-ingested.
+        Errors: INVALID_ARGUMENT for a parent not of the form
+        collections/{collection} ("parent"), a negative page_size ("page_size"),
+        a page_token this service did not issue for that parent ("page_token");
+        NOT_FOUND for an unknown collection.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteDocument(self, request, context):
+        """Deletes a document: its head and every chunk of every version up to it,
+        in one store operation (AIP-135).
+        Errors: INVALID_ARGUMENT ("name"); NOT_FOUND for an unknown collection or
+        document.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCollection(self, request, context):
+        """Deletes a collection and every document in it (AIP-135).
+        Errors: INVALID_ARGUMENT ("name") for a name not of the form
+        collections/{collection}; NOT_FOUND for an unknown collection.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrievalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +213,26 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.ListCollections,
                     request_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListCollectionsRequest.FromString,
                     response_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListCollectionsResponse.SerializeToString,
+            ),
+            'GetDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocument,
+                    request_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.GetDocumentRequest.FromString,
+                    response_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.Document.SerializeToString,
+            ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'DeleteDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteDocument,
+                    request_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.DeleteDocumentRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'DeleteCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCollection,
+                    request_deserializer=mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.DeleteCollectionRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -249,6 +345,114 @@ class RetrievalService:
             '/mesh.retrieval.v1.RetrievalService/ListCollections',
             mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListCollectionsRequest.SerializeToString,
             mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListCollectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.retrieval.v1.RetrievalService/GetDocument',
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.GetDocumentRequest.SerializeToString,
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.Document.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.retrieval.v1.RetrievalService/ListDocuments',
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListDocumentsRequest.SerializeToString,
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.retrieval.v1.RetrievalService/DeleteDocument',
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.DeleteDocumentRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mesh.retrieval.v1.RetrievalService/DeleteCollection',
+            mesh_dot_retrieval_dot_v1_dot_retrieval__service__pb2.DeleteCollectionRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
