@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import socket
-import subprocess
 import time
 
 import grpc
@@ -23,6 +20,7 @@ from grpc_status import rpc_status
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
+from redis_server import RedisServer
 
 from libs.server import Servicer, start_server
 from services.orchestrator.access import open_access
@@ -334,46 +332,20 @@ async def test_admission_control_refuses_at_once_beyond_max_in_flight(front):
 # --- limits shared by two orchestrators through a real redis-server ---
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def redis_url(tmp_path, monkeypatch):
-    """A real redis-server on a free loopback port, without persistence.
+    """A real redis-server on a free loopback port, without persistence (`RedisServer`).
 
     The orchestrator's Redis client gives up after `REDIS_TIMEOUT_S` (0.5 s), which is about a
     stalled Redis; these tests are not, and on the 2-core CI machine the test's own event loop can
     stall that long while a second front starts (a connect then timed out once in CI), so here it
     is 5 s."""
     monkeypatch.setattr("services.orchestrator.access.REDIS_TIMEOUT_S", 5.0)
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run "
-                    "installs it)")
-    port = _free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = RedisServer(tmp_path).start()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(10)
+        server.stop()
 
 
 async def _redis_keys(redis_url: str) -> RedisKeyStore:
