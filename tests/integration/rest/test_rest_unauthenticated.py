@@ -130,7 +130,7 @@ def _bracket_get(port: int) -> tuple[int, bytes]:
 
 
 def _big_ingest_body() -> bytes:
-    """About 4 MB of valid JSON: many small documents (costly to decode and to map onto messages)."""
+    """About 4 MB of valid JSON: many small documents (costly to decode and map onto messages)."""
     document = json.dumps({"id": "d", "text": "t"}).encode()
     count = 4_000_000 // (len(document) + 1)
     return b'{"documents": [' + b",".join([document] * count) + b"]}"
@@ -226,3 +226,50 @@ async def test_the_same_body_with_the_key_is_parsed_off_the_loop(front):
     slow = [(name, round(seconds * 1000, 1)) for name, seconds in probes.latencies
             if seconds > BOUND_S]
     assert slow == [], f"calls slower than {BOUND_S * 1000:.0f} ms (method, ms): {slow}"
+
+
+async def _http(port: int, raw: bytes) -> tuple[int, dict]:
+    status, data = await asyncio.to_thread(_request, port, raw)
+    return status, json.loads(data.partition(b"\r\n\r\n")[2] or b"{}")
+
+
+@pytest.mark.parametrize("key", [None, "mmk_not-a-key"])
+async def test_garbage_without_a_valid_key_is_401_not_400(front, key):
+    auth = b"" if key is None else b"X-Api-Key: " + key.encode() + b"\r\n"
+    reason = "API_KEY_MISSING" if key is None else "API_KEY_INVALID"
+    garbage = [
+        b"POST /v1/problems:solve HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+        b"Content-Type: application/json\r\nContent-Length: 9\r\n\r\n{not json",
+        b"POST /v1/problems:solve HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+        b"Content-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi",
+        b"GET /v1/problems:solve?agents=NOT_AN_AGENT HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+        b"\r\n",
+        b"GET /v1/problems:solve?" + b"&".join([b"a=1"] * 5000) + b" HTTP/1.1\r\n"
+        b"Host: 127.0.0.1\r\n" + auth + b"Grpc-Timeout: forever\r\n\r\n",
+    ]
+    for raw in garbage:
+        status, body = await _http(front.rest_port, raw)
+        assert status == 401, (raw[:60], body)
+        assert body["code"] == 16 and body["details"][0]["reason"] == reason
+    assert front.servicer.calls == 0
+
+
+async def test_the_same_garbage_with_the_key_is_400_naming_what_is_wrong(front):
+    auth = b"X-Api-Key: " + front.key.encode() + b"\r\n"
+    cases = [
+        (b"POST /v1/problems:solve HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+         b"Content-Type: application/json\r\nContent-Length: 9\r\n\r\n{not json", 400, None),
+        (b"GET /v1/problems:solve?agents=NOT_AN_AGENT HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+         b"\r\n", 400, "agents"),
+        (b"GET /v1/problems:solve?" + b"&".join([b"a=1"] * 65) + b" HTTP/1.1\r\n"
+         b"Host: 127.0.0.1\r\n" + auth + b"\r\n", 400, "query"),
+        (b"GET /v1/problems:solve?" + b"[" * 8193 + b" HTTP/1.1\r\n"
+         b"Host: 127.0.0.1\r\n" + auth + b"\r\n", 414, "query"),
+    ]
+    for raw, status, field in cases:
+        got, body = await _http(front.rest_port, raw)
+        assert got == status, (raw[:60], body)
+        assert body["code"] == 3
+        if field is not None:
+            assert body["details"][0]["fieldViolations"][0]["field"] == field, body
+    assert front.servicer.calls == 0
