@@ -12,9 +12,11 @@ from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 from qdrant_client import QdrantClient
 
 from libs.server import Servicer, run_service, serve
+from services.retrieval import metrics
 from services.retrieval.edge_store import DataDirLocked, EdgeStore
 from services.retrieval.embedder import Embedder, load_embedder
-from services.retrieval.retriever import Retriever
+from services.retrieval.faults import KillAfterWrites
+from services.retrieval.retriever import Retriever, StoreLimits
 from services.retrieval.server_store import ServerStore
 from services.retrieval.servicer import IngestLimits, RetrievalServicer
 from services.retrieval.settings import RetrievalSettings
@@ -53,7 +55,13 @@ def build_retriever(settings: RetrievalSettings, embedder: Embedder | None = Non
         raise
     log.info("retrieval: %s (%d-d, %s) over %s", embedder.name, embedder.dim,
              getattr(embedder, "backend", "torch"), type(store).__name__)
-    return Retriever(store, embedder, settings.chunk_size, settings.chunk_overlap)
+    if settings.fault_kill_after_writes is not None:
+        log.warning("retrieval: fault injection: SIGKILL after %d point writes",
+                    settings.fault_kill_after_writes)
+        store = KillAfterWrites(store, settings.fault_kill_after_writes)
+    return Retriever(store, embedder, settings.chunk_size, settings.chunk_overlap,
+                     limits=StoreLimits(settings.max_collections,
+                                        settings.max_documents_per_collection))
 
 
 async def build_servicers(
@@ -69,6 +77,7 @@ async def build_servicers(
     """
     limits = IngestLimits(settings.max_document_chars, settings.max_documents_per_request,
                           settings.max_request_bytes, settings.stream_batch_documents)
+    metrics.configure(settings.metrics_max_collection_labels)
     servicer = RetrievalServicer(settings.default_collection, limits=limits,
                                  ingest_workers=settings.ingest_workers,
                                  query_workers=settings.query_workers)

@@ -14,13 +14,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from google.protobuf import empty_pb2
 from mesh.common.v1 import common_pb2
 from mesh.retrieval.v1 import retrieval_service_pb2 as pb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
 from libs.errors import InvalidArgument, MeshError, Unavailable
 from libs.telemetry import set_work_attributes
-from services.retrieval import metrics
+from services.retrieval import metrics, resources
+from services.retrieval.resources import MAX_DOCUMENT_ID_CHARS, MAX_SOURCE_CHARS, MAX_TITLE_CHARS
 from services.retrieval.retriever import IngestResult, Retriever
 from services.retrieval.store import (
     FILTER_KEYS,
@@ -86,7 +88,10 @@ def validate_documents(documents, limits: IngestLimits = IngestLimits(),
     the position of this message's first document in the stream.
     Raises:
         InvalidArgument("documents"): none, or more than `limits.max_documents_per_request`.
-        InvalidArgument("documents[i].id"): empty, or the same id as an earlier document.
+        InvalidArgument("documents[i].id"): empty, longer than MAX_DOCUMENT_ID_CHARS (1,024),
+            or the same id as an earlier document.
+        InvalidArgument("documents[i].title" / "documents[i].source"): longer than
+            MAX_TITLE_CHARS (1,024) / MAX_SOURCE_CHARS (2,048).
         InvalidArgument("documents[i].text"): empty or only whitespace, or longer than
             `limits.max_document_chars`.
     """
@@ -100,6 +105,7 @@ def validate_documents(documents, limits: IngestLimits = IngestLimits(),
     for index, document in enumerate(documents, start=offset):
         if not document.id:
             raise InvalidArgument(f"documents[{index}].id", "a document id is required")
+        check_lengths(document, index)
         if document.id in first_index:
             earlier = first_index[document.id]
             raise InvalidArgument(f"documents[{index}].id",
@@ -111,6 +117,17 @@ def validate_documents(documents, limits: IngestLimits = IngestLimits(),
                                   f"{limits.max_document_chars} (RETRIEVAL_MAX_DOCUMENT_CHARS)")
         if not document.text.strip():
             raise InvalidArgument(f"documents[{index}].text", "a document needs non-blank text")
+
+
+def check_lengths(document, index: int) -> None:
+    """Raises InvalidArgument("documents[i].id" / ".title" / ".source") for a field longer than
+    its bound (MAX_DOCUMENT_ID_CHARS, MAX_TITLE_CHARS, MAX_SOURCE_CHARS)."""
+    for field, limit in (("id", MAX_DOCUMENT_ID_CHARS), ("title", MAX_TITLE_CHARS),
+                         ("source", MAX_SOURCE_CHARS)):
+        length = len(getattr(document, field))
+        if length > limit:
+            raise InvalidArgument(f"documents[{index}].{field}",
+                                  f"{length} characters; at most {limit}")
 
 
 def check_request_size(request, limits: IngestLimits) -> None:
@@ -301,12 +318,13 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):
         # One hand-off: the query pool's thread embeds, searches and builds the response.
         response = await self._run(self._query_pool, self._search, collection, request.query,
                                    params)
-        metrics.QUERY_SECONDS.labels(collection).observe(time.perf_counter() - started)
+        metrics.QUERY_SECONDS.labels(metrics.collection_label(collection)).observe(
+            time.perf_counter() - started)
         return response
 
     async def _count_points(self, collection: str) -> None:
-        metrics.POINTS.labels(collection).set(
-            await self._run(self._query_pool, self._ready().store.count, collection))
+        metrics.set_count(collection,
+                          await self._run(self._query_pool, self._ready().store.count, collection))
 
     def _search(self, collection: str, query: str, params: SearchParams
                 ) -> pb.SearchDocumentsResponse:
@@ -319,6 +337,36 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):
         metrics.set_points(collections)
         return pb.ListCollectionsResponse(collections=[
             pb.Collection(name=c.name, chunk_count=c.chunk_count) for c in collections])
+
+
+    async def GetDocument(self, request, context):
+        collection, document_id = resources.document_of(request.name)
+        head = await self._run(self._query_pool, self._ready().get_document, collection,
+                               document_id)
+        return resources.document_proto(collection, head)
+
+    async def ListDocuments(self, request, context):
+        collection = resources.collection_of(request.parent, "parent")
+        page_size = resources.page_size_of(request.page_size)
+        offset = resources.decode_page_token(request.page_token, request.parent)
+        heads, next_offset = await self._run(self._query_pool, self._ready().list_documents,
+                                             collection, page_size, offset)
+        return pb.ListDocumentsResponse(
+            documents=[resources.document_proto(collection, head) for head in heads],
+            next_page_token=resources.encode_page_token(request.parent, next_offset))
+
+    async def DeleteDocument(self, request, context):
+        collection, document_id = resources.document_of(request.name)
+        await self._run(self._ingest_pool, self._ready().delete_document, collection,
+                        document_id)
+        await self._count_points(collection)
+        return empty_pb2.Empty()
+
+    async def DeleteCollection(self, request, context):
+        collection = resources.collection_of(request.name)
+        await self._run(self._ingest_pool, self._ready().delete_collection, collection)
+        metrics.forget(collection)
+        return empty_pb2.Empty()
 
 
 def _counts(result: IngestResult) -> dict[str, int]:

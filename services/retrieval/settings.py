@@ -55,7 +55,19 @@ class RetrievalSettings(ServiceSettings):
     """Largest IngestDocuments request or stream message, serialized bytes (keep it below the
     server's gRPC message limit, 4 MiB)."""
     stream_batch_documents: int = 64
-    """Documents of a stream embedded and written together (a batch is stored whole or not)."""
+    """Documents of a stream embedded and written together (each document of a batch replaced
+    on its own: whole at its old or whole at its new version, whatever happens)."""
+    max_collections: int = 100
+    """Most collections in the store; creating one more is RESOURCE_EXHAUSTED (each embedded
+    collection holds about 50 memory maps, and the kernel's default limit is 65,530 per
+    process)."""
+    max_documents_per_collection: int = 100_000
+    """Most documents in one collection; an ingest that would add more is RESOURCE_EXHAUSTED."""
+    metrics_max_collection_labels: int = 20
+    """Collections with their own `collection` label on /metrics; the rest share "other"."""
+    fault_kill_after_writes: int | None = None
+    """Fault injection for the crash tests only: SIGKILL this process once this many points have
+    been written (`faults.KillAfterWrites`). Unset in every deployment."""
 
     @model_validator(mode="after")
     def _check(self) -> RetrievalSettings:
@@ -66,7 +78,9 @@ class RetrievalSettings(ServiceSettings):
         if self.embed_batch_size < 1 or self.torch_threads < 1:
             raise ValueError("embed_batch_size and torch_threads must be at least 1")
         for name in ("ingest_workers", "query_workers", "max_document_chars",
-                     "max_documents_per_request", "max_request_bytes", "stream_batch_documents"):
+                     "max_documents_per_request", "max_request_bytes", "stream_batch_documents",
+                     "max_collections", "max_documents_per_collection",
+                     "metrics_max_collection_labels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         return self
