@@ -17,12 +17,33 @@ a last `{"error": <google.rpc.Status>}` line (the HTTP status, 200, is already s
 end. An error before the first message is an ordinary error response (its HTTP status and a
 `google.rpc.Status` body), as for a unary call.
 
+Order of checks: nothing heavier than a bounded, linear look at the request runs before the API
+key is checked, and validation answers come after it.
+1. The HTTP protocol (`protocol`) bounds the head: target and headers at most `max_head_bytes`
+   (414 / 431), at most `max_headers` headers (431); httptools refuses a target of 64 KiB or more.
+2. Host and Origin (`origins`): a Host not allowed is 421 (DNS rebinding), an Origin that is not
+   the request's own nor allowed is 403 (cross-site requests; CORS allowed origins are allowed).
+3. Routing on the path: 404, or 405 with `Allow`.
+4. The key, from the `x-api-key` / `Authorization` headers alone (`AccessControl.authenticate`, no
+   admission or rate-limit effect): missing or invalid is 401, the query and body unread (a
+   connection whose announced body is over 64 KiB, or chunked, is closed).
+5. The query string: over `max_query_bytes` is 414, over `max_query_parameters` is 400 (naming
+   `query`), before it is decoded; map keys (`field[key]`) are split in one scan.
+6. `Grpc-Timeout`, headers to metadata; the body: `application/json` only (415), read up to
+   `max_body_bytes` (413), JSON nested deeper than `max_json_depth` refused (400) before parsing;
+   a body of `offload_body_bytes` or more is decoded in a worker process (`offload`), never on
+   the event loop the gRPC server shares; then path variables and query parameters (400 naming
+   the field).
+7. The in-process call: the gRPC server's interceptors (access control again: admission, rate
+   limits; tracing, metrics, error mapping) and the handler.
+
 Facing browsers and proxies (`limits`): a binding with a body takes only `application/json` (415
 otherwise, so a cross-site "simple" POST is never executed); the body is read up to
 `max_body_bytes` (413 before reading more, the connection closed); JSON nested deeper than
 `max_json_depth` is refused (400) before it is parsed; CORS is off unless `cors_allowed_origins`
 names origins (Starlette's CORSMiddleware answers their preflights); every error body, routing
-errors (404, 405 with `Allow`) and unexpected failures (500) included, is a `google.rpc.Status`.
+errors (404, 405 with `Allow`), refusals of the head, Host and Origin, and unexpected failures
+(500) included, is a `google.rpc.Status`.
 A `Grpc-Timeout` is capped at `max_deadline_s`. Every accepted connection has TCP_NODELAY: the
 listening socket is created with protocol IPPROTO_TCP, so asyncio's transports set the option on
 each accepted socket (it does so only for sockets whose protocol is IPPROTO_TCP); without it a
