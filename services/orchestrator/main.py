@@ -179,8 +179,9 @@ async def run(settings: OrchestratorSettings,
     service reports each under the dependency's service name, apart from its own readiness ("" and
     its service name), and /ready lists them.
 
-    Every call of the API passes access control first (API keys, rate limits, admission; see
-    `services.orchestrator.access`); health and reflection stay open.
+    Every call of the API passes access control first (API keys, scopes, admission, rate limits,
+    budgets, the maximum deadline; see `services.orchestrator.access`; /ready lists Redis when
+    it holds limits); health and reflection stay open.
     `on_listening({"grpc": port, "rest": port})` is called once both listen (no "rest" when off).
     """
     wiring = Wiring(settings)
@@ -209,7 +210,7 @@ async def run(settings: OrchestratorSettings,
                          max_head_bytes=settings.rest_max_head_bytes,
                          max_headers=settings.rest_max_headers),
             access=access,
-            dependencies=watcher.report)
+            dependencies=lambda: [*watcher.report(), *access.report()])
         rest = await serve_rest(app, settings.host, settings.rest_port, settings.drain_grace_s)
 
         async def stop() -> None:
@@ -223,7 +224,8 @@ async def run(settings: OrchestratorSettings,
         servicers, ready = await build_servicers(settings, wiring)
         await serve(NAME, settings, servicers, ready, on_listening=on_listening,
                     start_extra=start_extra,
-                    interceptors=[AccessInterceptor(access)])
+                    interceptors=[AccessInterceptor(access,
+                                                    max_deadline_s=settings.max_deadline_s)])
     finally:
         await access.aclose()
         await wiring.aclose()
