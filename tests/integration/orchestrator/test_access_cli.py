@@ -104,6 +104,11 @@ def test_keys_and_api_key_option_against_the_real_orchestrator(
         # bob has his own limits (2/s, no minute limit)
         assert http.post("/v1/problems:solve", json=body,
                          headers={"x-api-key": bob}).status_code == 200
+        # a key made without --scope may solve and query, not ingest (403 naming the scope)
+        refused = http.post("/v1/collections/docs/documents:ingest", headers={"x-api-key": bob},
+                            json={"documents": [{"id": "a", "text": "x"}]})
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["details"][0]["metadata"]["scope"] == "ingest"
 
     code, _, err = _cli(capsys, "keys", "--file", str(key_file), "revoke", "alice")
     assert code == 0
