@@ -226,11 +226,16 @@ class AccessControl:
         """
         self._index = KeyIndex(await self._store.read_if_changed() or ())
         limits = self._default_limits
+        budgets = self._default_budgets
         log.info("access: API keys %s (%s: %d keys); default limits %d/s %d/min %d/h "
-                 "(0: none; counters in %s); at most %s calls in flight",
+                 "(0: none; counters in %s); at most %s calls in flight, %s per key; default "
+                 "budgets %d tokens, $%g, %d simulations per window (0: none; in %s)",
                  "required" if self._require_key else "optional", self._store.describe(),
                  len(self._index), limits.per_second, limits.per_minute, limits.per_hour,
-                 self._limiter.describe(), self._max_in_flight or "unlimited")
+                 self._limiter.describe(), self._max_in_flight or "unlimited",
+                 self._max_in_flight_per_key or "unlimited", budgets.tokens, budgets.usd,
+                 budgets.simulations,
+                 self._budgets.describe() if self._budgets is not None else "nowhere")
         if self._require_key and not len(self._index):
             log.warning("access: API keys are required and %s holds none: every call is refused "
                         "until `mcts-mesh keys create NAME` adds one", self._store.describe())
@@ -430,8 +435,8 @@ class AccessControl:
         if self._redis_state is not None:
             self._redis_state.failed(str(error))
         if policy == "fail_closed":
-            return Rejection("store_unavailable", f"the store of this API key's {what} cannot "
-                             "be reached; retry shortly", ADMISSION_RETRY_AFTER_S,
+            return Rejection("store_unavailable", f"the store of the {what} (Redis) cannot be "
+                             "reached; retry shortly", ADMISSION_RETRY_AFTER_S,
                              metadata=(("limit", what),))
         now = time.monotonic()
         if now - self._last_limiter_warning >= _WARN_EVERY_S:
