@@ -3,7 +3,10 @@ serves, so the document cannot drift from the routes.
 
 Schemas follow the proto3 JSON mapping the front speaks: lowerCamelCase property names, 64-bit
 integers as strings, enums as their value names, well-known types in their JSON forms. Operation ids
-are grpc-gateway's ("OrchestratorService_SolveProblem", then "...2" for additional bindings). Query
+are grpc-gateway's ("OrchestratorService_SolveProblem", then "...2" for additional bindings). A
+variable over a sub-template (`{name=collections/*/documents/**}`) is written out with one path
+parameter per wildcard (`/v1/collections/{collection}/documents/{document}`), as Google's
+gnostic generator does, since two such templates would otherwise share the key `/v1/{name}`. Query
 parameters are listed for bindings whose body is not "*" (every scalar leaf field not bound by the
 path or the body, with dotted lowerCamelCase names, as protoc-gen-openapiv2 lists them). A
 server-streaming operation's 200 response is `application/x-ndjson` whose every line is
@@ -93,10 +96,14 @@ def _operation(binding: HttpBinding, schemas: _Schemas) -> dict[str, object]:
     request = binding.method.input_type
     path_fields = {variable.field_path for variable in binding.template.variables}
     parameters: list[dict[str, object]] = []
-    for variable in binding.template.variables:
+    for name, variable in binding.template.openapi_parameters():
         field = resolve_field_path(request, variable.field_path)
-        parameters.append({"name": variable.name, "in": "path", "required": True,
-                           "schema": schemas.field(field)})
+        parameter: dict[str, object] = {"name": name, "in": "path", "required": True,
+                                        "schema": schemas.field(field)}
+        if name != variable.name:
+            parameter["description"] = (f"A segment of `{variable.name}` (the path "
+                                        f"{binding.template.template}).")
+        parameters.append(parameter)
     if binding.body != "*":
         excluded = path_fields | ({(binding.body,)} if binding.body else set())
         parameters.extend(_query_parameters(request, (), excluded, schemas, set()))

@@ -102,21 +102,50 @@ class PathTemplate:
                 for variable in self.variables}
 
     def openapi_path(self) -> str:
-        """The template in OpenAPI form: each variable becomes `{field.path}`, the verb stays."""
-        parts: list[str] = []
+        """The template in OpenAPI form, the verb kept: a variable over one `*` becomes
+        `{field.path}`; a variable over a sub-template keeps its literals and gets one parameter
+        per wildcard (see `openapi_parameters`), since an OpenAPI path parameter holds no "/"
+        and `/v1/{name=collections/*}` and `/v1/{name=collections/*/documents/**}` would both
+        be `/v1/{name}`."""
+        path = "/" + "/".join(part for part, _ in self._openapi_parts())
+        return f"{path}:{self.verb}" if self.verb else path
+
+    def openapi_parameters(self) -> list[tuple[str, Variable]]:
+        """(name, variable) of each parameter of `openapi_path()`, in order: the variable's own
+        name for a one-segment variable; else each wildcard's, named after the literal before it
+        ("collections/*" -> "collection") or `<name>_<n>` when none precedes it, made unique."""
+        return [(part[1:-1], variable) for part, variable in self._openapi_parts()
+                if variable is not None]
+
+    def _openapi_parts(self) -> list[tuple[str, Variable | None]]:
+        parts: list[tuple[str, Variable | None]] = []
+        taken: set[str] = set()
         index = 0
         starts = {variable.start: variable for variable in self.variables}
         while index < len(self.segments):
             variable = starts.get(index)
-            if variable is not None:
-                parts.append("{" + variable.name + "}")
-                index = variable.end
+            if variable is None:
+                segment = self.segments[index]
+                parts.append((segment.literal or segment.kind.value, None))
+                index += 1
                 continue
-            segment = self.segments[index]
-            parts.append(segment.literal or segment.kind.value)
-            index += 1
-        path = "/" + "/".join(parts)
-        return f"{path}:{self.verb}" if self.verb else path
+            index = variable.end
+            inner = self.segments[variable.start:variable.end]
+            if len(inner) == 1 and inner[0].kind is SegmentKind.WILDCARD:
+                parts.append(("{" + variable.name + "}", variable))
+                continue
+            for position, segment in enumerate(inner):
+                if segment.kind is SegmentKind.LITERAL:
+                    parts.append((segment.literal, None))
+                    continue
+                before = inner[position - 1].literal if position else ""
+                name = before[:-1] if before.endswith("s") and len(before) > 1 else before
+                name = name or f"{variable.name}_{position}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                parts.append(("{" + name + "}", variable))
+        return parts
 
 
 def parse_template(template: str) -> PathTemplate:

@@ -321,8 +321,12 @@ async def test_openapi_lists_every_binding(mesh):
     assert set(paths) == {
         "/v1/problems:solve", "/v1/threads/{thread_id}/problems:solve", "/v1/queries:answer",
         "/v1/threads/{thread_id}/queries:answer", "/v1/collections/{collection}/documents:ingest",
-        "/v1/problems:streamSolve",
+        "/v1/problems:streamSolve", "/v1/collections/{collection}/documents",
+        # {name=collections/*/documents/**} and {name=collections/*}: written out, not "/v1/{name}"
+        "/v1/collections/{collection}/documents/{document}", "/v1/collections/{collection}",
     }
+    assert set(paths["/v1/collections/{collection}/documents/{document}"]) == {"get", "delete"}
+    assert set(paths["/v1/collections/{collection}"]) == {"delete"}
     assert set(paths["/v1/problems:solve"]) == {"get", "post"}
     get = paths["/v1/problems:solve"]["get"]
     names = {parameter["name"] for parameter in get["parameters"]}

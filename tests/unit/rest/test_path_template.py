@@ -87,8 +87,22 @@ def test_malformed_templates_are_rejected(text):
 
 
 def test_openapi_path_keeps_variables_and_verb():
-    assert parse_template("/v1/{parent.name=projects/*}/items:list").openapi_path() == \
+    assert parse_template("/v1/{parent.name}/items:list").openapi_path() == \
         "/v1/{parent.name}/items:list"
+    template = parse_template("/v1/{parent.name=projects/*}/items:list")
+    assert template.openapi_path() == "/v1/projects/{project}/items:list"
+    assert [name for name, _ in template.openapi_parameters()] == ["project"]
+
+
+def test_openapi_paths_of_sub_templates_are_distinct():
+    # both would be "/v1/{name}" otherwise, and one operation would replace the other
+    documents = parse_template("/v1/{name=collections/*/documents/**}")
+    collection = parse_template("/v1/{name=collections/*}")
+    assert documents.openapi_path() == "/v1/collections/{collection}/documents/{document}"
+    assert collection.openapi_path() == "/v1/collections/{collection}"
+    assert [(name, variable.name) for name, variable in documents.openapi_parameters()] == \
+        [("collection", "name"), ("document", "name")]
+    assert parse_template("/v1/{a=*/*}/{b=x/*}").openapi_path() == "/v1/{a_0}/{a_1}/x/{x}"
 
 
 def _router() -> Router:
