@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import signal
 import socket
@@ -209,6 +210,11 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
     def _wrap_stream(self, behaviour, method: str, streaming: bool = False):
+        if not inspect.isasyncgenfunction(behaviour):
+            # A streaming handler may also be a coroutine that writes with `context.write` and
+            # returns None (grpcio-health-checking's Watch is one): wrap it as a unary one.
+            return self._wrap_unary(behaviour, method, streaming)
+
         async def wrapped(request, context):
             set_caller_deadline(context.time_remaining())
             try:
