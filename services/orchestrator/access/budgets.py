@@ -5,7 +5,8 @@ window) and charged, when it ends, with what its response says it used (`usage_o
 starts within its budget runs to its end, so a window's use can pass a budget by what one call
 (times the calls of that key in flight) used; the next call is then refused until the window
 ends. A window opens at a key's first check or charge and lasts `window_s` seconds (the pattern of
-the rate limits in `limits.py`).
+the rate limits in `limits.py`). A call that fails is charged nothing: its use is only known
+from its response.
 
 `MemoryBudgets` keeps the use in this process; `RedisBudgets` in Redis (a hash per key,
 `mcts-mesh:budget:{name}`, expiring with its window), checked by one Lua script and charged by
@@ -147,7 +148,8 @@ class RedisBudgets:
         usd = usage.usd if math.isfinite(usage.usd) else 0.0
         try:
             await self._charge(keys=[f"{REDIS_PREFIX}:{{{client}}}"],
-                               args=[self._window_ms, usage.tokens, repr(usd), usage.simulations])
+                               args=[self._window_ms, usage.tokens, f"{usd:.12f}",
+                                     usage.simulations])
         except (redis.exceptions.RedisError, OSError) as error:
             raise BudgetUnavailable(f"Redis: {type(error).__name__}: {error}") from None
 

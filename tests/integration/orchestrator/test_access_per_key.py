@@ -306,9 +306,11 @@ async def test_budgets_are_shared_by_two_orchestrators_through_redis(front, keys
     await _check_budgets(await front(**settings), await front(**settings), keys)
 
 
-async def test_a_dollar_budget(front, keys):
+@pytest.mark.parametrize("in_redis", [False, True], ids=["memory", "redis"])
+async def test_a_dollar_budget(front, keys, request, in_redis):
     key = await keys.create("alice", grants=Grants(budgets=Budgets(usd=0.015)))
-    orchestrator = await front(require_api_key=True, api_keys_file=str(keys.path))
+    shared = {"redis_url": request.getfixturevalue("redis").url} if in_redis else {}
+    orchestrator = await front(require_api_key=True, api_keys_file=str(keys.path), **shared)
     assert await _query(orchestrator, key) == grpc.StatusCode.OK
     assert await _query(orchestrator, key) == grpc.StatusCode.OK
     error = await _refusal(orchestrator.stub.AnswerQuery(QUERY, metadata=_key(key), timeout=10))
