@@ -20,8 +20,9 @@ AGENT_OUTCOMES = Counter(
 RATE_LIMIT_REJECTIONS = Counter(
     "mesh_orchestrator_rate_limit_rejections_total",
     "Calls refused with RESOURCE_EXHAUSTED before running, by reason: \"rate_limit\" (a key's "
-    "per-second, -minute or -hour limit) or \"admission\" (ORCHESTRATOR_MAX_IN_FLIGHT calls "
-    "already running).",
+    "per-second, -minute or -hour limit), \"admission\" (ORCHESTRATOR_MAX_IN_FLIGHT calls "
+    "already running), \"key_in_flight\" (the key's own cap running) or \"budget\" (a key's "
+    "token, dollar or simulation budget used up).",
     ["reason"])
 SOLVES_WAITING = Gauge(
     "mesh_orchestrator_solves_waiting",
