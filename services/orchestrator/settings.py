@@ -251,7 +251,8 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """Length of a key's budget window, in seconds; it opens at the key's first call."""
     budget_tokens: int = 0
     """LLM tokens (prompt and completion) a key may use per window, as its AnswerQuery responses
-    report them (`total_tokens`); a key's record may set its own budgets. 0: no budget."""
+    report them (`total_tokens`); a key's record may set its own budgets. Calls without a key
+    (keys not required) share one such budget. 0: no budget."""
     budget_usd: float = 0.0
     """US dollars of provider cost a key may use per window (`cost_usd` of its responses);
     0: no budget."""
