@@ -9,7 +9,9 @@ serialized; parsing that (C, about 12 ms for the 4 MB case) is all the loop does
 decoded on the loop, where it costs less than a round trip to a worker.
 
 The workers are started with "spawn" (the server process runs gRPC threads, which fork would copy
-in an unusable state), on the first large body, and stopped by `close()`.
+in an unusable state), on the first large body, and stopped by `close()` or, however the server
+process ends, by their own watch on it. A spawned worker imports the server's `__main__` module
+as `__mp_main__`: the entry points guard their `main()` with `if __name__ == "__main__"`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import multiprocessing
+import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -28,6 +32,21 @@ from services.orchestrator.rest.limits import BodyTooDeep, check_json_depth
 from services.orchestrator.rest.transcoding import MalformedBody, decode_body
 
 _DEEP, _MALFORMED, _INVALID, _DECODED = "deep", "malformed", "invalid", "decoded"
+
+
+def exit_with_parent() -> None:
+    """Worker initializer: a daemon thread ends this process as soon as the server process ends,
+    however it ends (SIGKILL included); a ProcessPoolExecutor worker would otherwise wait for work
+    forever, holding its memory."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()  # returns when the parent's end of the pipe closes
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def decode_in_worker(module: str, full_name: str, body_field: str, body: bytes,
@@ -85,7 +104,8 @@ class BodyDecoder:
             return request
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self._workers,
-                                             mp_context=multiprocessing.get_context("spawn"))
+                                             mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=exit_with_parent)
         pool = self._pool
         message_class = type(request)
         try:
