@@ -69,12 +69,13 @@ def test_the_workers_end_when_the_server_process_is_killed(tmp_path):
         if __name__ == "__main__":
             asyncio.run(main())
     """))
-    output = tmp_path / "output"
-    with output.open("w") as sink:  # a file, not a pipe: a worker left behind would hold a pipe
-        server = subprocess.run([sys.executable, str(script)], stdout=sink, stderr=sink,
+    output, errors = tmp_path / "output", tmp_path / "errors"
+    # files, not pipes: a worker left behind would hold a pipe open
+    with output.open("w") as out, errors.open("w") as err:
+        server = subprocess.run([sys.executable, str(script)], stdout=out, stderr=err,
                                 timeout=120, cwd=os.getcwd(),
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert server.returncode == -9, output.read_text()
+    assert server.returncode == -9, errors.read_text()
     workers = [int(pid) for pid in output.read_text().split()]
     assert workers
     for pid in workers:
