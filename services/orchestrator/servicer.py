@@ -31,7 +31,6 @@ from libs.errors import (
     InvalidArgument,
     MeshError,
     Unavailable,
-    propagate,
 )
 from libs.telemetry import set_work_attributes
 from services.orchestrator.agents.reasoning import ModelBackedAgent
@@ -42,6 +41,7 @@ from services.orchestrator.connect_four import (
     synthesize_connect_four,
 )
 from services.orchestrator.consensus import Agent, Budget, ConsensusLoop, LoopResult, Vote
+from services.orchestrator.documents import Documents, retrieval_error, validate_document_fields
 from services.orchestrator.events import (
     AgentFinished,
     AgentStarted,
@@ -176,6 +176,8 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         self._game_agents = {agent.name: agent for agent in game_agents}
         self._text_agents = list(text_agents)
         self._retrieval = retrieval
+        self._documents = Documents(retrieval, settings.retrieval_deadline_s,
+                                    settings.ingest_deadline_s)
         self._router = router or RuleRouter()
         self._text_router = router or TextRouter()
         self._puzzle_agents = {agent.name: agent for agent in puzzle_agents}
@@ -491,7 +493,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                     collection=request.collection, documents=request.documents),
                 timeout=timeout)
         except grpc.aio.AioRpcError as error:
-            raise propagate(error, "retrieval") from error
+            raise retrieval_error(error) from error
         return pb.IngestDocumentsResponse(
             document_count=response.document_count, chunk_count=response.chunk_count,
             skipped_document_count=response.skipped_document_count,
@@ -518,11 +520,27 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         try:
             response = await self._retrieval.StreamIngestDocuments(forward(), timeout=timeout)
         except grpc.aio.AioRpcError as error:
-            raise propagate(error, "retrieval") from error
+            raise retrieval_error(error) from error
         return pb.StreamIngestDocumentsResponse(
             document_count=response.document_count, chunk_count=response.chunk_count,
             skipped_document_count=response.skipped_document_count,
             updated_document_count=response.updated_document_count)
+
+    async def GetDocument(self, request, context):
+        """Forwards to RetrievalService.GetDocument (see `documents.Documents`)."""
+        return await self._documents.get(request, context)
+
+    async def ListDocuments(self, request, context):
+        """Forwards to RetrievalService.ListDocuments (see `documents.Documents`)."""
+        return await self._documents.list(request, context)
+
+    async def DeleteDocument(self, request, context):
+        """Forwards to RetrievalService.DeleteDocument (see `documents.Documents`)."""
+        return await self._documents.delete(request, context)
+
+    async def DeleteCollection(self, request, context):
+        """Forwards to RetrievalService.DeleteCollection (see `documents.Documents`)."""
+        return await self._documents.delete_collection(request, context)
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float:
         """The loop's `time.monotonic()` deadline: the caller's, less a margin for answering."""
@@ -756,8 +774,9 @@ def validate_collection(collection: str, required: bool) -> None:
 
 
 def validate_documents(documents: Sequence[common_pb2.Document]) -> None:
-    """Raises InvalidArgument on "documents" (count outside 1..10,000) or on
-    "documents[i].id" / "documents[i].text" (empty)."""
+    """Raises InvalidArgument on "documents" (count outside 1..10,000), on
+    "documents[i].id" / "documents[i].text" (empty) or on "documents[i].id" / ".title" /
+    ".source" (longer than 1,024 / 1,024 / 2,048 characters)."""
     if not 1 <= len(documents) <= MAX_DOCUMENTS:
         raise InvalidArgument("documents", f"has {len(documents)} documents; must be 1.."
                                            f"{MAX_DOCUMENTS:,}")
@@ -766,6 +785,7 @@ def validate_documents(documents: Sequence[common_pb2.Document]) -> None:
             raise InvalidArgument(f"documents[{index}].id", "must not be empty")
         if not document.text.strip():
             raise InvalidArgument(f"documents[{index}].text", "must not be empty")
+    validate_document_fields(documents)
 
 
 def _votes(result: LoopResult) -> list[pb.AgentVote]:
