@@ -36,9 +36,9 @@ from torch import nn
 from services.neural import reasoning_solver
 from services.neural.checkpoint import load_checkpoint
 from services.neural.cuda_graphs import GraphedSegments
+from services.neural.models.precision import autocast
 from services.neural.reasoning_segments import SegmentRun, halting_decision
-from services.neural.training.act import autocast
-from services.neural.training.reasoning_data import MazeTask, SudokuTask, held_out_set
+from training.reasoning.data import MazeTask, SudokuTask, held_out_set
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ agent) and "learned" (`ORCHESTRATOR_ROUTER_MODEL`, default router-connect4, foll
 `ORCHESTRATOR_ROUTER_THRESHOLD`, the network added to a search route below
 `ORCHESTRATOR_ROUTER_NETWORK_CHECK_BELOW`). The workload is `--per-file` positions of the "test"
 split of each of Pons' six files (positions `mcts-mesh train router` never trains on; see
-`mcts_mesh.training.router_workload`; `--split train` takes the train split's, to choose a setting
+`training.router.workload`; `--split train` takes the train split's, to choose a setting
 without looking at the test split), early and late shuffled together. Each position is sent to
 every orchestrator one after the other, each going first in turn, at concurrency 1 over one
 kept-alive channel each, with default budgets. Every returned column is judged with the exact
@@ -32,7 +32,7 @@ import grpc
 import numpy as np
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
-from mcts_mesh.training.router_workload import Judge, Mesh, mixed_positions, solve
+from training.router.workload import Judge, Mesh, mixed_positions, solve
 
 
 def summary(rows: list[dict]) -> dict:

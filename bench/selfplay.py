@@ -1,5 +1,5 @@
 """Self-play positions per second at 800 simulations with the shipped Connect Four network: our
-batched PUCT (`mcts_mesh.training.az.games.search_many`, the loop's self-play driver: every
+batched PUCT (`training.az.games.search_many`, the loop's self-play driver: every
 network call batches the leaves of all concurrent games) against `mctx.gumbel_muzero_policy`
 (DeepMind's JAX MCTS) driving the same network in the same run.
 
@@ -33,9 +33,9 @@ import time
 import numpy as np
 import torch
 
-from mcts_mesh.training.az import boards, learner
-from mcts_mesh.training.az.games import SearchOptions, search_many
 from services.neural.checkpoint import load_checkpoint
+from training.az import boards, learner
+from training.az.games import SearchOptions, search_many
 
 try:  # benchmark-only dependencies
     import jax

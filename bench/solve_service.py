@@ -32,8 +32,8 @@ from services.neural.main import build_servicers
 from services.neural.reasoning_solver import ReasoningSolver
 from services.neural.reasoning_task import task_from_metadata
 from services.neural.settings import NeuralSettings
-from services.neural.training.reasoning_data import MazeTask, SudokuTask, held_out_set
-from services.neural.training.reasoning_eval import evaluate
+from training.reasoning.data import MazeTask, SudokuTask, held_out_set
+from training.reasoning.evaluation import evaluate
 
 NAME = "bench-model"
 MODES = {"paper": pb.HALTING_MODE_PAPER, "act": pb.HALTING_MODE_ACT}

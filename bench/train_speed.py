@@ -1,6 +1,6 @@
 """Training steps per second of every trainer preset, on the CPU and (where torch sees one) a GPU.
 
-- trm / hrm presets: `services.neural.training.reasoning.train_reasoning` for `--seconds` of
+- trm / hrm presets: `training.reasoning.trainer.train_reasoning` for `--seconds` of
   training (its `time_limit_s`), steps done / training seconds, once per `--data-workers` value
   (0: puzzles generated inside the step, in the training process; N: in N worker processes
   ahead of the step). Beside it, from the run's metrics: the step's own milliseconds (waiting
@@ -8,7 +8,7 @@
   generating) puzzles, the fresh puzzles a step takes (its halted slots), and the generator's
   cost per puzzle timed alone in this process. The paper presets are large (5-27M parameters):
   on a CPU they may complete only a few steps in the budget.
-- connect4-az: `mcts_mesh.training.az.learner.train_steps` (AdamW, CE + MSE) on self-play-shaped
+- connect4-az: `training.az.learner.train_steps` (AdamW, CE + MSE) on self-play-shaped
   positions at the loop's batch size, for the default network (48 channels, 4 blocks) and a tiny
   one.
 Every row of a device runs in this process, one after the other, the worker counts alternating
@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mcts_mesh.training.az import learner
-from mcts_mesh.training.az.replay import Examples
 from services.neural.models.presets import PRESETS
-from services.neural.training.reasoning import METRICS_FILE, task_for_preset, train_reasoning
-from services.neural.training.reasoning_data import PuzzleChunks
+from training.az import learner
+from training.az.replay import Examples
+from training.reasoning.data import PuzzleChunks
+from training.reasoning.trainer import METRICS_FILE, task_for_preset, train_reasoning
 
 AZ_NETWORKS = {"connect4-az (48x4)": {"channels": 48, "blocks": 4, "value_hidden": 64},
                "connect4-az (16x1)": {"channels": 16, "blocks": 1, "value_hidden": 16}}

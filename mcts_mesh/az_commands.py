@@ -1,7 +1,7 @@
 """The AlphaZero loop's commands: `train connect4-az`, `selfplay-actor`, `plot-history`.
 
 Settings: `--set FIELD=VALUE` (repeatable) sets any field of
-`mcts_mesh.training.az.settings.AZSettings`; a few common ones also have their own flags. The
+`training.az.settings.AZSettings`; a few common ones also have their own flags. The
 values are validated by the settings object, so a bad one fails with the field's name.
 
 Stopping: Ctrl-C (SIGINT) or SIGTERM stops `train connect4-az` within seconds, with one line naming
@@ -43,7 +43,7 @@ def az_settings(args: argparse.Namespace):
     # Imported here, not at the top: every CLI command builds the parser that imports this module.
     from pydantic import ValidationError
 
-    from mcts_mesh.training.az.settings import AZSettings
+    from training.az.settings import AZSettings
 
     values: dict[str, Any] = {}
     for item in args.set:
@@ -133,9 +133,9 @@ def cmd_train_connect4_az(args: argparse.Namespace) -> int:
     with StopSignals(signal.SIGINT, signal.SIGTERM) as stop:
         try:
             # Imported here, not at the top: every CLI command builds the parser (see az_settings).
-            from mcts_mesh.training.az.loop import train_connect4_az as run
-            from mcts_mesh.training.az.replay import ReplayError
             from services.neural.checkpoint import CheckpointError
+            from training.az.loop import train_connect4_az as run
+            from training.az.replay import ReplayError
 
             try:
                 report = run(settings)
@@ -178,8 +178,8 @@ def cmd_selfplay_actor(args: argparse.Namespace) -> int:
     between shards); on SIGINT one line on stderr and 130, the shard in progress not written."""
     with StopSignals(signal.SIGINT) as stop:
         try:
-            from mcts_mesh.training.az.actor import run_actor
-            from mcts_mesh.training.az.replay import ReplayError
+            from training.az.actor import run_actor
+            from training.az.replay import ReplayError
 
             try:
                 run_actor(args.run_dir, args.actor_id, args.torch_threads, args.max_shards,
@@ -194,8 +194,8 @@ def cmd_selfplay_actor(args: argparse.Namespace) -> int:
 
 
 def cmd_plot_history(args: argparse.Namespace) -> int:
-    from mcts_mesh.training.az.plot import plot_history
     from services.neural.checkpoint import CheckpointError
+    from training.az.plot import plot_history
 
     try:
         table = plot_history(Path(args.checkpoint), Path(args.output))

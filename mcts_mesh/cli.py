@@ -591,13 +591,13 @@ def _router_routes(names: str):
 def cmd_train_text_router(args) -> int:
     """`train router --text`: optionally run the labelled text workload (a language model is
     needed: without one it exits with one line), then train the text router from log + labels."""
-    from mcts_mesh.training.router_text import (
+    from services.orchestrator.text_roles import TextRole
+    from training.router.text import (
         DATASETS,
         NoLanguageModel,
         generate,
         train_text_router,
     )
-    from services.orchestrator.text_roles import TextRole
 
     run_dir = Path(args.router_dir)
     logs = [Path(p) for p in args.routing_log] or [run_dir / "text-routing.jsonl"]
@@ -632,7 +632,7 @@ def cmd_train_text_router(args) -> int:
 
 def cmd_train_router(args) -> int:
     """`train router`: optionally run the labelled workload, then train from log + labels."""
-    from mcts_mesh.training.router import generate, train_router
+    from training.router.connect4 import generate, train_router
 
     if args.text:
         return cmd_train_text_router(args)
@@ -663,13 +663,13 @@ def cmd_train(args) -> int:
 
         return cmd_train_connect4_az(args)
     if args.what == "connect4-pv":
-        from mcts_mesh.training.connect4_selfplay import train_connect4_pv
+        from training.connect4_selfplay import train_connect4_pv
 
         report = train_connect4_pv(output_dir=Path(args.output or "models/connect4-pv"),
                                    games=args.games, simulations=args.simulations,
                                    epochs=args.epochs, seed=args.seed, workers=args.workers)
     else:
-        from services.neural.training.reasoning import train_reasoning
+        from training.reasoning.trainer import train_reasoning
 
         if not args.preset:
             raise SystemExit(f"train {args.what}: --preset is required "
@@ -686,7 +686,7 @@ def cmd_train(args) -> int:
 
 
 def _device(choice: str | None) -> str:
-    from mcts_mesh.training.device import resolve_device
+    from training.device import resolve_device
 
     try:
         return resolve_device(choice or "auto")

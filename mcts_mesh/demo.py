@@ -63,7 +63,8 @@ def _connect_four(stub, data_dir: Path | None, per_file: int) -> None:
 def _sudoku6(stub) -> None:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    from services.neural.training.reasoning_data import SudokuTask, decode_sudoku, held_out_set
+    from services.neural.models.reasoning_tokens import decode_sudoku
+    from training.reasoning.data import SudokuTask, held_out_set
 
     print("\n== 6x6 Sudoku (held-out generated puzzles, 16 blanks) through SolveProblem")
     held_out = held_out_set(SudokuTask(size=6, blanks=16), SUDOKU6_PUZZLES, seed=1)
@@ -82,7 +83,7 @@ def _mazes(stub) -> None:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
     from mcts_mesh.puzzle_files import held_out_rows, maze_rows
-    from services.neural.training.reasoning_data import MazeTask
+    from training.reasoning.data import MazeTask
 
     task = MazeTask()
     print(f"\n== Mazes ({task.rows}x{task.cols} cells, held-out generated) through SolveProblem")

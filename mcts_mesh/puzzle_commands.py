@@ -271,7 +271,7 @@ def held_out(args) -> int:
     """`mcts-mesh puzzles heldout sudoku|maze`: writes `held_out_set(task, count, seed)`, the
     trainer's evaluation set, to stdout or `--output` (no orchestrator involved)."""
     from mcts_mesh.puzzle_files import write_held_out
-    from services.neural.training.reasoning_data import MazeTask, SudokuTask
+    from training.reasoning.data import MazeTask, SudokuTask
 
     if args.kind == "sudoku":
         task = SudokuTask(size=args.size, blanks=args.blanks)

@@ -34,13 +34,8 @@ from libs.puzzles.readers import (
     read_sudoku_csv,
     read_sudoku_file,
 )
-from services.neural.training.reasoning_data import (
-    MazeTask,
-    SudokuTask,
-    decode_maze,
-    decode_sudoku,
-    held_out_set,
-)
+from services.neural.models.reasoning_tokens import decode_maze, decode_sudoku
+from training.reasoning.data import MazeTask, SudokuTask, held_out_set
 
 ROW_SEPARATOR = "/"
 """Joins a maze's rows on one line of a maze line file."""

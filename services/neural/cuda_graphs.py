@@ -41,7 +41,7 @@ from services.neural.models.connect4_pv import (
     PolicyValueProbabilities,
     predict,
 )
-from services.neural.training.act import autocast
+from services.neural.models.precision import autocast
 
 WARM_UP_PASSES = 2
 """Eager passes on a side stream before a capture (lazy initialisation of cuBLAS handles and

@@ -1,5 +1,5 @@
 """The test-time segment loop of HRM and TRM, shared by held-out evaluation
-(`services.neural.training.reasoning_eval.evaluate`) and serving (`reasoning_solver`), so both
+(`training.reasoning.evaluation.evaluate`) and serving (`reasoning_solver`), so both
 produce the same predictions from the same puzzles.
 
 Each example starts from the model's initial carry and runs deep-supervision segments on the same
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from services.neural.training.act import autocast
+from services.neural.models.precision import autocast
 
 MODES = ("paper", "act")
 

@@ -1,12 +1,12 @@
 """What a reasoning checkpoint solves, and the grid alphabet <-> token ids of that task.
 
 A task is named `<kind>-<height>x<width>`: "sudoku-6x6", "sudoku-9x9", "maze-9x9", "maze-30x30".
-The trainer (`services.neural.training.reasoning.train`) records it in the checkpoint's metadata as
+The trainer (`training.reasoning.trainer.train`) records it in the checkpoint's metadata as
 "task_kind" ("SudokuTask" or "MazeTask") and "task" (the task dataclass as a dict); a checkpoint
 imported from elsewhere may give "task" as the name itself.
 
-Token encodings are the trainer's (`services.neural.training.reasoning_data`), so a served model
-sees exactly the ids it was trained on:
+Token encodings are shared with the trainer (`services.neural.models.reasoning_tokens`), so a
+served model sees exactly the ids it was trained on:
 - Sudoku N x N: '.' or '0' blank -> 1, digit d -> d + 1 (0 is padding); vocabulary N + 2.
 - Maze: '#' 1, ' ' 2, 'S' 3, 'G' 4, 'o' 5 (`libs.puzzles.maze.CHARSET`, 0 padding); vocabulary 6.
   A question holds no 'o'; an answer marks the shortest path with 'o'.
@@ -23,7 +23,7 @@ import numpy as np
 from libs.errors import InvalidArgument
 from libs.puzzles import maze as maze_lib
 from libs.puzzles import sudoku as sudoku_lib
-from services.neural.training.reasoning_data import (
+from services.neural.models.reasoning_tokens import (
     decode_sudoku,
     encode_maze,
     encode_sudoku,

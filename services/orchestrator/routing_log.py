@@ -30,7 +30,7 @@ A text query's line (kind "text") also holds the text router's inputs and outcom
 
 A role (anything but "draft") runs beside the loop, so its line has no routes, one vote (the
 role's answer), iterations 1 and latency_ms the retrieval's and the role's. The labelled text
-workload (`mcts_mesh.training.router_text`) joins its labels to these lines on thread_id.
+workload (`training.router.text`) joins its labels to these lines on thread_id.
 
 Writing happens off the event loop: `RoutingLog.write` serialises the line and hands it to a
 bounded queue that a `logging.handlers.QueueListener` thread drains into a

@@ -1,6 +1,7 @@
 """The architecture the DESIGN describes, checked by import-linter (contracts in pyproject.toml's
-`[tool.importlinter]`): no service imports another service's package, and the mcts search core
-imports no grpc (only its gRPC edge does: servicers, main, the neural client)."""
+`[tool.importlinter]`): no service imports another service's package, serving (services/, libs/)
+never imports the training package, and the mcts search core imports no grpc (only its gRPC edge
+does: servicers, main, the neural client)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_the_repository_keeps_its_import_contracts(repo_root):
     run = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=repo_root, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "2 kept, 0 broken" in run.stdout, run.stdout
+    assert "3 kept, 0 broken" in run.stdout, run.stdout
 
 
 def _write(root: Path, module: str, text: str = "") -> None:
@@ -36,8 +37,8 @@ def _write(root: Path, module: str, text: str = "") -> None:
 
 
 def test_the_contracts_catch_a_service_importing_another_and_grpc_in_the_core(repo_root, tmp_path):
-    """The repository's own contracts, on a copy of its package layout with two bad imports:
-    both are reported, so the contracts are not vacuous."""
+    """The repository's own contracts, on a copy of its package layout with three bad imports:
+    each is reported, so the contracts are not vacuous."""
     config = tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["importlinter"]
     lines = ["[importlinter]", "root_packages =\n    " + "\n    ".join(config["root_packages"]),
              "include_external_packages = True"]
@@ -56,9 +57,12 @@ def test_the_contracts_catch_a_service_importing_another_and_grpc_in_the_core(re
     _write(tmp_path, "services.mcts.engine", "from services.mcts import tree\n")
     _write(tmp_path, "services.mcts.tree", "import grpc\n")
     _write(tmp_path, "services.neural.training", "from services.mcts import engine\n")
+    _write(tmp_path, "training.reasoning")
+    _write(tmp_path, "services.neural.reasoning_task", "from training import reasoning\n")
     run = _lint(tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "0 kept, 2 broken" in run.stdout, run.stdout
+    assert "0 kept, 3 broken" in run.stdout, run.stdout
     assert "services.neural.training -> services.mcts.engine" in run.stdout, run.stdout
     assert "services.mcts.tree -> grpc" in run.stdout, run.stdout
+    assert "services.neural.reasoning_task -> training.reasoning" in run.stdout, run.stdout
     assert "services.mcts.servicer" not in run.stdout, run.stdout

@@ -44,7 +44,7 @@ def test_build_context_is_code_and_models_only(repo_root):
     assert lines[0] == "*"
     allowed = {line[1:] for line in lines if line.startswith("!")}
     assert allowed == {"pyproject.toml", "deploy/requirements-runtime.txt", "libs", "services",
-                       "mcts_mesh", "models"}
+                       "mcts_mesh", "training", "models"}
 
 
 def test_dockerfile_installs_cpu_torch_runs_as_non_root_and_pins_images(repo_root):

@@ -14,7 +14,7 @@ choice per query and follows it when one number (the chosen role's probability) 
 threshold, the labels are utilities (right or wrong minus a price on tokens and latency) that are
 only meaningful relative to the other roles of the same query, and a query on which two roles are
 as good splits the probability, so the rules decide it. The trainer
-(`mcts_mesh/training/router_text.py`) maximises the expected utility of the choice, as the Connect
+(`training/router/text.py`) maximises the expected utility of the choice, as the Connect
 Four meta-controller's does.
 
 The checkpoint holds only what was trained (the LoRA matrices and the head, about 40,000 numbers

@@ -1,5 +1,5 @@
 """Solve and ReloadModel on a real grpc.aio neural server on port 0, serving a TRM checkpoint
-written by the trainer itself (`services.neural.training.reasoning.train`, two steps on 6x6
+written by the trainer itself (`training.reasoning.trainer.train`, two steps on 6x6
 Sudoku) beside a Connect Four network: the served rates equal `evaluate()` on the same held-out
 puzzles in both halting modes, bad input is INVALID_ARGUMENT naming the field, a game network is
 FAILED_PRECONDITION, and a corrupt reload is refused while the old model keeps serving."""
@@ -26,9 +26,9 @@ from services.neural.models.trm import TRM, TRMConfig
 from services.neural.reasoning_solver import ReasoningSolver
 from services.neural.reasoning_task import parse_task_name
 from services.neural.settings import NeuralSettings
-from services.neural.training.reasoning import CHECKPOINT_DIR, TrainingSettings, train
-from services.neural.training.reasoning_data import SudokuTask, held_out_set
-from services.neural.training.reasoning_eval import evaluate
+from training.reasoning.data import SudokuTask, held_out_set
+from training.reasoning.evaluation import evaluate
+from training.reasoning.trainer import CHECKPOINT_DIR, TrainingSettings, train
 
 TIMEOUT_S = 30
 TASK = SudokuTask(size=6, blanks=4)

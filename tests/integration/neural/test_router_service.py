@@ -17,7 +17,6 @@ from grpc_status import rpc_status
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
 from libs.server import start_server
-from mcts_mesh.training.router import ROUTES, load_examples, train_router
 from services.neural.checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
@@ -30,6 +29,7 @@ from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PV, Connect
 from services.neural.settings import NeuralSettings
 from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import AgentName, Route, RoutingState, routing_features
+from training.router.connect4 import ROUTES, load_examples, train_router
 
 TIMEOUT_S = 10
 

@@ -21,15 +21,6 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.server import start_server
 from mcts_mesh import cli
-from mcts_mesh.training.router_text import (
-    ROLES,
-    NoLanguageModel,
-    Question,
-    is_correct,
-    load_text_examples,
-    require_language_model,
-    train_text_router,
-)
 from services.llm_gateway.settings import LlmGatewaySettings
 from services.neural.checkpoint import load_checkpoint
 from services.neural.evaluator import PositionEvaluator
@@ -41,6 +32,15 @@ from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text_reasoning import RoleServices
+from training.router.text import (
+    ROLES,
+    NoLanguageModel,
+    Question,
+    is_correct,
+    load_text_examples,
+    require_language_model,
+    train_text_router,
+)
 
 ARITHMETIC = ["What is 17 plus 25?", "What is 9 times 8?", "What is 144 divided by 12?",
               "What is 63 minus 27?", "What is 15 times 4?", "What is 81 plus 19?"]

@@ -13,7 +13,7 @@ from libs.puzzles import maze as maze_lib
 from libs.puzzles.sudoku import format_grid
 from mcts_mesh import cli
 from mcts_mesh.puzzle_files import held_out_rows, maze_line, maze_rows
-from services.neural.training.reasoning_data import MazeTask, SudokuTask
+from training.reasoning.data import MazeTask, SudokuTask
 
 
 async def run_cli(capsys, *argv: str) -> list[dict]:

@@ -15,8 +15,8 @@ from mcts_mesh import cli
 from services.neural.main import build_servicers as neural_servicers
 from services.neural.models.trm import TRM, TRMConfig
 from services.neural.settings import NeuralSettings
-from services.neural.training.reasoning import TrainingSettings, train
-from services.neural.training.reasoning_data import SudokuTask, held_out_set
+from training.reasoning.data import SudokuTask, held_out_set
+from training.reasoning.trainer import TrainingSettings, train
 
 TASK = SudokuTask(size=6, blanks=2)
 HELD_OUT_SEED = 21

@@ -17,8 +17,8 @@ from mcts_mesh import cli
 from services.neural.checkpoint import load_checkpoint
 from services.neural.main import build_servicers as neural_servicers
 from services.neural.settings import NeuralSettings
-from services.neural.training.reasoning_data import MazeTask, held_out_set
-from services.neural.training.reasoning_eval import evaluate
+from training.reasoning.data import MazeTask, held_out_set
+from training.reasoning.evaluation import evaluate
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
 HELD_OUT_SEED = 1

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from mcts_mesh.training.az import learner
-from mcts_mesh.training.az.actor import run_actor
-from mcts_mesh.training.az.loop import Run
-from mcts_mesh.training.az.replay import ReplayBuffer, read_shard
-from mcts_mesh.training.az.settings import AZSettings
+from training.az import learner
+from training.az.actor import run_actor
+from training.az.loop import Run
+from training.az.replay import ReplayBuffer, read_shard
+from training.az.settings import AZSettings
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_an_actor_writes_shards_of_the_learners_generation_with_the_best_network
 
 
 def test_plot_history_draws_the_curve_and_prints_the_table(tmp_path):
-    from mcts_mesh.training.az.loop import train_connect4_az
+    from training.az.loop import train_connect4_az
 
     settings = AZSettings(run_dir=tmp_path / "run", generations=1, arena_games=4,
                           steps_per_generation=2, batch_size=16, **TINY)

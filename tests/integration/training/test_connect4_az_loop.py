@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from mcts_mesh.training.az import learner
-from mcts_mesh.training.az.loop import train_connect4_az
-from mcts_mesh.training.az.settings import AZSettings
+from training.az import learner
+from training.az.loop import train_connect4_az
+from training.az.settings import AZSettings
 
 pytestmark = pytest.mark.slow
 

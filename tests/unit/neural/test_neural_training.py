@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from libs.connect4.board import Position
-from mcts_mesh.training.connect4_selfplay import (
+from services.neural.checkpoint import load_checkpoint
+from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
+from training.connect4_selfplay import (
     Examples,
     evaluate_losses,
     fit,
@@ -19,8 +21,6 @@ from mcts_mesh.training.connect4_selfplay import (
     split_by_game,
     train_connect4_pv,
 )
-from services.neural.checkpoint import load_checkpoint
-from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
 
 # The first lines of two Pons benchmark files (moves, exact score for the player to move).
 PONS_LINES = {

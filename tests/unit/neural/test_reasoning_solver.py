@@ -30,7 +30,8 @@ from services.neural.reasoning_task import (
     task_from_metadata,
 )
 from services.neural.registry import ModelRegistry
-from services.neural.training.reasoning_data import (
+from services.neural.warmup import warm_up
+from training.reasoning.data import (
     MazeTask,
     PuzzleBatch,
     SudokuTask,
@@ -38,8 +39,7 @@ from services.neural.training.reasoning_data import (
     encode_sudoku,
     held_out_set,
 )
-from services.neural.training.reasoning_eval import evaluate
-from services.neural.warmup import warm_up
+from training.reasoning.evaluation import evaluate
 
 SUDOKU6 = SudokuTask(size=6, blanks=4)
 MAZE = MazeTask(rows=2, cols=2, extra_openings=0, min_path_length=2)

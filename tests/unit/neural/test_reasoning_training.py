@@ -16,33 +16,32 @@ from libs.puzzles import sudoku as sudoku_lib
 from services.neural.checkpoint import load_checkpoint
 from services.neural.models.hrm import HRM, HRMConfig
 from services.neural.models.reasoning_layers import IGNORE_LABEL_ID
+from services.neural.models.reasoning_tokens import decode_maze, decode_sudoku
 from services.neural.models.trm import TRM, TRMConfig
-from services.neural.training.act import (
+from training.reasoning.act import (
     SegmentResult,
     act_loss,
     initial_carry,
     replace_halted,
     run_segment,
 )
-from services.neural.training.ema import WeightEMA
-from services.neural.training.optim import AdamATan2, SparseSignSGD, warmup_constant
-from services.neural.training.reasoning import (
+from training.reasoning.data import (
+    MazeTask,
+    PuzzleBatch,
+    PuzzleStream,
+    SudokuTask,
+    encode_sudoku,
+    held_out_set,
+)
+from training.reasoning.ema import WeightEMA
+from training.reasoning.evaluation import evaluate
+from training.reasoning.optim import AdamATan2, SparseSignSGD, warmup_constant
+from training.reasoning.trainer import (
     TrainingSettings,
     task_for_preset,
     train,
     train_reasoning,
 )
-from services.neural.training.reasoning_data import (
-    MazeTask,
-    PuzzleBatch,
-    PuzzleStream,
-    SudokuTask,
-    decode_maze,
-    decode_sudoku,
-    encode_sudoku,
-    held_out_set,
-)
-from services.neural.training.reasoning_eval import evaluate
 
 TASK = SudokuTask(size=4, blanks=4)
 
@@ -509,7 +508,7 @@ def test_a_task_with_too_few_distinct_puzzles_is_refused_not_looped_on():
 
 
 def test_ctrl_c_during_training_leaves_a_loadable_checkpoint(tmp_path, monkeypatch):
-    from services.neural.training import reasoning
+    from training.reasoning import trainer as reasoning
 
     real, calls = reasoning.run_segment, []
 

@@ -17,7 +17,7 @@ from mcts_mesh.puzzle_files import (
     read_sudoku_items,
     write_held_out,
 )
-from services.neural.training.reasoning_data import (
+from training.reasoning.data import (
     MazeTask,
     SudokuTask,
     encode_maze,

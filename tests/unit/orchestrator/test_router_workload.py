@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from mcts_mesh.training.router_workload import PONS_FILES, Mesh, mixed_positions, split_of
+from training.router.workload import PONS_FILES, Mesh, mixed_positions, split_of
 
 
 @pytest.fixture

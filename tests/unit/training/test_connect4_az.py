@@ -11,14 +11,14 @@ import torch
 from pydantic import ValidationError
 
 from libs.connect4.board import Position, encode, legal_mask
-from mcts_mesh.training.az import boards, learner
-from mcts_mesh.training.az.games import GameRecord, SearchOptions, play_games, search_many
-from mcts_mesh.training.az.replay import FORMAT_VERSION, ReplayBuffer, ReplayError, read_shard
-from mcts_mesh.training.az.settings import AZSettings
-from mcts_mesh.training.device import resolve_device
 from services.neural.checkpoint import CheckpointError, save_checkpoint
 from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
 from services.neural.models.trm import TRM, TRMConfig
+from training.az import boards, learner
+from training.az.games import GameRecord, SearchOptions, play_games, search_many
+from training.az.replay import FORMAT_VERSION, ReplayBuffer, ReplayError, read_shard
+from training.az.settings import AZSettings
+from training.device import resolve_device
 
 
 @pytest.fixture(autouse=True)
@@ -164,7 +164,7 @@ def test_a_checkpoint_of_another_architecture_or_size_is_refused_by_name(tmp_pat
 
 def test_training_lowers_the_loss_on_a_fixed_set():
     records, _ = play_games([uniform], [(0, 0)] * 4, 4, SearchOptions(simulations=8), 8, seed=1)
-    from mcts_mesh.training.az.replay import game_examples
+    from training.az.replay import game_examples
 
     data = game_examples(records)
     model = learner.new_model({"channels": 8, "blocks": 1, "value_hidden": 8}, 0, "cpu")

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from mcts_mesh.training.az import learner
-from mcts_mesh.training.az.games import SearchOptions, play_games
-from mcts_mesh.training.az.loop import train_connect4_az
-from mcts_mesh.training.az.replay import game_examples
-from mcts_mesh.training.az.settings import AZSettings
 from services.neural.checkpoint import load_checkpoint
 from services.neural.models.connect4_pv import ARCHITECTURE
-from services.neural.training.reasoning import train_reasoning
+from training.az import learner
+from training.az.games import SearchOptions, play_games
+from training.az.loop import train_connect4_az
+from training.az.replay import game_examples
+from training.az.settings import AZSettings
+from training.reasoning.trainer import train_reasoning
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU, torch sees none (bench/gpu.sh runs it "

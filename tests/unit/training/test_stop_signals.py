@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from mcts_mesh.az_commands import StopSignals
-from mcts_mesh.training.az import learner
+from training.az import learner
 
 NETWORK = {"channels": 8, "blocks": 1, "value_hidden": 8}
 

@@ -27,31 +27,18 @@ mean over the batch) + 0.5 * (halting loss + continue loss):
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from services.neural.models.precision import autocast
 from services.neural.models.reasoning_layers import IGNORE_LABEL_ID, stablemax_cross_entropy
-from services.neural.training.reasoning_data import PuzzleBatch
+from training.reasoning.data import PuzzleBatch
 
 Q_LOSS_WEIGHT = 0.5
 """Weight of the halting and continue losses against the token loss (both references)."""
-
-
-def autocast(device: torch.device, cache_enabled: bool = True
-             ) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA; a no-op elsewhere (CPU runs stay float32).
-
-    `cache_enabled=False` for a CUDA graph capture: autocast's cache of cast weights lives
-    outside the graph's memory pool and is freed when the context exits, so a graph captured
-    with it would replay reads of freed memory (PyTorch "CUDA Graphs" notes,
-    `torch.cuda.make_graphed_callables`)."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache_enabled)
-    return contextlib.nullcontext()
 
 
 @dataclass(frozen=True)

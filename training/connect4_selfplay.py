@@ -41,7 +41,7 @@ from services.neural.models.connect4_pv import (
     Connect4PVConfig,
     parameter_count,
 )
-from services.neural.training.pons import BENCHMARK_FILES, DEFAULT_PONS_DIR, evaluate_on_pons
+from training.pons import BENCHMARK_FILES, DEFAULT_PONS_DIR, evaluate_on_pons
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,7 @@ def _train(output_dir: Path, games: int, simulations: int, epochs: int, seed: in
     wins = sum(r.winner == 0 for r in records)
     draws = sum(r.winner < 0 for r in records)
     metadata: dict[str, Any] = {
-        "trainer": "mcts_mesh.training.connect4_selfplay.train_connect4_pv",
+        "trainer": "training.connect4_selfplay.train_connect4_pv",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "games": games,
         "simulations_per_move": simulations,

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from mcts_mesh.training.az.replay import Examples
 from services.neural.checkpoint import CheckpointError, load_checkpoint, replace_checkpoint
 from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PV, Connect4PVConfig
+from training.az.replay import Examples
 
 BEST_FILE = "best.json"
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from services.neural.models.reasoning_layers import IGNORE_LABEL_ID
 from services.neural.reasoning_segments import MODES, run_segments
-from services.neural.training.reasoning_data import PuzzleBatch
+from training.reasoning.data import PuzzleBatch
 
 EVALUATION_MODES = MODES
 

@@ -1,14 +1,10 @@
-"""Training data for HRM and TRM: token encodings of Sudoku grids and mazes, an endless seeded
-stream of generated puzzles with on-the-fly augmentation (generated in worker processes when
-asked, so that the training step does not wait for the generator), and a fixed held-out set.
+"""Training data for HRM and TRM: an endless seeded stream of generated puzzles with on-the-fly
+augmentation (generated in worker processes when asked, so that the training step does not wait
+for the generator), and a fixed held-out set.
 
-Token layouts follow the reference dataset builders (sapientinc/HRM
-`dataset/build_sudoku_dataset.py` and `dataset/build_maze_dataset.py`), where id 0 is padding:
-- Sudoku N x N: a cell value v (0 blank, 1..N digit) becomes token v + 1, so blank is 1 and the
-  digits are 2..N+1; the vocabulary has N + 2 ids (8 for 6x6, 11 for 9x9). Inputs are the puzzle,
-  labels the solution, every cell supervised (givens included, as in the references).
-- Mazes: the grid already holds ids 1..5 for the characters `# SGo` (`libs.puzzles.maze`), so
-  inputs are the question and labels the answer (vocabulary 6).
+Tokens are the served models' (`services.neural.models.reasoning_tokens`, id 0 padding). Sudoku:
+inputs are the puzzle, labels the solution, every cell supervised (givens included, as in the
+references). Mazes: inputs are the question and labels the answer.
 
 A batch is `PuzzleBatch`: inputs int32 [B, L], labels int64 [B, L] (L cells, row-major), and
 puzzle identifiers int32 [B] (all 0: generated Sudoku and mazes share one identifier).
@@ -27,35 +23,12 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from libs.puzzles import maze as maze_lib
 from libs.puzzles import sudoku as sudoku_lib
-
-SUDOKU_TOKEN_OFFSET = 1
-"""Added to cell values (0 blank, 1..N digits) so that token 0 stays free for padding."""
-
-
-def sudoku_vocab_size(size: int) -> int:
-    """Token ids of an N x N Sudoku: padding, blank, and N digits."""
-    return size + 1 + SUDOKU_TOKEN_OFFSET
-
-
-def encode_sudoku(grid: np.ndarray) -> np.ndarray:
-    """[N, N] int grid (0 blank, 1..N) -> int32 [N*N] tokens (1 blank, 2..N+1 digits)."""
-    return np.asarray(grid, dtype=np.int32).reshape(-1) + SUDOKU_TOKEN_OFFSET
-
-
-def decode_sudoku(tokens: np.ndarray | torch.Tensor, size: int) -> np.ndarray:
-    """int [N*N] tokens -> int8 [N, N] grid; padding (0) and blank (1) both decode to 0 (blank)."""
-    values = np.asarray(tokens, dtype=np.int64).reshape(size, size) - SUDOKU_TOKEN_OFFSET
-    return np.clip(values, 0, size).astype(np.int8)
-
-
-def encode_maze(grid: np.ndarray) -> np.ndarray:
-    """[H, W] maze token grid (`libs.puzzles.maze` ids 1..5) -> int32 [H*W] tokens (unchanged)."""
-    return np.asarray(grid, dtype=np.int32).reshape(-1)
-
-
-def decode_maze(tokens: np.ndarray | torch.Tensor, height: int, width: int) -> np.ndarray:
-    """int [H*W] tokens -> uint8 [H, W] maze grid."""
-    return np.asarray(tokens, dtype=np.int64).reshape(height, width).astype(np.uint8)
+from services.neural.models.reasoning_tokens import (
+    SUDOKU_TOKEN_OFFSET,
+    encode_maze,
+    encode_sudoku,
+    sudoku_vocab_size,
+)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.neural.training.pons import DEFAULT_PONS_DIR
+from training.pons import DEFAULT_PONS_DIR
 
 PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R2", "Test_L1_R3")
 """The six public halves of Pascal Pons' benchmark in ../shared/data/connect4-pons."""

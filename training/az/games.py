@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mcts_mesh.training.az import boards
 from services.mcts.batched import BatchedConfig, BatchedResult, BatchedSearch
+from training.az import boards
 
 Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 """(planes float32 [B, 2, 6, 7], legal bool [B, 7]) -> (policy float [B, 7] summing to 1 over the

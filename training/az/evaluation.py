@@ -16,8 +16,8 @@ import numpy as np
 
 from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
-from mcts_mesh.training.az import boards
-from mcts_mesh.training.az.games import Evaluator, SearchOptions, search_many
+from training.az import boards
+from training.az.games import Evaluator, SearchOptions, search_many
 
 
 def pons_rates(evaluate: Evaluator, pons_dir: Path, files: tuple[str, ...], positions: int,

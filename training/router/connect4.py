@@ -57,7 +57,6 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 from torch.nn import functional as F
 
 from mcts_mesh.client import open_channel
-from mcts_mesh.training.router_workload import Judge, Mesh, mixed_positions, solve
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
 from services.orchestrator.routing import (
@@ -69,6 +68,7 @@ from services.orchestrator.routing import (
     route_name,
 )
 from services.orchestrator.settings import OrchestratorSettings
+from training.router.workload import Judge, Mesh, mixed_positions, solve
 
 ROUTES = tuple(route_name(route) for route in CONNECT_FOUR_ROUTES)
 

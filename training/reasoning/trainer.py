@@ -35,28 +35,28 @@ from services.neural.checkpoint import load_checkpoint, replace_checkpoint
 from services.neural.models import ARCHITECTURES as MODEL_ARCHITECTURES
 from services.neural.models.presets import get_preset
 from services.neural.models.reasoning_layers import count_parameters
-from services.neural.training.act import (
+from training.reasoning.act import (
     ACTLoss,
     act_loss,
     initial_carry,
     replace_halted,
     run_segment,
 )
-from services.neural.training.ema import WeightEMA
-from services.neural.training.optim import (
-    AdamATan2,
-    SparseSignSGD,
-    set_learning_rate,
-    warmup_constant,
-)
-from services.neural.training.reasoning_data import (
+from training.reasoning.data import (
     MazeTask,
     PuzzleBatch,
     PuzzleStream,
     SudokuTask,
     held_out_set,
 )
-from services.neural.training.reasoning_eval import Evaluation, evaluate
+from training.reasoning.ema import WeightEMA
+from training.reasoning.evaluation import Evaluation, evaluate
+from training.reasoning.optim import (
+    AdamATan2,
+    SparseSignSGD,
+    set_learning_rate,
+    warmup_constant,
+)
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_DIR = "checkpoint"

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mcts_mesh.training.az import learner
-from mcts_mesh.training.az.loop import SETTINGS_FILE, self_play
-from mcts_mesh.training.az.replay import ReplayBuffer
-from mcts_mesh.training.az.settings import AZSettings
-from mcts_mesh.training.device import resolve_device
 from services.neural.checkpoint import CheckpointError
+from training.az import learner
+from training.az.loop import SETTINGS_FILE, self_play
+from training.az.replay import ReplayBuffer
+from training.az.settings import AZSettings
+from training.device import resolve_device
 
 POLL_S = 0.5
 

@@ -9,7 +9,7 @@ answer. Requests are joined to labels on their thread id and grouped by query: f
 the roles run on it, each with (correct, tokens, latency_ms). A line answered by the offline
 provider (extractive: not a language model) is never an example.
 
-Objective. As the Connect Four meta-controller's (`mcts_mesh/training/router.py`), the expected
+Objective. As the Connect Four meta-controller's (`training/router/connect4.py`), the expected
 utility of the choice, `sum_r softmax(logits)_r * utility(r)` averaged over queries, plus an
 entropy bonus (`ENTROPY_BONUS`), where
 
@@ -51,7 +51,6 @@ import torch
 from torch.nn import functional as F
 
 from libs.errors import FailedPrecondition
-from mcts_mesh.training.router import read_jsonl
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_text import (
     ARCHITECTURE,
@@ -61,6 +60,7 @@ from services.neural.models.router_text import (
 )
 from services.orchestrator.self_consistency import extract_answer, normalise_number, normalise_text
 from services.orchestrator.text_roles import TextRole
+from training.router.connect4 import read_jsonl
 
 ROLES = tuple(str(role) for role in TextRole)
 """The roles the text router chooses among, in the order of its output units."""

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mcts_mesh.training.az import boards
-from mcts_mesh.training.az.games import GameRecord
+from training.az import boards
+from training.az.games import GameRecord
 
 FORMAT = "mcts-mesh-replay"
 FORMAT_VERSION = 1

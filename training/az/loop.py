@@ -46,13 +46,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from mcts_mesh.training.az import learner
-from mcts_mesh.training.az.evaluation import pons_rates
-from mcts_mesh.training.az.games import GameRecord, SearchOptions, play_games
-from mcts_mesh.training.az.replay import ReplayBuffer
-from mcts_mesh.training.az.settings import AZSettings
-from mcts_mesh.training.device import resolve_device
 from services.neural.checkpoint import CheckpointError
+from training.az import learner
+from training.az.evaluation import pons_rates
+from training.az.games import GameRecord, SearchOptions, play_games
+from training.az.replay import ReplayBuffer
+from training.az.settings import AZSettings
+from training.device import resolve_device
 
 SETTINGS_FILE = "settings.json"
 ACTOR_STOP_S = 10.0
@@ -178,7 +178,7 @@ class Run:
                           s.pons_positions, s.pons_simulations, s.leaves_per_search, s.c_puct)
 
     def _save(self, entry: dict[str, Any]) -> None:
-        metadata = {"trainer": "mcts_mesh.training.az (AlphaZero loop)",
+        metadata = {"trainer": "training.az (AlphaZero loop)",
                     "generation": self.generation, "best_generation": self.best_generation,
                     "device": self.device, "history": self.history,
                     "settings": json.loads(self.settings.model_dump_json()),
