@@ -22,6 +22,7 @@ import json
 import grpc
 import httpx
 import pytest
+from google.protobuf import empty_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from mesh.common.v1 import common_pb2
@@ -44,7 +45,8 @@ TOKENS, USD, SIMULATIONS = 60, 0.01, 600
 
 class _Metered(pb_grpc.OrchestratorServiceServicer):
     """Answers at once with a fixed use, except a query "slow" and StreamSolveProblem, which wait
-    for `release`; StreamIngestDocuments reads its stream to the end."""
+    for `release`; StreamIngestDocuments reads its stream to the end; ListDocuments and
+    DeleteCollection answer empty."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
@@ -66,6 +68,12 @@ class _Metered(pb_grpc.OrchestratorServiceServicer):
         self.started += 1
         yield pb.StreamSolveProblemResponse(iteration=1)
         await self.release.wait()
+
+    async def ListDocuments(self, request, context):
+        return pb.ListDocumentsResponse()
+
+    async def DeleteCollection(self, request, context):
+        return empty_pb2.Empty()
 
     async def StreamIngestDocuments(self, request_iterator, context):
         self.started += 1
@@ -421,6 +429,25 @@ async def test_scopes_over_grpc_and_rest(front, keys):
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
     assert _details(error)["ErrorInfo"].metadata["collection"] == "other"
     assert orchestrator.servicer.ingested == ["docs"]
+
+    # the document resources: the scope of each method, the collection of each resource name
+    calls = [(reader, "GetDocument", pb.GetDocumentRequest(name="collections/other/documents/a"),
+              "COLLECTION_NOT_ALLOWED"),
+             (reader, "ListDocuments", pb.ListDocumentsRequest(parent="collections/other"),
+              "COLLECTION_NOT_ALLOWED"),
+             (reader, "DeleteDocument", pb.DeleteDocumentRequest(
+                 name="collections/docs/documents/a"), "SCOPE_NOT_GRANTED"),
+             (writer, "DeleteCollection", pb.DeleteCollectionRequest(name="collections/docs"),
+              "SCOPE_NOT_GRANTED")]
+    for key, method, message, reason in calls:
+        error = await _refusal(getattr(orchestrator.stub, method)(message, metadata=_key(key),
+                                                                   timeout=10))
+        assert _details(error)["ErrorInfo"].reason == reason, method
+    # allowed, they reach the servicer
+    await orchestrator.stub.ListDocuments(pb.ListDocumentsRequest(parent="collections/docs"),
+                                          metadata=_key(reader), timeout=10)
+    await orchestrator.stub.DeleteCollection(pb.DeleteCollectionRequest(
+        name="collections/other"), metadata=_key(admin), timeout=10)
 
     # admin may call everything, any collection
     assert await _query(orchestrator, admin) == grpc.StatusCode.OK
