@@ -12,6 +12,11 @@ connection, nothing answers) is found by gRPC's HTTP/2 keepalive (`Keepalive`, g
 doc/keepalive.md): a ping unanswered for `Keepalive.timeout_s` closes the connection, its calls
 fail UNAVAILABLE, and new calls fail once a reconnection attempt has had its `connect_timeout_s`,
 instead of each waiting for its deadline. Servers accept these pings (`keepalive_server_options`).
+
+A channel carries the mesh's credential (`libs.mesh_auth`, `open_channel(auth=...)`): over mutual
+TLS when the settings name certificates, and the mesh token in the metadata of every call when one
+is set (added by `MeshChannel` itself: call credentials need a secure channel, and an interceptor
+would cost a task per call).
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from opentelemetry import trace
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from libs.mesh_auth import channel_credentials, tls_channel_options, token_metadata
 from libs.settings import (
     DEFAULT_KEEPALIVE_TIME_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
     MIN_KEEPALIVE_TIME_S,
     ChannelSettings,
+    MeshAuth,
 )
 
 if TYPE_CHECKING:  # the SDK is not needed to make calls (the CLI imports this module)
@@ -127,9 +134,10 @@ class _UnaryUnary:
     """
 
     def __init__(self, inner: grpc.aio.UnaryUnaryMultiCallable, method: str,
-                 tracer: trace.Tracer) -> None:
+                 tracer: trace.Tracer, auth: tuple[tuple[str, str], ...] = ()) -> None:
         self._inner = inner
         self._tracer = tracer
+        self._auth = auth
         name = method.decode() if isinstance(method, bytes) else method
         self._name = name.lstrip("/")
         self._traced = not name.startswith(UNTRACED_PREFIXES)
@@ -139,6 +147,8 @@ class _UnaryUnary:
     def __call__(self, request, *, timeout=None, metadata=None, credentials=None,
                  wait_for_ready=None, compression=None):
         timeout = _clamped_timeout(timeout)
+        if self._auth:
+            metadata = (*tuple(metadata or ()), *self._auth)
         if not self._traced:  # health checks (the dependency watcher), reflection
             return self._inner(request, timeout=timeout, metadata=metadata,
                                credentials=credentials, wait_for_ready=wait_for_ready,
@@ -163,13 +173,32 @@ class _UnaryUnary:
 
 
 class _UnaryStream:
-    """A server-streaming multicallable whose deadline is clamped like `_UnaryUnary`'s."""
+    """A server-streaming multicallable whose deadline is clamped like `_UnaryUnary`'s, with the
+    mesh token in its metadata."""
 
-    def __init__(self, inner: grpc.aio.UnaryStreamMultiCallable) -> None:
+    def __init__(self, inner: grpc.aio.UnaryStreamMultiCallable,
+                 auth: tuple[tuple[str, str], ...] = ()) -> None:
         self._inner = inner
+        self._auth = auth
 
-    def __call__(self, request, *, timeout=None, **kwargs):
-        return self._inner(request, timeout=_clamped_timeout(timeout), **kwargs)
+    def __call__(self, request, *, timeout=None, metadata=None, **kwargs):
+        if self._auth:
+            metadata = (*tuple(metadata or ()), *self._auth)
+        return self._inner(request, timeout=_clamped_timeout(timeout), metadata=metadata,
+                           **kwargs)
+
+
+class _StreamRequest:
+    """A client-streaming multicallable (stream-unary or stream-stream) with the mesh token in
+    its metadata; its deadline is the caller's own (these calls outlive no served call)."""
+
+    def __init__(self, inner, auth: tuple[tuple[str, str], ...]) -> None:
+        self._inner = inner
+        self._auth = auth
+
+    def __call__(self, request_iterator=None, *, metadata=None, **kwargs):
+        metadata = (*tuple(metadata or ()), *self._auth)
+        return self._inner(request_iterator, metadata=metadata, **kwargs)
 
 
 async def _end_span(span, call) -> None:
@@ -184,24 +213,40 @@ async def _end_span(span, call) -> None:
 
 class MeshChannel:
     """A grpc.aio channel whose unary-unary and unary-stream calls follow the mesh's rules
-    (`_UnaryUnary`, `_UnaryStream`); generated stubs take it as they take a channel. Everything
-    else (`close`, `get_state`, `channel_ready`, client-streaming calls) is the channel's own.
+    (`_UnaryUnary`, `_UnaryStream`), and whose every call carries the mesh token when it has one
+    (`token`); generated stubs take it as they take a channel. Everything else (`close`,
+    `get_state`, `channel_ready`) is the channel's own.
     """
 
-    def __init__(self, channel: grpc.aio.Channel, tracer: trace.Tracer) -> None:
+    def __init__(self, channel: grpc.aio.Channel, tracer: trace.Tracer,
+                 token: str | None = None) -> None:
         self._channel = channel
         self._tracer = tracer
+        self._auth = token_metadata(token)
 
     def unary_unary(self, method, request_serializer=None, response_deserializer=None,
                     **kwargs) -> _UnaryUnary:
         inner = self._channel.unary_unary(method, request_serializer, response_deserializer,
                                           **kwargs)
-        return _UnaryUnary(inner, method, self._tracer)
+        return _UnaryUnary(inner, method, self._tracer, self._auth)
 
     def unary_stream(self, method, request_serializer=None, response_deserializer=None,
                      **kwargs) -> _UnaryStream:
         return _UnaryStream(self._channel.unary_stream(method, request_serializer,
-                                                       response_deserializer, **kwargs))
+                                                       response_deserializer, **kwargs),
+                            self._auth)
+
+    def stream_unary(self, method, request_serializer=None, response_deserializer=None,
+                     **kwargs):
+        inner = self._channel.stream_unary(method, request_serializer, response_deserializer,
+                                           **kwargs)
+        return _StreamRequest(inner, self._auth) if self._auth else inner
+
+    def stream_stream(self, method, request_serializer=None, response_deserializer=None,
+                      **kwargs):
+        inner = self._channel.stream_stream(method, request_serializer, response_deserializer,
+                                            **kwargs)
+        return _StreamRequest(inner, self._auth) if self._auth else inner
 
     def __getattr__(self, name: str):
         return getattr(self._channel, name)
@@ -281,11 +326,13 @@ def keepalive_server_options() -> list[tuple[str, int]]:
 
 def channel_options(connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                     max_message_bytes: int = MAX_MESSAGE_BYTES,
-                    keepalive: Keepalive = Keepalive()) -> list[tuple[str, object]]:
+                    keepalive: Keepalive = Keepalive(),
+                    extra: list[tuple[str, object]] | None = None) -> list[tuple[str, object]]:
     """The options of every mesh channel: retries (service config with a throttle), message
     limits, keepalive pings (`Keepalive`), and the connect timeout (seconds) and reconnect
     backoff (gRPC's connection backoff spec: an attempt may take max(min_reconnect_backoff,
-    current backoff), retries wait 1x-1.6x longer each time up to the maximum)."""
+    current backoff), retries wait 1x-1.6x longer each time up to the maximum); `extra` options
+    come last (the TLS server name, `libs.mesh_auth.tls_channel_options`)."""
     if connect_timeout_s <= 0:
         raise ValueError("connect_timeout_s must be positive")
     connect_ms = max(1, round(connect_timeout_s * 1e3))
@@ -295,21 +342,30 @@ def channel_options(connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
             ("grpc.min_reconnect_backoff_ms", connect_ms),
             ("grpc.initial_reconnect_backoff_ms", min(connect_ms, MAX_RECONNECT_BACKOFF_MS)),
             ("grpc.max_reconnect_backoff_ms", max(connect_ms, MAX_RECONNECT_BACKOFF_MS)),
-            *keepalive.options()]
+            *keepalive.options(), *(extra or ())]
 
 
 def open_channel(target: str, tracer_provider: TracerProvider | None = None,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 keepalive: Keepalive = Keepalive()) -> MeshChannel:
-    """An insecure grpc.aio channel to `target` ("host:port") with tracing, retries, 4 MiB message
-    limits, a connect timeout (seconds), keepalive pings that find a frozen peer (`Keepalive`), and
-    deadlines bounded by the served call's (`MeshChannel`).
+                 keepalive: Keepalive = Keepalive(), auth: MeshAuth | None = None) -> MeshChannel:
+    """A grpc.aio channel to `target` ("host:port") with tracing, retries, 4 MiB message
+    limits, a connect timeout (seconds), keepalive pings that find a frozen peer (`Keepalive`),
+    deadlines bounded by the served call's (`MeshChannel`), and the mesh's credential (`auth`:
+    mutual TLS with `auth.tls`, the token in every call's metadata with `auth.token`; None or
+    neither: a plain channel, for a backend that authenticates no one).
 
     The trace context of the current span travels in the call's metadata, so the callee's spans join
     the caller's trace; cancelling a call cancels it on the server. Close it with
     `await channel.close()`.
     """
-    channel = grpc.aio.insecure_channel(
-        target, options=channel_options(connect_timeout_s, keepalive=keepalive))
+    auth = auth or MeshAuth()
+    if auth.tls is None:
+        channel = grpc.aio.insecure_channel(
+            target, options=channel_options(connect_timeout_s, keepalive=keepalive))
+    else:
+        channel = grpc.aio.secure_channel(
+            target, channel_credentials(auth.tls),
+            options=channel_options(connect_timeout_s, keepalive=keepalive,
+                                    extra=tls_channel_options(auth.tls)))
     return MeshChannel(channel, trace.get_tracer("mcts_mesh.channels",
-                                                 tracer_provider=tracer_provider))
+                                                 tracer_provider=tracer_provider), auth.token)

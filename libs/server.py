@@ -11,6 +11,11 @@ While it runs, a service's readiness `probe` (when it has one) is evaluated ever
 every served name follows it (SERVING while it returns None, NOT_SERVING with the reason logged
 once it returns a reason, raises, or gives no answer within `health_timeout_s`).
 
+A backend (every service but the orchestrator, whose public API checks API keys) authenticates its
+callers as `libs.mesh_auth` says: mutual TLS when the settings name certificates, else the mesh
+token on every call but health; with neither it serves only on a loopback address (with a warning)
+unless `mesh_allow_unauthenticated` is set.
+
 `RunningServer.in_process` calls the served methods from the same process through the same
 interceptors (`libs.in_process`: the orchestrator's REST front uses it instead of a loopback
 channel).
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import ipaddress
 import logging
 import signal
 import socket
@@ -40,9 +46,10 @@ from libs.health_metrics import watch_health
 from libs.in_process import InProcessServer, RecordingServer
 from libs.interceptors import WrapOnce
 from libs.logs import setup_logging
+from libs.mesh_auth import MeshTokenInterceptor, server_credentials
 from libs.metrics import start_metrics_server
 from libs.reflection import enable_server_reflection
-from libs.settings import ServiceSettings
+from libs.settings import MeshAuth, ServiceSettings
 from libs.telemetry import ServerTelemetryInterceptor, current_trace_id, setup_tracing
 
 log = logging.getLogger(__name__)
@@ -67,15 +74,18 @@ class BindError(RuntimeError):
     "mcts: cannot bind 127.0.0.1:50052: address already in use"."""
 
 
-def _bind(server: grpc.aio.Server, name: str, host: str, port: int) -> int:
-    """Binds `server` to host:port and returns the port; raises BindError saying why not.
+def _bind(server: grpc.aio.Server, name: str, host: str, port: int,
+          credentials: grpc.ServerCredentials | None = None) -> int:
+    """Binds `server` to host:port (TLS with `credentials`) and returns the port; raises
+    BindError saying why not.
 
     gRPC only says that binding failed; binding a plain socket the same way (SO_REUSEADDR, as
     gRPC does) recovers the operating system's reason.
     """
     address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        bound = (server.add_insecure_port(address) if credentials is None
+                 else server.add_secure_port(address, credentials))
     except RuntimeError:
         bound = 0
     if bound:
@@ -320,6 +330,36 @@ class ReadinessLoop:
             await self.apply(await self.evaluate())
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _backend_auth(name: str, settings: ServiceSettings) -> MeshAuth:
+    """The mesh credentials a backend requires of its callers (`settings.mesh_auth()`).
+
+    Raises:
+        ValueError: neither token nor TLS is configured and the service binds a non-loopback
+            address without `mesh_allow_unauthenticated`, or a credential file cannot be read.
+    """
+    auth = settings.mesh_auth()
+    if auth.enabled or settings.mesh_allow_unauthenticated:
+        return auth
+    prefix = settings.model_config.get("env_prefix", "")
+    if not _is_loopback(settings.host):
+        raise ValueError(
+            f"{name}: refusing to serve {settings.host} without mesh authentication: set "
+            f"{prefix}MESH_TOKEN (or {prefix}MESH_TLS_CA_FILE, _CERT_FILE and _KEY_FILE), or "
+            f"{prefix}MESH_ALLOW_UNAUTHENTICATED=true for a network nothing else can reach")
+    log.warning("%s: no mesh token or TLS configured (%sMESH_TOKEN): any local process may call "
+                "it", name, prefix)
+    return auth
+
+
 async def start_server(
     name: str,
     settings: ServiceSettings,
@@ -328,6 +368,7 @@ async def start_server(
     tracer_provider: TracerProvider | None = None,
     probe: Probe | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    public: bool = False,
 ) -> RunningServer:
     """Creates, binds and starts a service; health reports SERVING once `ready()` has returned
     (and, with a `probe`, while the probe says ready).
@@ -344,13 +385,22 @@ async def start_server(
             `Probe`); None keeps the service SERVING from `ready()` until it stops.
         interceptors: the service's own, run inside tracing and error mapping (the
             orchestrator's access control).
+        public: the mesh's public front (the orchestrator): no mesh authentication of callers
+            (its `interceptors` check API keys). Else a backend: mutual TLS or the mesh token
+            (`_backend_auth`, `libs.mesh_auth`).
     Raises:
         BindError: the port could not be bound (the message names the address and why).
+        ValueError: a backend without mesh authentication on a non-loopback address, or a mesh
+            credential file that cannot be read.
     """
     chain = [ServerTelemetryInterceptor(tracer_provider, metrics=settings.metrics_port >= 0),
              ErrorMappingInterceptor(name), *interceptors]
+    auth = MeshAuth() if public else _backend_auth(name, settings)
+    # The token is checked first, before spans, parsing or any servicer code; in-process calls
+    # (the orchestrator's REST front) come from inside the process and skip it.
+    outer = [MeshTokenInterceptor(auth.token, name)] if auth.token is not None else []
     server = grpc.aio.server(
-        interceptors=chain,
+        interceptors=[*outer, *chain],
         options=[*message_limit_options(MAX_MESSAGE_BYTES),
                  *keepalive_server_options(),  # the mesh channels' pings, once a second
                  ("grpc.so_reuseport", 0),
@@ -369,12 +419,15 @@ async def start_server(
     enable_server_reflection(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
     await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
-    port = _bind(server, name, settings.host, settings.port)
+    port = _bind(server, name, settings.host, settings.port,
+                 None if auth.tls is None else server_credentials(auth.tls))
     running = RunningServer(name, server, health, port, service_names, InProcessServer(
         recording.handlers, chain, MAX_MESSAGE_BYTES, MAX_METADATA_BYTES))
     await running.set_serving(False)
     await server.start()
-    log.info("%s listening on %s:%d (not serving until ready)", name, settings.host, port)
+    log.info("%s listening on %s:%d (%s; not serving until ready)", name, settings.host, port,
+             "public" if public else "mutual TLS" if auth.tls else
+             "mesh token" if auth.token else "no mesh authentication")
     if ready is not None:
         try:
             await ready()
@@ -407,6 +460,7 @@ async def serve(
     start_extra: ExtraStarter | None = None,
     probe: Probe | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    public: bool = False,
 ) -> None:
     """Runs a service until SIGTERM or SIGINT, then drains for `settings.drain_grace_s` seconds.
 
@@ -417,10 +471,11 @@ async def serve(
             (the launcher learns the ports chosen for port 0 this way); "metrics" is there unless
             `settings.metrics_port` is -1.
         probe: the service's readiness probe (see `start_server`).
+        public: the orchestrator's public front (see `start_server`).
     """
     metrics = start_metrics_server(name, settings.host, settings.metrics_port)
     running = await start_server(name, settings, servicers, ready, probe=probe,
-                                 interceptors=interceptors)
+                                 interceptors=interceptors, public=public)
     ports = {"grpc": running.port}
     if metrics is not None:
         ports["metrics"] = metrics.port

@@ -470,9 +470,12 @@ def cmd_serve(args) -> int:
 
     A start-up failure (a taken port, bad settings, a locked data directory) is one line on stderr,
     e.g. "mcts: cannot bind 127.0.0.1:50052: address already in use", written as {"error": ...} to
-    the port file too (the launcher shows it), with the traceback in the log; exit status 1."""
+    the port file too (the launcher shows it), with the traceback in the log; exit status 1.
+    A service started by `mcts-mesh up` stops when that launcher ends (`follow_launcher`)."""
     from libs.server import BindError
+    from mcts_mesh.launcher import follow_launcher
 
+    follow_launcher()
     listening = False
 
     def on_listening(ports: dict[str, int]) -> None:

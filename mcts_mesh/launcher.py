@@ -7,6 +7,18 @@ Port base 0 gives every service a free port (tests): the launcher picks concrete
 front, so that a restarted service comes back on the same port and the orchestrator's targets stay
 valid.
 
+The mesh authenticates its own hops: `start_mesh` generates a mesh token per run
+(`secrets.token_urlsafe`) and gives it to every service (`<PREFIX>MESH_TOKEN`); the backends refuse
+calls without it, the orchestrator and mcts present it (`libs.mesh_auth`). `Mesh.token` holds it for
+callers that talk to a backend directly.
+
+The services end when their launcher ends, however it ends (kill -9 included): each one follows
+its launcher (`follow_launcher`, run first thing in `mcts-mesh serve`) through a pipe whose write
+end only the launcher holds (its EOF means the launcher is gone: the service stops as on SIGTERM),
+and on Linux also through the kernel's parent-death signal (prctl PR_SET_PDEATHSIG, SIGTERM), set
+when the service was started from the launcher's main thread (the signal follows the thread that
+forked, not the process).
+
 `Supervisor` keeps a started mesh running: a service that exits is restarted on the same port and
 with the same settings after an exponential backoff, up to a limit of restarts in a row (a service
 that stayed up `stable_s` seconds starts a fresh count); the others keep serving meanwhile.
@@ -14,14 +26,17 @@ that stayed up `stable_s` seconds starts a fresh count); the others keep serving
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +59,13 @@ METRICS_PORT_OFFSET = 10
 """Metrics ports follow the gRPC ports 10 higher: orchestrator 50061, mcts 50062, ... 50065."""
 DEFAULT_PORT_BASE = 50051
 DEFAULT_REST_PORT = 8080
+LIFELINE_ENV = "MCTS_MESH_LIFELINE"
+"""Names, in a service's environment, the read end of the pipe from its launcher (`Mesh.launch`):
+"FD:DEVICE:INODE", so that a process started later with a copy of that environment (a test that
+restarts a service by hand) does not take some other file of its own for the pipe."""
+LAUNCHER_PID_ENV = "MCTS_MESH_LAUNCHER_PID"
+"""The launcher's pid, set when the service may use the parent-death signal (`follow_launcher`)."""
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class LaunchError(RuntimeError):
@@ -70,20 +92,37 @@ class Mesh:
     run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mcts-mesh-run-")))
     command: list[str] = field(
         default_factory=lambda: [sys.executable, "-m", "mcts_mesh.cli", "serve"])
+    token: str | None = None
+    """The mesh token of this run (`start_mesh` generates it), sent as `x-mesh-token`
+    (`libs.mesh_auth.token_metadata`) by anything that calls a backend directly."""
+    _lifeline: tuple[int, int] | None = field(default=None, repr=False)
 
     def port_file(self, name: str) -> Path:
         return self.run_dir / f"{name}.json"
 
+    def _lifeline_read_end(self) -> int:
+        """The read end of the pipe every service watches; only this process holds the write
+        end (not inheritable), so the services read EOF once it is gone, however it ended."""
+        if self._lifeline is None:
+            self._lifeline = os.pipe()
+        return self._lifeline[0]
+
     def launch(self, name: str, append_log: bool = False) -> subprocess.Popen:
         """Starts service `name` (`mcts-mesh serve name`) with its environment; its output goes to
-        its log (appended on a restart). Does not wait for it."""
+        its log (appended on a restart). Does not wait for it. The service follows this process
+        (`follow_launcher`): it stops when this process ends."""
         port_file = self.port_file(name)
         port_file.unlink(missing_ok=True)
+        lifeline = self._lifeline_read_end()
+        pipe = os.fstat(lifeline)
+        env = {**self.envs[name], LIFELINE_ENV: f"{lifeline}:{pipe.st_dev}:{pipe.st_ino}"}
+        if threading.current_thread() is threading.main_thread():
+            env[LAUNCHER_PID_ENV] = str(os.getpid())
         with self.logs[name].open("ab" if append_log else "wb") as log_handle:
             process = subprocess.Popen(
                 [*self.command, name, "--port-file", str(port_file)],
-                env=self.envs[name], stdout=log_handle, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                env=env, stdout=log_handle, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(lifeline,),
             )
         self.processes[name] = process
         return process
@@ -105,6 +144,69 @@ class Mesh:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if self._lifeline is not None:
+            for fd in self._lifeline:
+                os.close(fd)
+            self._lifeline = None
+
+
+def _set_parent_death_signal(sig: signal.Signals) -> bool:
+    """Asks Linux to send `sig` to this process when the thread that forked it ends
+    (prctl PR_SET_PDEATHSIG); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_lifeline(fd: int) -> None:
+    try:
+        while os.read(fd, 64):  # the launcher never writes: this returns b"" once it is gone
+            pass
+    except OSError:
+        pass
+    log.warning("the launcher is gone; stopping")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _lifeline_fd(value: str) -> int | None:
+    """The pipe's fd that `value` ("FD:DEVICE:INODE") names, if this process has it open."""
+    try:
+        fd, device, inode = (int(part) for part in value.split(":"))
+        opened = os.fstat(fd)
+    except (ValueError, OSError):
+        return None
+    return fd if (opened.st_dev, opened.st_ino) == (device, inode) else None
+
+
+def follow_launcher(environ: dict[str, str] | None = None) -> None:
+    """Makes this service stop (SIGTERM: its graceful drain) when the `mcts-mesh up` that started
+    it ends, however it ends; does nothing for a service started otherwise. Called first thing in
+    `mcts-mesh serve`, before any thread starts.
+
+    - Everywhere: a daemon thread reads the lifeline pipe (`LIFELINE_ENV`) and sends SIGTERM
+      to this process at its EOF. Nothing is followed unless that pipe is open here.
+    - Linux, started from the launcher's main thread (`LAUNCHER_PID_ENV`): the parent-death
+      signal too; a launcher already gone by then (this process was re-parented) is SIGTERM at
+      once.
+    The variables are removed from `environ` (this process's environment by default), so that
+    processes this service starts do not follow the launcher by mistake.
+    """
+    environ = os.environ if environ is None else environ
+    launcher_pid = environ.pop(LAUNCHER_PID_ENV, None)
+    fd = _lifeline_fd(environ.pop(LIFELINE_ENV, ""))
+    if fd is None:
+        return  # not started by a launcher (or not by this one): nothing to follow
+    os.set_inheritable(fd, False)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # even if the launcher's was ignored
+    if launcher_pid and _set_parent_death_signal(signal.SIGTERM) \
+            and os.getppid() != int(launcher_pid):
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=_watch_lifeline, args=(fd,), name="launcher-lifeline",
+                     daemon=True).start()
 
 
 def _read_port_file(path: Path) -> dict | None:
@@ -160,7 +262,8 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
                env: dict[str, str] | None = None, log_dir: Path | None = None,
                ready_timeout_s: float = 300.0, metrics: bool = True,
                log_format: str | None = None) -> Mesh:
-    """Starts all five services and returns once each reports SERVING.
+    """Starts all five services and returns once each reports SERVING, with a new mesh token
+    (`Mesh.token`) that every service gets as its `<PREFIX>MESH_TOKEN`.
 
     Args:
         port_base: the orchestrator's gRPC port; the others follow (+1..+4). 0 picks free ports
@@ -178,7 +281,7 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="mcts-mesh-logs-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     base_env = {**os.environ, **(env or {})}
-    mesh = Mesh()
+    mesh = Mesh(token=secrets.token_urlsafe(32))
     if port_base:
         ports = {name: port_base + PORT_OFFSET[name] for name in SERVICES}
         metrics_ports = {name: port + METRICS_PORT_OFFSET for name, port in ports.items()}
@@ -193,6 +296,7 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
             prefix = ENV_PREFIX[name]
             child_env = dict(base_env)
             child_env[f"{prefix}PORT"] = str(ports[name])
+            child_env[f"{prefix}MESH_TOKEN"] = mesh.token
             if name == "mcts":
                 child_env["MCTS_NEURAL_TARGET"] = f"127.0.0.1:{ports['neural']}"
             if metrics:

@@ -40,7 +40,8 @@ async def build_servicers(
     SERVING only after it). `neural_channel` serves LEAF_EVALUATOR_NEURAL searches; None opens
     one to `settings.neural_target` (connected on first use, closed with the process)."""
     if neural_channel is None:
-        neural_channel = open_channel(settings.neural_target, keepalive=Keepalive.of(settings))
+        neural_channel = open_channel(settings.neural_target, keepalive=Keepalive.of(settings),
+                                      auth=settings.mesh_auth())
 
     async def ready() -> None:
         await asyncio.to_thread(_warm_up)

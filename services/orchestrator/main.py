@@ -65,9 +65,11 @@ class Wiring:
     `aclose()` closes them."""
 
     def __init__(self, settings: OrchestratorSettings) -> None:
+        auth = settings.mesh_auth()  # the backends' credential: mutual TLS or the mesh token
+
         def channel(target: str) -> MeshChannel:
             return open_channel(target, connect_timeout_s=settings.connect_timeout_s,
-                                keepalive=Keepalive.of(settings))
+                                keepalive=Keepalive.of(settings), auth=auth)
 
         self.channels = {
             "mcts": channel(settings.mcts_target),
@@ -225,7 +227,8 @@ async def run(settings: OrchestratorSettings,
         await serve(NAME, settings, servicers, ready, on_listening=on_listening,
                     start_extra=start_extra,
                     interceptors=[AccessInterceptor(access,
-                                                    max_deadline_s=settings.max_deadline_s)])
+                                                    max_deadline_s=settings.max_deadline_s)],
+                    public=True)
     finally:
         await access.aclose()
         await wiring.aclose()

@@ -81,6 +81,48 @@ def test_every_service_reports_serving(mesh):
             assert reply.status == health_pb2.HealthCheckResponse.SERVING, name
 
 
+def _backend_calls():
+    """One cheap call per backend: (service word, call(channel) -> reply)."""
+    from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
+    from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
+    from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
+    from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
+
+    return [
+        ("mcts", lambda channel: mcts_service_pb2_grpc.MctsServiceStub(channel).Search(
+            mcts_service_pb2.SearchRequest(
+                game=mcts_service_pb2.GAME_CONNECT_FOUR,
+                connect_four=common_pb2.ConnectFourPosition(moves="44"), simulations=64),
+            timeout=30)),
+        ("neural", lambda channel: neural_service_pb2_grpc.NeuralServiceStub(channel).ListModels(
+            neural_service_pb2.ListModelsRequest(), timeout=30)),
+        ("retrieval", lambda channel: retrieval_service_pb2_grpc.RetrievalServiceStub(
+            channel).ListCollections(retrieval_service_pb2.ListCollectionsRequest(), timeout=30)),
+        ("llm_gateway", lambda channel: llm_service_pb2_grpc.LlmServiceStub(channel).Generate(
+            llm_service_pb2.GenerateRequest(prompt="Say hello."), timeout=30)),
+    ]
+
+
+def test_every_backend_refuses_a_call_without_the_mesh_token_and_health_stays_open(mesh):
+    """Issue 29: mcts, neural, retrieval and the LLM service answer only the mesh (`mcts-mesh up`
+    gave them this run's token); health needs no token."""
+    from libs.mesh_auth import with_token
+
+    assert mesh.token
+    for name, call in _backend_calls():
+        with grpc.insecure_channel(f"127.0.0.1:{mesh.ports[name]}") as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                call(channel)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, name
+            with pytest.raises(grpc.RpcError) as caught:
+                call(with_token(channel, "a-wrong-token-of-the-right-length"))
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
+            call(with_token(channel, mesh.token))  # answered
+
+
 async def test_connect_four_solve_is_one_trace_across_the_services_it_touched(mesh, collector):
     from libs.channels import open_channel
 

@@ -175,6 +175,7 @@ async def proxied(mesh, tmp_path):
         "ORCHESTRATOR_REST_PORT": "-1",
         "ORCHESTRATOR_MCTS_TARGET": f"127.0.0.1:{mesh.ports['mcts']}",
         "ORCHESTRATOR_NEURAL_TARGET": proxy.target,
+        "ORCHESTRATOR_MESH_TOKEN": mesh.token,
         "ORCHESTRATOR_RETRIEVAL_TARGET": f"127.0.0.1:{mesh.ports['retrieval']}",
         "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm_gateway']}",
         "ORCHESTRATOR_NEURAL_DEADLINE_S": str(NEURAL_DEADLINE_S),
@@ -208,6 +209,7 @@ async def patient(mesh, tmp_path):
         "ORCHESTRATOR_RETRIEVAL_TARGET": f"127.0.0.1:{mesh.ports['retrieval']}",
         "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm_gateway']}",
         "ORCHESTRATOR_NEURAL_DEADLINE_S": str(LONG_NEURAL_DEADLINE_S),
+        "ORCHESTRATOR_MESH_TOKEN": mesh.token,
     }
     orchestrator, port = await asyncio.to_thread(spawn_service, "orchestrator", env, tmp_path)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -33,6 +33,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2
 from mesh.retrieval.v1 import retrieval_service_pb2
 from proto_strategies import malformed, messages, tag, varint
 
+from libs.mesh_auth import with_token
 from mcts_mesh.launcher import start_mesh
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
@@ -80,9 +81,9 @@ def mesh(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def channels(mesh):
-    opened = {name: grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+    opened = {name: with_token(grpc.insecure_channel(f"127.0.0.1:{port}", options=[
         ("grpc.max_send_message_length", 64 * 1024 * 1024),
-        ("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024)]), mesh.token)
         for name, port in mesh.ports.items()}
     yield opened
     for channel in opened.values():

@@ -23,6 +23,7 @@ from mesh.neural.v1 import neural_service_pb2_grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
+from libs.mesh_auth import with_token
 from libs.puzzles import sudoku as sudoku_rules
 
 MARKER = re.compile(r'(?:for example|e\.g\.|Example[^:"]*:)\s*((?:"[^"]*"(?:\s*(?:or|,)\s*)?)+)')
@@ -101,8 +102,13 @@ def _rationale(mesh, example, data_dir):
     assert any(_shape(example).match(r) for r in rationales), (example, rationales)
 
 
+def _backend(mesh, name: str) -> grpc.Channel:
+    """A channel to one of the mesh's backends, with the mesh token they require."""
+    return with_token(grpc.insecure_channel(f"127.0.0.1:{mesh.ports[name]}"), mesh.token)
+
+
 def _neural_models(mesh) -> list:
-    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['neural']}") as channel:
+    with _backend(mesh, "neural") as channel:
         return list(neural_service_pb2_grpc.NeuralServiceStub(channel).ListModels(
             neural_pb.ListModelsRequest(), timeout=30).models)
 
@@ -126,7 +132,7 @@ def _device(mesh, example):
 
 
 def _evaluate_model(mesh, example):
-    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['neural']}") as channel:
+    with _backend(mesh, "neural") as channel:
         reply = neural_service_pb2_grpc.NeuralServiceStub(channel).EvaluatePositions(
             neural_pb.EvaluatePositionsRequest(
                 model=example, positions=[common_pb2.ConnectFourPosition(moves="44")]),
@@ -136,14 +142,14 @@ def _evaluate_model(mesh, example):
 
 def _solve_model(mesh, example):
     puzzle = ".4.635365.24.16.424....1.52..3.3...6"  # a held-out 6x6 Sudoku (README)
-    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['neural']}") as channel:
+    with _backend(mesh, "neural") as channel:
         reply = neural_service_pb2_grpc.NeuralServiceStub(channel).Solve(
             neural_pb.SolveRequest(model=example, grid=puzzle), timeout=60)
     assert reply.model.name == example and len(reply.grid) == 36
 
 
 def _reload_name(mesh, example):
-    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['neural']}") as channel:
+    with _backend(mesh, "neural") as channel:
         reply = neural_service_pb2_grpc.NeuralServiceStub(channel).ReloadModel(
             neural_pb.ReloadModelRequest(name=example), timeout=60)
     assert reply.model.name == example
@@ -151,7 +157,7 @@ def _reload_name(mesh, example):
 
 def _solve_not_reasoning(mesh, example):
     # The comment: FAILED_PRECONDITION when the model is not a reasoning model (for example ...).
-    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['neural']}") as channel:
+    with _backend(mesh, "neural") as channel:
         with pytest.raises(grpc.RpcError) as error:
             neural_service_pb2_grpc.NeuralServiceStub(channel).Solve(
                 neural_pb.SolveRequest(model=example, grid="." * 36), timeout=30)
@@ -159,7 +165,7 @@ def _solve_not_reasoning(mesh, example):
 
 
 def _search_model(mesh, example):
-    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['mcts']}") as channel:
+    with _backend(mesh, "mcts") as channel:
         reply = mcts_service_pb2_grpc.MctsServiceStub(channel).Search(mcts_pb.SearchRequest(
             game=mcts_pb.GAME_CONNECT_FOUR, connect_four=common_pb2.ConnectFourPosition(moves="44"),
             simulations=64, rule=mcts_pb.SELECTION_RULE_PUCT,
@@ -169,7 +175,7 @@ def _search_model(mesh, example):
 
 
 def _predict_route(mesh, example: str, model: str = "router-connect4"):
-    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['neural']}") as channel:
+    with _backend(mesh, "neural") as channel:
         return neural_service_pb2_grpc.NeuralServiceStub(channel).PredictRoute(
             neural_pb.PredictRouteRequest(model=model,
                                           steps=[neural_pb.RoutingStep(features=[0.5] * 10)]),
