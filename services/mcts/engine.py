@@ -1,109 +1,9 @@
-"""The general search core: UCT or PUCT over any game module, with progressive widening, RAVE,
-root Dirichlet noise and a temperature for the final move, compiled with numba.
+"""The rollout engine's Python drivers: `grow` (one tree, the sequential kernel),
+`grow_tree_parallel` (one tree, all threads, lock-free with virtual loss), `grow_parallel` (root
+or tree parallelisation) and `search` (trees merged at the root into a `SearchResult`).
 
-One simulation descends from the root by the selection rule (`services.mcts.selection`), expands a
-leaf the second time it is reached (the root at once), evaluates it with one rollout to the end
-of the game (the game's own rollout policy when it has one, else uniformly random moves), and
-backs the result up (sign flipped at every ply for two-player games: each node stores values for
-the player who moved into it).
-
-- UCT: UCB1 `Q + c * sqrt(ln N / n)`, unvisited children first in child order.
-  Plain UCT (no RAVE, no widening) takes a fast path, `select_uct`: the same choice to the bit,
-  with eight children scored at once and chosen without a branch (`services.mcts.simd`), ln N
-  from a table for N < 65,536, and the next level's rows prefetched. Its backup runs from the
-  root down, so that the next descent's first loads do not wait on stores still in flight.
-- PUCT: `Q + c_puct * P * sqrt(N) / (1 + n)` (AlphaZero), Q = 0 for an unvisited child, priors from
-  the game's `priors` function (uniform for the built-in games), optionally mixed with Dirichlet
-  noise at the root, `(1 - epsilon) * P + epsilon * Dir(alpha)` (Silver et al. 2017).
-- Progressive widening (Coulom 2007; Couetoux et al. 2011): a node visited N times selects among
-  its first `ceil(k * N^alpha)` children only; children are stored by decreasing prior (ties in the
-  game's action order), which is the order in which they are introduced.
-- RAVE / AMAF (Gelly & Silver 2007): each child also keeps all-moves-as-first statistics (the
-  simulations through its parent in which its action was played later by the same player, in the
-  tree or the rollout; first occurrence only), and Q becomes `(1 - beta) * Q + beta * Q_amaf` with
-  the hand-selected schedule `beta = sqrt(k / (3 N + k))` (`selection.rave_beta`); an unvisited
-  child with AMAF statistics uses Q_amaf alone (and n = 1 in the UCB1 term), one without them is
-  tried first under UCT.
-
-Time per phase: the kernels count work (selection steps: edges descended; expanded nodes: children
-created; rollout plies; backup steps: nodes updated) and time a sample of simulations: one in
-TIMING_SAMPLE_EVERY (16) reads the processor's cycle counter (`services.mcts.cycle_clock`, RDTSC, a
-few nanoseconds) at the boundaries of its phases. Each thread's wall time inside the kernel is
-measured (`time.perf_counter` around every kernel call) and split between the phases in the
-proportions of its sampled cycles; `Grown.phase_seconds` is the mean of these splits over the
-threads, so its sum is the mean thread's measured kernel time and never exceeds the search's wall
-time. (Scaling the sampled cycles by simulations / sampled simulations instead, as before, charged
-a sampled simulation's preemption on a busy machine sixteen times over: selection came out at 4x
-the elapsed time.) The split's relative error from sampling is about 1 / sqrt(sampled
-simulations) for a phase of even cost; a preempted thread charges the wait to the phase it was
-in. Five reads per sixteen
-simulations cost under 1% of the loop (C4 from the empty board, interleaved against the kernel
-without them: within the noise, about 1%). Where the
-counter is not usable (not x86-64) nothing is timed and the times are 0.
-
-The kernel's random generator is xorshift64* seeded from `seed` (`services.mcts.xorshift`);
-Dirichlet noise and the temperature draw use numpy's PCG64 seeded from `seed`: the same seed and
-inputs give the same tree and the same move (with no deadline or stop event, and for tree
-parallelisation with one thread only).
-
-Parallel search (Chaslot, Winands & van den Herik 2008, "Parallel Monte-Carlo Tree Search"). The
-kernels release the GIL, so threads run in parallel; `grow_parallel` offers two of the paper's
-methods. Root parallelisation: independent trees with seeds `seed, seed + 1, ...`, merged at the
-root by the caller (reproducible). Tree parallelisation (`grow_tree_parallel`): all threads grow
-one tree, each with its own rollouts (seed `seed + i`), and every simulation in flight through a
-node counts there as a visit that lost, the paper's virtual loss, so that threads spread over
-different lines instead of all following the best one. Numba has no atomics on CPU arrays, so
-the shared-tree kernels use LLVM's (`services.mcts.atomics`) and take no lock on the tree, as in
-Enzenberger & Mueller (2009, "A lock-free multithreaded Monte-Carlo tree search algorithm"):
-    - a thread counts itself into `arrivals[node]` (an atomic fetch-and-add) at every node it
-      reaches; arrivals minus visits is the node's virtual loss, and selection treats a child's
-      arrivals as its n and the losses as results of -1 (`select_child_shared`);
-    - the value returned by that fetch-and-add orders the threads at a leaf: the first evaluates
-      the leaf by a rollout, the second expands it (children's rows claimed by compare-and-swap
-      on the node counter, written, then published by a release store of `first_child`) and
-      any later one waits for the publication; so each node is evaluated by itself once and
-      expanded once, exactly as in the sequential kernel, and a node's visits equal its
-      children's plus its own, whatever the interleaving;
-    - the backup adds visits and values with atomic additions (no update is lost), which also
-      reverts the virtual loss: after the search arrivals equal visits everywhere.
-Selection reads statistics that other threads are updating; each read sees a value from before
-or after an update (aligned words), which only perturbs the choice as virtual loss does. With
-one thread, arrivals equal visits whenever a choice is made, and the tree is bit for bit the
-sequential kernel's. With more, the interleaving decides the tree: it is not reproducible.
-Chaslot et al. judge a parallel search by its strength-speedup (how many times more simulations
-the sequential search needs to play as well); `bench/mcts_parallel.py` measures it on Pons'
-positions.
-
-Transposition table (`SearchConfig.transpositions`, off by default;
-`services.mcts.transpositions`): the tree stays a tree (its invariants and root statistics are
-unchanged), and every node also points, from its first visit, to an entry of a table keyed by the
-game's `key` (an injective code of the position), which collects the results of all simulations
-through that position by any path. Selection then uses the position's mean as a child's Q while the
-exploration term keeps the tree's counts of the edge and its parent, in the manner of Childs,
-Brodeur & Kocsis (2008, "Transpositions and move groups in Monte Carlo tree search") for positions
-reached by several move orders. `Grown.transposition_hits` counts the nodes that found their
-position already in the table. The table runs in the shared-tree kernel (one thread when not
-tree-parallel), whose atomic updates and the table's look-ups (under a spin lock,
-`services.mcts.spinlock`) make a simulation slower than the sequential kernel's; hence off by
-default.
-
-A deadline or a stop event is checked every CHUNK_SIMULATIONS simulations.
-
-Where things are: this module holds the options, the results and the Python drivers (`grow`,
-`grow_tree_parallel`, `grow_parallel`, `search`); the sequential kernel `run_simulations` is in
-`services.mcts.rollout_kernel` (one function per phase: `select_leaf`, `expand_leaf`, `evaluate`,
-`backup_down` / `backup_amaf`), the tree-parallel one in `services.mcts.shared_kernel`, the rules
-in `services.mcts.selection` and `services.mcts.root`. The kernels take records
-(`services.mcts.records`: `Nodes`, `Table`, `Options`, `Scratch`, `GameFunctions`), as mctx's
-search takes a `Tree` of arrays, instead of one argument per array.
-
-The game's numba functions travel in a `GameFunctions` record; numba types each one by its
-identity and compiles one specialisation of the kernel per game, with the calls inlined, so a game
-module costs no run-time dispatch. The kernel runs without reference counting (numba's `_nrt=False`
-option: all its arrays come from the caller): the atomic reference counts of the arrays handed to
-the inlined game functions would otherwise take about a third of its time. Numba cannot reuse its
-on-disk cache for a kernel typed by function arguments, so each process compiles the kernel once
-per game on its first search (seconds; services warm it up before they report SERVING).
+The design (selection rules, progressive widening, RAVE, phase timing, parallel search, the
+transposition table, the kernel records) is described in docs/services/mcts.md.
 """
 
 from __future__ import annotations
@@ -116,8 +16,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from services.mcts.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
 from services.mcts.game import MAX_ACTIONS, Game
+from services.mcts.native.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
+from services.mcts.native.xorshift import rng_state
 from services.mcts.records import (
     functions_of,
     nodes_of,
@@ -150,7 +51,6 @@ from services.mcts.shared_kernel import (
 )
 from services.mcts.transpositions import TranspositionTable
 from services.mcts.tree import MAX_VISITS, MIN_CAPACITY, UNEXPANDED, Tree, TreePool
-from services.mcts.xorshift import rng_state
 
 __all__ = ["BACKUP", "EXPAND", "ROLLOUT", "SELECT", "TIMED", "UNEXPANDED", "WAIT"]
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from services.mcts.batched import BatchedResult, BatchedSearch, LeafBatch
 from services.mcts.game import MAX_ACTIONS, Game
-from services.mcts.xorshift import random_below, rng_state
+from services.mcts.native.xorshift import random_below, rng_state
 
 Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]
 """(priors float64 [B, A], values float64 [B], terminal bool [B]), as `BatchedSearch.submit`."""
@@ -46,7 +46,7 @@ class GameEvaluator:
     Args:
         game: the game module's `Game`.
         root_state: int64 [S], the state searched (a game that goes on).
-        seed: seeds the rollouts (xorshift64*, `services.mcts.xorshift`).
+        seed: seeds the rollouts (xorshift64*, `services.mcts.native.xorshift`).
     """
 
     def __init__(self, game: Game, root_state: np.ndarray, seed: int = 0) -> None:

@@ -10,7 +10,7 @@ The functions' contracts (all `njit(cache=True, nogil=True)`):
         the order in which progressive widening introduces children when priors tie.
     play(state, action) -> bool: plays a legal action in place; True when the game is now over.
     outcome(state, rng) -> float: result of a finished game in [-1, 1] for the player who made the
-        last move; `rng` (uint64 [1], xorshift64* state, see `services.mcts.xorshift`)
+        last move; `rng` (uint64 [1], xorshift64* state, see `services.mcts.native.xorshift`)
         serves games whose outcome is random (bandits), the others ignore it.
     priors(state, actions, count, out) -> None: writes the prior probability of each of the
         `count` legal `actions` to `out` (float64 [num_actions]), summing to 1.

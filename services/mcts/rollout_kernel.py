@@ -15,8 +15,10 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from services.mcts.cycle_clock import read_cycles
-from services.mcts.prefetch import prefetch
+from services.mcts.native.cycle_clock import read_cycles
+from services.mcts.native.prefetch import prefetch
+from services.mcts.native.simd import LANES, ucb1_lanes
+from services.mcts.native.xorshift import random_below
 from services.mcts.selection import (
     PUCT,
     UCT,
@@ -25,9 +27,7 @@ from services.mcts.selection import (
     ucb1_from_log,
     widened_children,
 )
-from services.mcts.simd import LANES, ucb1_lanes
 from services.mcts.tree import UNEXPANDED
-from services.mcts.xorshift import random_below
 
 SELECT, EXPAND, ROLLOUT, BACKUP = 0, 1, 2, 3
 """Indices of the phase work counters and of the phase times (see `services.mcts.engine`)."""
@@ -64,7 +64,7 @@ def log_visits(n):
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def ucb1_lanes_scalar(visits, value_sum, start, count, log_parent_n, exploration):
-    """`services.mcts.simd.ucb1_lanes` in scalar code (`selection.ucb1_from_log`), the same
+    """`services.mcts.native.simd.ucb1_lanes` in scalar code (`selection.ucb1_from_log`), the same
     results, for the last rows of the arrays, where an 8-wide load would read past their end."""
     for i in range(count):
         if visits[start + i] == 0:
@@ -85,7 +85,7 @@ def select_uct(node, visits, value_sum, first_child, num_children, action, explo
     """`select_child` for plain UCT (no RAVE, no widening), the same choice computed faster:
     the first unvisited child, else the first child of highest UCB1 score
     `value_sum / n + c * sqrt(ln N / n)`, in the same operations (so to the same bits) but eight
-    children at a time in SIMD instructions, without a branch (`services.mcts.simd`). It
+    children at a time in SIMD instructions, without a branch (`services.mcts.native.simd`). It
     prefetches the children's rows of `first_child`, `num_children` and `action`, which the
     descent reads next, while their statistics load."""
     start = first_child[node]

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from numba import njit
 
-from services.mcts.atomics import (
+from services.mcts.native.atomics import (
     compare_exchange,
     fetch_add,
     load_acquire,
     load_relaxed,
     store_release,
 )
-from services.mcts.cycle_clock import read_cycles
+from services.mcts.native.cycle_clock import read_cycles
+from services.mcts.native.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.rollout_kernel import (
     BACKUP,
     EXPAND,
@@ -31,7 +32,6 @@ from services.mcts.rollout_kernel import (
     step,
     write_children,
 )
-from services.mcts.spinlock import SPINS_BEFORE_YIELD, acquire, pause, release
 from services.mcts.transpositions import find_or_insert
 from services.mcts.tree import UNEXPANDED
 

@@ -30,7 +30,7 @@ from libs.connect4.board import (
 )
 from libs.connect4.board import encode as encode_position
 from services.mcts.game import Game
-from services.mcts.xorshift import random_below
+from services.mcts.native.xorshift import random_below
 
 STATE_SIZE = 3
 
@@ -187,7 +187,7 @@ def uniform_rollout(state, rng, moves, ply, record):
     """Rollout with uniformly random legal moves: the same moves, result and random draws as
     `_rollout` without decisive moves, faster.
 
-    Each ply draws one number as `services.mcts.xorshift.random_below` does (xorshift64* kept
+    Each ply draws one number as `services.mcts.native.xorshift.random_below` does (xorshift64* kept
     in a register, written back to `rng[0]` at the end) and plays the k-th open column from
     the left with `k = draw % count`, the remainder taken by a multiplication (exact for the
     draw's 31 bits); the open columns live in a 7-bit set that loses a column when its top cell

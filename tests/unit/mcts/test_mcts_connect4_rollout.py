@@ -9,7 +9,7 @@ from numba import njit
 
 from libs.connect4.board import CELLS, WIDTH, Position
 from services.mcts.games.connect4 import _rollout, from_position, uniform_rollout
-from services.mcts.xorshift import rng_state
+from services.mcts.native.xorshift import rng_state
 
 MAX_PLIES = CELLS + 1
 

@@ -9,8 +9,8 @@ from numba import njit
 
 from services.mcts.engine import SearchConfig, grow, search
 from services.mcts.game import Game
+from services.mcts.native.xorshift import next_random
 from services.mcts.tree import MAX_VISITS
-from services.mcts.xorshift import next_random
 
 ARMS = 60
 BEST_ARM = 2

@@ -29,11 +29,11 @@ from services.mcts.engine import (
     search,
 )
 from services.mcts.games import connect4, tictactoe
+from services.mcts.native.spinlock import acquire, release
 from services.mcts.records import Nodes, Options, functions_of, scratch_for, table_of
 from services.mcts.search import uct_search
 from services.mcts.selection import UCT, ucb1
 from services.mcts.shared_kernel import backup_shared, descend, no_key, select_child_shared
-from services.mcts.spinlock import acquire, release
 from services.mcts.tree import Tree
 
 FEW = settings(max_examples=15, deadline=None)

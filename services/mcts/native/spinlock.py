@@ -1,7 +1,7 @@
 """A mutual-exclusion lock that numba kernels take and release without the GIL.
 
 An atomic exchange with acquire ordering takes the lock, an atomic store with release ordering
-frees it (`services.mcts.atomics`; every read and write the holder makes stays inside the
+frees it (`services.mcts.native.atomics`; every read and write the holder makes stays inside the
 critical section). The lock word is one int64 slot of an array, 0 free and 1 held.
 
 Waiting is "test and test-and-set" (Rudolph & Segall 1984): a waiter reads the word with relaxed
@@ -16,7 +16,7 @@ import ctypes
 
 from numba import njit
 
-from services.mcts.atomics import exchange_acquire, load_relaxed, store_release
+from services.mcts.native.atomics import exchange_acquire, load_relaxed, store_release
 
 SPINS_BEFORE_YIELD = 64
 """Relaxed reads of a held lock before the waiter yields its core."""
