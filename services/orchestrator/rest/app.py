@@ -527,6 +527,23 @@ def build_rest_app(
         Route("/metrics", _GetOnly(metrics)),
         Route("/{path:path}", gateway),
     ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            decoder.close()
+
+    app = Starlette(routes=routes, middleware=_middleware(settings, bindings), lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_exception,
+                                        Exception: _unexpected_exception})
+    app.state.rest_settings = settings
+    return app
+
+
+def _middleware(settings: RestSettings, bindings: list[HttpBinding]) -> list[Middleware]:
+    """The Host/Origin guard, outermost, then CORS when origins are configured."""
     allowed_hosts = settings.allowed_hosts
     if allowed_hosts is None:
         allowed_hosts = default_allowed_hosts(settings.host)
@@ -539,18 +556,7 @@ def build_rest_app(
             allow_methods=sorted({b.http_method for b in bindings} | {"GET"}),
             allow_headers=list(CORS_ALLOWED_HEADERS), expose_headers=list(CORS_EXPOSED_HEADERS),
             max_age=settings.cors_max_age_s))
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            decoder.close()
-
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_exception,
-                                        Exception: _unexpected_exception})
-    app.state.rest_settings = settings
-    return app
+    return middleware
 
 
 class _GetOnly:
