@@ -4,9 +4,9 @@ The caller owns the evaluator (a network, a game, a remote process): `BatchedSea
 returns up to `batch_size` leaves to evaluate, `BatchedSearch.submit` takes their priors, values
 and terminal flags, expands the leaves and backs the values up. `run_batched` loops the two.
 
-Tree: `services.mcts.tree.Tree` (struct of arrays, node 0 the root, the children of a node in one
-contiguous block in increasing action order; only actions with a prior > 0 get a child) plus, per
-node, `raw_value` (float64 [N], the evaluator's value for the player to move at the node) and
+Tree: `services.mcts.core.tree.Tree` (struct of arrays, node 0 the root, the children of a node in
+one contiguous block in increasing action order; only actions with a prior > 0 get a child) plus,
+per node, `raw_value` (float64 [N], the evaluator's value for the player to move at the node) and
 `status` (NEW / PENDING / EVALUATED). The arrays are the rows of two preallocated blocks, int64
 `ints` [7, N] and float64 `floats` [3, N] (see VISITS ... RAW_VALUE), 80 bytes per node: a kernel
 takes the two blocks in one record (`batched_kernels.Blocks`), since numba's dispatch costs about
@@ -19,7 +19,8 @@ up again without an evaluation whenever a descent reaches it.
 The kernels, in `services.mcts.batched_kernels`, are `njit(cache=True, nogil=True)`:
 `collect_leaves` (selection with virtual loss), `apply_evaluations` (validation, expansion and
 backup); they take the records `Blocks` and `BatchedOptions` there. Gumbel's rules are in
-`services.mcts.gumbel`, PUCT in `services.mcts.selection` (one implementation with the engine's).
+`services.mcts.gumbel`, PUCT in `services.mcts.core.selection` (one implementation with the
+engine's).
 
 Two drivers run the same kernels in the same order, so the same evaluations give the same tree:
 - ask/tell (`next_batch` / `submit`, `run_batched`): the evaluator is any Python callable (a
@@ -105,7 +106,10 @@ from services.mcts.batched_kernels import (
     collect_leaves,
     run_batches,
 )
-from services.mcts.game import MAX_ACTIONS
+from services.mcts.core.game import MAX_ACTIONS
+from services.mcts.core.root import add_dirichlet_noise, sample_by_temperature
+from services.mcts.core.selection import GUMBEL
+from services.mcts.core.tree import MIN_CAPACITY, UNEXPANDED, Tree
 from services.mcts.gumbel import (
     LOW_LOGIT,
     TINY,
@@ -113,8 +117,6 @@ from services.mcts.gumbel import (
     considered_visits_sequence,
     root_bases,
 )
-from services.mcts.root import add_dirichlet_noise, sample_by_temperature
-from services.mcts.selection import GUMBEL
 from services.mcts.settings import (
     C_PUCT,
     DEFAULT_MAX_NODES,
@@ -122,7 +124,6 @@ from services.mcts.settings import (
     GUMBEL_NUM_CONSIDERED,
     VIRTUAL_LOSS,
 )
-from services.mcts.tree import MIN_CAPACITY, UNEXPANDED, Tree
 
 __all__ = ["EVALUATED", "NEW", "PENDING", "STORED_BACKUPS"]
 
@@ -356,7 +357,7 @@ class BatchedSearch:
                          first_child=ints[FIRST_CHILD], num_children=ints[NUM_CHILDREN],
                          parent=ints[PARENT], action=ints[ACTION], terminal=ints[TERMINAL],
                          counters=self._counters[:3])
-        """The tree (`services.mcts.tree.Tree`; here every array is an int64 or float64 row of
+        """The tree (`services.mcts.core.tree.Tree`; here every array is an int64 or float64 row of
         the search's two blocks)."""
         self.raw_value = floats[RAW_VALUE]
         """float64 [N], each evaluated node's value for the player to move there."""

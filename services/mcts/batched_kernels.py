@@ -22,9 +22,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from services.mcts.core.selection import GUMBEL, PUCT, first_max, puct
+from services.mcts.core.tree import ENDED, UNEXPANDED
 from services.mcts.gumbel import select_gumbel_interior, select_gumbel_root
-from services.mcts.selection import GUMBEL, PUCT, first_max, puct
-from services.mcts.tree import ENDED, UNEXPANDED
 
 NEW = 0
 """`status`: a leaf never evaluated."""
@@ -35,7 +35,7 @@ EVALUATED = 2
 the tree was full)."""
 
 RULES = {"puct": PUCT, "gumbel": GUMBEL}
-"""The rule code (`services.mcts.selection`) of each `BatchedConfig.rule`."""
+"""The rule code (`services.mcts.core.selection`) of each `BatchedConfig.rule`."""
 
 VISITS, FIRST_CHILD, NUM_CHILDREN, PARENT, ACTION, TERMINAL, STATUS = range(7)
 """Rows of the int64 block `ints` [7, N]."""
@@ -58,7 +58,7 @@ class Blocks(NamedTuple):
 
 class Rows(NamedTuple):
     """The tree as named rows of `Blocks` (each int64 or float64 [N]; see
-    `services.mcts.tree.Tree` for their meaning); `status` NEW / PENDING / EVALUATED and
+    `services.mcts.core.tree.Tree` for their meaning); `status` NEW / PENDING / EVALUATED and
     `raw_value` the evaluator's value for the player to move at the node."""
 
     visits: np.ndarray
@@ -78,7 +78,7 @@ class BatchedOptions(NamedTuple):
     """A search's rule (`batched.BatchedConfig`, resolved).
 
     Attributes:
-        rule: PUCT or GUMBEL (`services.mcts.selection`).
+        rule: PUCT or GUMBEL (`services.mcts.core.selection`).
         c_puct, virtual_loss, c_visit, c_scale: as `BatchedConfig`.
         players: 1 or 2.
         root_base: float64 [C], `gumbel.root_bases` of the root's children (Gumbel; [1] before

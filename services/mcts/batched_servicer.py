@@ -24,8 +24,9 @@ from services.mcts.batched import (
     EvaluationError,
     run_batched,
 )
+from services.mcts.core.game import MAX_ACTIONS
+from services.mcts.core.tree import MIN_CAPACITY
 from services.mcts.evaluators import GameEvaluator, NeuralConnectFourEvaluator, run_batched_async
-from services.mcts.game import MAX_ACTIONS
 from services.mcts.games.connect4 import GAME, from_position
 from services.mcts.neural_client import NeuralPositionClient
 from services.mcts.settings import (
@@ -35,7 +36,6 @@ from services.mcts.settings import (
     VIRTUAL_LOSS,
     MctsSettings,
 )
-from services.mcts.tree import MIN_CAPACITY
 
 RULES = {mcts_service_pb2.SELECTION_RULE_PUCT: "puct",
          mcts_service_pb2.SELECTION_RULE_GUMBEL: "gumbel"}

@@ -16,7 +16,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from services.mcts.game import MAX_ACTIONS, Game
+from services.mcts.core.game import MAX_ACTIONS, Game
+from services.mcts.core.root import add_dirichlet_noise, sample_by_temperature
+from services.mcts.core.tree import MAX_VISITS, MIN_CAPACITY, UNEXPANDED, Tree, TreePool
 from services.mcts.native.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
 from services.mcts.native.xorshift import rng_state
 from services.mcts.records import (
@@ -35,7 +37,6 @@ from services.mcts.rollout_kernel import (
     WAIT,
     run_simulations,
 )
-from services.mcts.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.settings import (
     DEFAULT_MAX_NODES,
     DIRICHLET_EPSILON,
@@ -50,7 +51,6 @@ from services.mcts.shared_kernel import (
     run_shared_simulations,
 )
 from services.mcts.transpositions import TranspositionTable
-from services.mcts.tree import MAX_VISITS, MIN_CAPACITY, UNEXPANDED, Tree, TreePool
 
 __all__ = ["BACKUP", "EXPAND", "ROLLOUT", "SELECT", "TIMED", "UNEXPANDED", "WAIT"]
 

@@ -3,8 +3,8 @@ policy/value network behind an injected async call (the gRPC adapter is
 `services.mcts.neural_client`; this module imports no grpc).
 
 Both replay each leaf's action path from the root state with the game module
-(`services.mcts.game`), so legality and the end of the game come from the game: a leaf whose last
-move ended the game is terminal with its exact outcome and is never sent to a network.
+(`services.mcts.core.game`), so legality and the end of the game come from the game: a leaf whose
+last move ended the game is terminal with its exact outcome and is never sent to a network.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from services.mcts.batched import BatchedResult, BatchedSearch, LeafBatch
-from services.mcts.game import MAX_ACTIONS, Game
+from services.mcts.core.game import MAX_ACTIONS, Game
 from services.mcts.native.xorshift import random_below, rng_state
 
 Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]

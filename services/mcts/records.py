@@ -2,13 +2,13 @@
 so that a kernel takes a handful of arguments instead of one per array (as mctx's `search` takes
 a `Tree` of arrays).
 
-- `Nodes`: the tree's arrays (`services.mcts.tree.Tree`) with the per-node AMAF statistics and
+- `Nodes`: the tree's arrays (`services.mcts.core.tree.Tree`) with the per-node AMAF statistics and
   the arrivals of tree parallelisation.
 - `Table`: the transposition table's arrays (`services.mcts.transpositions`) and each node's entry.
 - `Options`: the selection rule and its constants.
 - `Scratch`: one thread's private buffers, random state and counters.
-- `GameFunctions`: the game's numba functions (`services.mcts.game`), typed by identity, so numba
-  compiles one specialisation of a kernel per game with the calls inlined.
+- `GameFunctions`: the game's numba functions (`services.mcts.core.game`), typed by identity, so
+  numba compiles one specialisation of a kernel per game with the calls inlined.
 
 Numba passes a `NamedTuple` by value as a struct of its fields: reading `nodes.visits` in a kernel
 costs nothing, and the kernels compile to the same loops as with one argument per array (the trees
@@ -24,10 +24,10 @@ import numpy as np
 from numba.core import types
 from numba.extending import typeof_impl
 
-from services.mcts.game import MAX_ACTIONS, Game
-from services.mcts.selection import PUCT, UCT
+from services.mcts.core.game import MAX_ACTIONS, Game
+from services.mcts.core.selection import PUCT, UCT
+from services.mcts.core.tree import Tree
 from services.mcts.transpositions import TranspositionTable
-from services.mcts.tree import Tree
 
 CACHE_LINE = 64
 """Bytes of a cache line (x86-64), the padding between the threads' private arrays."""
@@ -81,7 +81,7 @@ class Options(NamedTuple):
     """The rule of a search as the kernels take it (`engine.SearchConfig`'s, resolved).
 
     Attributes:
-        rule: UCT or PUCT (`services.mcts.selection`).
+        rule: UCT or PUCT (`services.mcts.core.selection`).
         exploration: c of UCB1 or c_puct of PUCT.
         widening_k, widening_alpha: progressive widening; k = 0 is off.
         rave_k: RAVE's k; 0 is off.
@@ -127,7 +127,7 @@ class Scratch(NamedTuple):
 
 
 class GameFunctions(NamedTuple):
-    """A game's numba functions (contracts in `services.mcts.game`); `rollout` and `key` may be
+    """A game's numba functions (contracts in `services.mcts.core.game`); `rollout` and `key` may be
     None (uniformly random rollouts; no transposition table)."""
 
     legal_actions: Any

@@ -1,10 +1,11 @@
 """The rollout engine's sequential kernel, `run_simulations`, and the pieces it shares with the
 tree-parallel kernel (`services.mcts.shared_kernel`): selection, expansion, the rollout.
 
-The rules (`services.mcts.selection`) and the algorithm are described in `services.mcts.engine`;
-the records the kernels take (`Nodes`, `Options`, `Scratch`, `GameFunctions`) in
-`services.mcts.records`. Every function here is `inline="always"` but the kernel itself, so the
-kernel compiles to one loop per game, as it did when every array was its own argument.
+The rules (`services.mcts.core.selection`) and the algorithm are described in
+`services.mcts.engine`; the records the kernels take (`Nodes`, `Options`, `Scratch`,
+`GameFunctions`) in `services.mcts.records`. Every function here is `inline="always"` but the
+kernel itself, so the kernel compiles to one loop per game, as it did when every array was its own
+argument.
 """
 
 from __future__ import annotations
@@ -15,11 +16,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from services.mcts.native.cycle_clock import read_cycles
-from services.mcts.native.prefetch import prefetch
-from services.mcts.native.simd import LANES, ucb1_lanes
-from services.mcts.native.xorshift import random_below
-from services.mcts.selection import (
+from services.mcts.core.selection import (
     PUCT,
     UCT,
     puct_engine,
@@ -27,7 +24,11 @@ from services.mcts.selection import (
     ucb1_from_log,
     widened_children,
 )
-from services.mcts.tree import UNEXPANDED
+from services.mcts.core.tree import UNEXPANDED
+from services.mcts.native.cycle_clock import read_cycles
+from services.mcts.native.prefetch import prefetch
+from services.mcts.native.simd import LANES, ucb1_lanes
+from services.mcts.native.xorshift import random_below
 
 SELECT, EXPAND, ROLLOUT, BACKUP = 0, 1, 2, 3
 """Indices of the phase work counters and of the phase times (see `services.mcts.engine`)."""
@@ -244,7 +245,7 @@ def expand(nodes, node, count, actions, action_priors, rave):
 
 @njit(nogil=True, inline="always")
 def uniform_rollout(state, rng, moves, ply, actions, legal_actions, play, outcome):
-    """The rollout of a game without its own (see `services.mcts.game`): uniformly random legal
+    """The rollout of a game without its own (see `services.mcts.core.game`): uniformly random legal
     actions until the game ends, recorded in `moves[ply:]`; `actions` is a scratch buffer
     (int64 [MAX_ACTIONS]). Returns (the result for the last mover, the ply after the last move)."""
     ended = False

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libs.connect4.board import WIDTH, IllegalPosition, Position
+from services.mcts.core.root import sample_by_temperature
 from services.mcts.engine import (
     BACKUP,
     EXPAND,
@@ -42,7 +43,6 @@ from services.mcts.engine import (
     split_simulations,
 )
 from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
-from services.mcts.root import sample_by_temperature
 from services.mcts.settings import DEFAULT_MAX_NODES, UCT_EXPLORATION, WIDENING_ALPHA
 
 

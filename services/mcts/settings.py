@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ChannelSettings, ServiceSettings
-from services.mcts.tree import MIN_CAPACITY
+from services.mcts.core.tree import MIN_CAPACITY
 
 MAX_SIMULATIONS = 10_000_000
 """Most simulations of one search (`SearchRequest.simulations`, SearchExternal's settings and

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from numba import njit
 
+from services.mcts.core.tree import UNEXPANDED
 from services.mcts.native.atomics import (
     compare_exchange,
     fetch_add,
@@ -33,7 +34,6 @@ from services.mcts.rollout_kernel import (
     write_children,
 )
 from services.mcts.transpositions import find_or_insert
-from services.mcts.tree import UNEXPANDED
 
 REFUSED = -2
 """`first_child` of a node a shared tree could not expand (full, or no legal action); it reads

@@ -2,7 +2,7 @@
 every tree node that reaches that position by whatever path (Childs, Brodeur & Kocsis 2008,
 "Transpositions and move groups in Monte Carlo tree search").
 
-Positions are identified by the game's `key(state) -> int64` (see `services.mcts.game`): an
+Positions are identified by the game's `key(state) -> int64` (see `services.mcts.core.game`): an
 injective code of the state (the Connect Four bitboard key `position + mask`, Pons 2019; a
 tic-tac-toe board's two bitboards), so entries never merge different positions. The table is
 open addressing with linear probing over SLOTS = a power of two at least twice the entry capacity

@@ -1,12 +1,12 @@
 """Many Connect Four searches and games at once, so that every network call is a batch.
 
 Each search is the mcts service's batched PUCT (`services.mcts.batched.BatchedSearch`: virtual
-loss, Dirichlet noise at the root, the temperature draw of `services.mcts.root`), driven through
-its ask/tell interface. One *round* asks every unfinished search for its next batch of leaves (up
-to `SearchOptions.leaves_per_search`), plays the leaves' boards from their parents' boards (kept
-per node, `boards`), evaluates every non-terminal leaf of every search in one call per network,
-and submits the results. With G concurrent games and b leaves per search, a network call carries
-up to G * b positions.
+loss, Dirichlet noise at the root, the temperature draw of `services.mcts.core.root`), driven
+through its ask/tell interface. One *round* asks every unfinished search for its next batch of
+leaves (up to `SearchOptions.leaves_per_search`), plays the leaves' boards from their parents'
+boards (kept per node, `boards`), evaluates every non-terminal leaf of every search in one call per
+network, and submits the results. With G concurrent games and b leaves per search, a network call
+carries up to G * b positions.
 
 Games (`play_games`): each game's side k plays with network `sides[g][k]`, so the same driver runs
 self-play (one network for both sides) and the arena (candidate against best, colours alternated).

@@ -1,5 +1,5 @@
-"""Connect Four for the general search core (see `services.mcts.game`), on the bitboard kernels of
-`libs.connect4.board` (Pons layout).
+"""Connect Four for the general search core (see `services.mcts.core.game`), on the bitboard
+kernels of `libs.connect4.board` (Pons layout).
 
 State: int64 [3] = (bitboard of the player to move, bitboard of every stone, stones on the board).
 Actions are columns 0..6 (left to right); a column is legal while it is not full and the game goes
@@ -29,7 +29,7 @@ from libs.connect4.board import (
     top_mask_col,
 )
 from libs.connect4.board import encode as encode_position
-from services.mcts.game import Game
+from services.mcts.core.game import Game
 from services.mcts.native.xorshift import random_below
 
 STATE_SIZE = 3

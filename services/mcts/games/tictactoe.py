@@ -1,4 +1,5 @@
-"""Tic-tac-toe for the general search core: the whole game in one module (see `services.mcts.game`).
+"""Tic-tac-toe for the general search core: the whole game in one module (see
+`services.mcts.core.game`).
 
 State: int64 [3] = (bitboard of the player to move, bitboard of the other player, moves played);
 cell `r * 3 + c` is bit `r * 3 + c`, and the action is the cell (0..8). X moves first.
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
-from services.mcts.game import Game
+from services.mcts.core.game import Game
 
 CELLS = 9
 _LINES = np.array([0b000000111, 0b000111000, 0b111000000, 0b001001001, 0b010010010, 0b100100100,

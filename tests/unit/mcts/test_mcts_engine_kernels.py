@@ -9,6 +9,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.mcts.core.selection import (
+    PUCT,
+    UCT,
+    puct,
+    puct_engine,
+    rave_beta,
+    ucb1,
+    widened_children,
+)
 from services.mcts.engine import (
     BACKUP,
     EXPAND,
@@ -20,15 +29,6 @@ from services.mcts.engine import (
 from services.mcts.games import tictactoe
 from services.mcts.records import Nodes, Options
 from services.mcts.rollout_kernel import select_child
-from services.mcts.selection import (
-    PUCT,
-    UCT,
-    puct,
-    puct_engine,
-    rave_beta,
-    ucb1,
-    widened_children,
-)
 
 FEW = settings(max_examples=25, deadline=None)
 counts = st.integers(min_value=1, max_value=10**6)

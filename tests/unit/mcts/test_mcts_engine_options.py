@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from numba import njit
 
+from services.mcts.core.game import Game
+from services.mcts.core.tree import MAX_VISITS
 from services.mcts.engine import SearchConfig, grow, search
-from services.mcts.game import Game
 from services.mcts.native.xorshift import next_random
-from services.mcts.tree import MAX_VISITS
 
 ARMS = 60
 BEST_ARM = 2

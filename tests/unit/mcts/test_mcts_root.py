@@ -1,12 +1,12 @@
-"""The root's noise and temperature draw (`services.mcts.root`), shared by the rollout engine and
-the batched search: both searches give the same priors and moves for the same seed."""
+"""The root's noise and temperature draw (`services.mcts.core.root`), shared by the rollout engine
+and the batched search: both searches give the same priors and moves for the same seed."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from services.mcts.root import add_dirichlet_noise, sample_by_temperature
+from services.mcts.core.root import add_dirichlet_noise, sample_by_temperature
 
 
 def test_noise_keeps_a_distribution_and_follows_the_seed():

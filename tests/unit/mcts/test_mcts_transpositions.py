@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.connect4.board import Position
+from services.mcts.core.game import Game
 from services.mcts.engine import SearchConfig, grow, grow_tree_parallel, search
-from services.mcts.game import Game
 from services.mcts.games import connect4, tictactoe
 from services.mcts.search import uct_search
 from services.mcts.transpositions import TranspositionTable, find_or_insert

@@ -16,6 +16,8 @@ from numba import njit
 
 from libs.connect4.board import Position
 from services.mcts import engine
+from services.mcts.core.selection import UCT, ucb1
+from services.mcts.core.tree import Tree
 from services.mcts.engine import (
     BACKUP,
     EXPAND,
@@ -32,9 +34,7 @@ from services.mcts.games import connect4, tictactoe
 from services.mcts.native.spinlock import acquire, release
 from services.mcts.records import Nodes, Options, functions_of, scratch_for, table_of
 from services.mcts.search import uct_search
-from services.mcts.selection import UCT, ucb1
 from services.mcts.shared_kernel import backup_shared, descend, no_key, select_child_shared
-from services.mcts.tree import Tree
 
 FEW = settings(max_examples=15, deadline=None)
 openings = st.lists(st.integers(0, 8), max_size=3, unique=True)

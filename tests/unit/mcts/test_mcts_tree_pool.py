@@ -1,4 +1,4 @@
-"""Reused trees (`services.mcts.tree.TreePool`): a tree that held a search and is reset grows
+"""Reused trees (`services.mcts.core.tree.TreePool`): a tree that held a search and is reset grows
 exactly the tree a new one grows, in every kernel, and the pool hands each tree to one caller."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from services.mcts.core.tree import MIN_CAPACITY, Tree, TreePool
 from services.mcts.engine import SearchConfig, grow, grow_tree_parallel
 from services.mcts.games import connect4, tictactoe
 from services.mcts.search import uct_search
-from services.mcts.tree import MIN_CAPACITY, Tree, TreePool
 
 FIELDS = ("visits", "value_sum", "prior", "first_child", "num_children", "parent", "action",
           "terminal")
