@@ -9,6 +9,7 @@ from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.server import Servicer, run_service, serve
 from services.llm_gateway.gateway import Gateway, build_gateway
+from services.llm_gateway.redaction import install_log_redaction
 from services.llm_gateway.servicer import LlmServicer
 from services.llm_gateway.settings import LlmGatewaySettings
 
@@ -43,10 +44,12 @@ async def build_servicers(
 def main(settings: LlmGatewaySettings | None = None,
          on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
     """Reads `LLM_*` settings (unless given), logs them with secrets masked, and serves until
-    SIGTERM."""
+    SIGTERM; every log line is redacted of the providers' keys and URL credentials
+    (`redaction.install_log_redaction`)."""
     settings = settings or LlmGatewaySettings()
 
     async def run() -> None:
+        install_log_redaction(settings)  # before any provider is called
         gateway = build_gateway(settings)
         servicers, ready = await build_servicers(settings, gateway)
         try:

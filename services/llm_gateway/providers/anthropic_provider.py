@@ -12,6 +12,7 @@ import anthropic
 from services.llm_gateway.providers.errors import ProviderError, status_error
 from services.llm_gateway.providers.prompt import system_prompt, user_message
 from services.llm_gateway.providers.provider import Generation, GenerationRequest
+from services.llm_gateway.redaction import scrub, url_secrets
 
 
 class AnthropicProvider:
@@ -28,6 +29,11 @@ class AnthropicProvider:
         self.name = name
         self.model = model
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0)
+        self._secrets = (api_key, *url_secrets(base_url))
+
+    def _scrub(self, message: str) -> str:
+        """A provider's error text without this provider's key or URL credentials."""
+        return scrub(message, self._secrets)
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
         """One message within `timeout_s` seconds (the SDK's request timeout).
@@ -45,15 +51,18 @@ class AnthropicProvider:
                 timeout=timeout_s,
             )
         except anthropic.APITimeoutError as error:
-            raise ProviderError(self.name, "timeout", str(error), retryable=True) from error
+            raise ProviderError(self.name, "timeout", self._scrub(str(error)),
+                                retryable=True) from error
         except anthropic.APIConnectionError as error:
-            raise ProviderError(self.name, "error", f"connection failed: {error}",
+            raise ProviderError(self.name, "error",
+                                f"connection failed: {self._scrub(str(error))}",
                                 retryable=True) from error
         except anthropic.APIStatusError as error:
-            raise status_error(self.name, error.status_code, error.message,
+            raise status_error(self.name, error.status_code, self._scrub(error.message),
                                error.response.headers) from error
         except anthropic.APIError as error:
-            raise ProviderError(self.name, "error", str(error), retryable=False) from error
+            raise ProviderError(self.name, "error", self._scrub(str(error)),
+                                retryable=False) from error
         text = "".join(block.text for block in message.content if block.type == "text")
         if not text:
             raise ProviderError(self.name, "error", "the message has no text", retryable=False)

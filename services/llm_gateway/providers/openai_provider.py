@@ -14,6 +14,7 @@ import openai
 from services.llm_gateway.providers.errors import ProviderError, status_error
 from services.llm_gateway.providers.prompt import system_prompt, user_message
 from services.llm_gateway.providers.provider import Generation, GenerationRequest
+from services.llm_gateway.redaction import scrub, url_secrets
 
 TokenLimitField = Literal["max_completion_tokens", "max_tokens"]
 
@@ -42,6 +43,11 @@ class OpenAIProvider:
         self.model = model
         self._token_limit_field = token_limit_field
         self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
+        self._secrets = (api_key, *url_secrets(base_url))
+
+    def _scrub(self, message: str) -> str:
+        """A provider's error text without this provider's key or URL credentials."""
+        return scrub(message, self._secrets)
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
         """One chat completion within `timeout_s` seconds (the SDK's request timeout).
@@ -61,15 +67,18 @@ class OpenAIProvider:
                 **{self._token_limit_field: request.max_tokens},
             )
         except openai.APITimeoutError as error:
-            raise ProviderError(self.name, "timeout", str(error), retryable=True) from error
+            raise ProviderError(self.name, "timeout", self._scrub(str(error)),
+                                retryable=True) from error
         except openai.APIConnectionError as error:
-            raise ProviderError(self.name, "error", f"connection failed: {error}",
+            raise ProviderError(self.name, "error",
+                                f"connection failed: {self._scrub(str(error))}",
                                 retryable=True) from error
         except openai.APIStatusError as error:
-            raise status_error(self.name, error.status_code, error.message,
+            raise status_error(self.name, error.status_code, self._scrub(error.message),
                                error.response.headers) from error
         except openai.APIError as error:
-            raise ProviderError(self.name, "error", str(error), retryable=False) from error
+            raise ProviderError(self.name, "error", self._scrub(str(error)),
+                                retryable=False) from error
         if not completion.choices or not completion.choices[0].message.content:
             raise ProviderError(self.name, "error", "the completion has no text", retryable=False)
         usage = completion.usage
