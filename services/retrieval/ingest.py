@@ -23,6 +23,7 @@ from mesh.common.v1 import common_pb2
 from tqdm import tqdm
 
 from libs.errors import InvalidArgument
+from services.retrieval.resources import MAX_DOCUMENT_ID_CHARS, MAX_SOURCE_CHARS, MAX_TITLE_CHARS
 
 TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst"})
 JSONL_SUFFIXES = frozenset({".jsonl"})
@@ -156,8 +157,9 @@ def load_documents(paths: Iterable[str | os.PathLike[str]], limit: int | None = 
     Raises:
         InvalidArgument("path"): a missing path, an unsupported file, a line that is not a JSON
             object with an id and a text, a file that is not UTF-8, a document without text or
-            longer than `max_document_chars`, or an id that repeats an earlier one; the
-            description names the file and line.
+            longer than `max_document_chars`, an id, title or source longer than the service
+            takes (1,024, 1,024, 2,048 characters), or an id that repeats an earlier one; the
+            description names the file and line (and the field).
         InvalidArgument("limit"): `limit` below 1.
     """
     if limit is not None and limit < 1:
@@ -173,6 +175,7 @@ def load_documents(paths: Iterable[str | os.PathLike[str]], limit: int | None = 
                 raise InvalidArgument("path", f"{where}: document {document.id!r} has "
                                       f"{len(document.text)} characters; at most "
                                       f"{max_document_chars}")
+            _check_lengths(document, where)
             if document.id in first_source:
                 raise InvalidArgument("path", f"{where}: id {document.id!r} repeats "
                                       f"{first_source[document.id]}")
@@ -181,3 +184,14 @@ def load_documents(paths: Iterable[str | os.PathLike[str]], limit: int | None = 
     except OSError as error:
         raise InvalidArgument("path", f"{error.filename}: {error.strerror}") from None
     return documents
+
+
+def _check_lengths(document: common_pb2.Document, where: str) -> None:
+    """Raises InvalidArgument("path") naming the file, line and field of an id, title or source
+    longer than the retrieval service takes."""
+    for field, limit in (("id", MAX_DOCUMENT_ID_CHARS), ("title", MAX_TITLE_CHARS),
+                         ("source", MAX_SOURCE_CHARS)):
+        length = len(getattr(document, field))
+        if length > limit:
+            raise InvalidArgument("path", f"{where[:200]}: the document's {field} has {length} "
+                                  f"characters; at most {limit}")

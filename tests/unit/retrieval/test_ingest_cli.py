@@ -23,6 +23,9 @@ def write_jsonl(path, records) -> None:
     (json.dumps({"_id": "3"}), "corpus.jsonl:3: needs '_id' or 'id', and 'text'"),
     (json.dumps({"_id": "1", "text": "again"}), "corpus.jsonl:3: id '1' repeats"),
     (json.dumps({"_id": "3", "text": "   "}), "document '3' has no text"),
+    (json.dumps({"_id": "3" * 1025, "text": "t"}), "corpus.jsonl:3: the document's id has 1025"),
+    (json.dumps({"_id": "3", "text": "t", "title": "x" * 1025}),
+     "corpus.jsonl:3: the document's title has 1025 characters; at most 1024"),
 ])
 def test_a_bad_line_stops_the_run_before_anything_is_sent(tmp_path, capsys, line, expected):
     corpus = tmp_path / "corpus.jsonl"
