@@ -36,7 +36,8 @@ from services.neural.models.presets import PRESETS
 from training.az import learner
 from training.az.replay import Examples
 from training.reasoning.data import PuzzleChunks
-from training.reasoning.trainer import METRICS_FILE, task_for_preset, train_reasoning
+from training.reasoning.loop import METRICS_FILE
+from training.reasoning.trainer import ReasoningConfig, task_for_preset, train_reasoning
 
 AZ_NETWORKS = {"connect4-az (48x4)": {"channels": 48, "blocks": 4, "value_hidden": 64},
                "connect4-az (16x1)": {"channels": 16, "blocks": 1, "value_hidden": 16}}
@@ -64,10 +65,10 @@ def reasoning_rate(preset: str, device: str, seconds: float, batch_size: int,
     """steps/s and the per-step means from the run's metrics (first step left out of the means:
     it fills every slot of the batch)."""
     with tempfile.TemporaryDirectory() as folder:
-        report = train_reasoning(PRESETS[preset].architecture, preset, folder, steps=10**9,
-                                 batch_size=batch_size, eval_every=10**9, eval_puzzles=8,
-                                 time_limit_s=seconds, device=device, progress=False,
-                                 data_workers=workers)
+        report = train_reasoning(ReasoningConfig(
+            PRESETS[preset].architecture, preset, folder, steps=10**9, batch_size=batch_size,
+            eval_every=10**9, eval_puzzles=8, time_limit_s=seconds, device=device, progress=False,
+            data_workers=workers))
         records = [json.loads(line) for line in
                    (Path(folder) / METRICS_FILE).read_text().splitlines()]
     steps = [r for r in records if r["kind"] == "train"][1:] or \

@@ -672,18 +672,17 @@ def cmd_train(args) -> int:
                                    games=args.games, simulations=args.simulations,
                                    epochs=args.epochs, seed=args.seed, workers=args.workers)
     else:
-        from training.reasoning.trainer import train_reasoning
+        from training.reasoning.trainer import ReasoningConfig, train_reasoning
 
         if not args.preset:
             raise SystemExit(f"train {args.what}: --preset is required "
                              "(e.g. trm-mlp-cpu-sudoku6, hrm-cpu-sudoku6, trm-mlp-cpu-maze9)")
-        report = train_reasoning(args.what, args.preset,
-                                 Path(args.output or f"models/{args.preset}"), steps=args.steps,
-                                 batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
-                                 eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
-                                 time_limit_s=args.time_limit_s, lr=args.lr, task=args.task,
-                                 init_from=args.init_from, device=_device(args.device),
-                                 data_workers=args.data_workers)
+        report = train_reasoning(ReasoningConfig(
+            args.what, args.preset, Path(args.output or f"models/{args.preset}"),
+            steps=args.steps, batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
+            eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
+            time_limit_s=args.time_limit_s, lr=args.lr, task=args.task, init_from=args.init_from,
+            device=_device(args.device), data_workers=args.data_workers))
     print(json.dumps(report, indent=2, default=str))
     return 0
 

@@ -28,7 +28,7 @@ from services.neural.reasoning_task import parse_task_name
 from services.neural.settings import NeuralSettings
 from training.reasoning.data import SudokuTask, held_out_set
 from training.reasoning.evaluation import evaluate
-from training.reasoning.trainer import CHECKPOINT_DIR, TrainingSettings, train
+from training.reasoning.loop import CHECKPOINT_DIR, TrainingSettings, train
 
 TIMEOUT_S = 30
 TASK = SudokuTask(size=6, blanks=4)

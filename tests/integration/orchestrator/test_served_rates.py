@@ -16,7 +16,7 @@ from services.neural.main import build_servicers as neural_servicers
 from services.neural.models.trm import TRM, TRMConfig
 from services.neural.settings import NeuralSettings
 from training.reasoning.data import SudokuTask, held_out_set
-from training.reasoning.trainer import TrainingSettings, train
+from training.reasoning.loop import TrainingSettings, train
 
 TASK = SudokuTask(size=6, blanks=2)
 HELD_OUT_SEED = 21

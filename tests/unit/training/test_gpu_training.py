@@ -19,7 +19,7 @@ from training.az.games import SearchOptions, play_games
 from training.az.loop import train_connect4_az
 from training.az.replay import game_examples
 from training.az.settings import AZSettings
-from training.reasoning.trainer import train_reasoning
+from training.reasoning.trainer import ReasoningConfig, train_reasoning
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU, torch sees none (bench/gpu.sh runs it "
@@ -27,9 +27,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_a_reasoning_preset_trains_on_cuda_with_a_data_worker(tmp_path):
-    report = train_reasoning("trm", "trm-mlp-cpu-sudoku6", tmp_path, steps=6, batch_size=32,
-                             eval_every=10**9, eval_puzzles=16, device="cuda", progress=False,
-                             data_workers=1)
+    report = train_reasoning(ReasoningConfig(
+        "trm", "trm-mlp-cpu-sudoku6", tmp_path, steps=6, batch_size=32, eval_every=10**9,
+        eval_puzzles=16, device="cuda", progress=False, data_workers=1))
     assert report["steps"] == 6
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if r["kind"] == "train"]

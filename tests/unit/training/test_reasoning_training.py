@@ -35,13 +35,9 @@ from training.reasoning.data import (
 )
 from training.reasoning.ema import WeightEMA
 from training.reasoning.evaluation import evaluate
+from training.reasoning.loop import TrainingSettings, train
 from training.reasoning.optim import AdamATan2, SparseSignSGD, warmup_constant
-from training.reasoning.trainer import (
-    TrainingSettings,
-    task_for_preset,
-    train,
-    train_reasoning,
-)
+from training.reasoning.trainer import ReasoningConfig, task_for_preset, train_reasoning
 
 TASK = SudokuTask(size=4, blanks=4)
 
@@ -391,9 +387,9 @@ def test_checkpoint_reloads_and_evaluates_the_same(trained):
 
 def test_train_reasoning_rejects_mismatched_model_and_preset(tmp_path):
     with pytest.raises(ValueError, match="trm preset"):
-        train_reasoning("hrm", "trm-mlp-cpu-sudoku6", tmp_path, steps=1)
+        train_reasoning(ReasoningConfig("hrm", "trm-mlp-cpu-sudoku6", tmp_path, steps=1))
     with pytest.raises(ValueError, match="unknown model"):
-        train_reasoning("gpt", "trm-mlp-cpu-sudoku6", tmp_path, steps=1)
+        train_reasoning(ReasoningConfig("gpt", "trm-mlp-cpu-sudoku6", tmp_path, steps=1))
 
 
 def test_maze_task_tokens_are_the_bfs_labels():
@@ -438,8 +434,9 @@ def test_presets_choose_their_task():
 
 def test_train_reasoning_trains_a_maze_preset_on_mazes(tmp_path):
     torch.set_num_threads(1)
-    summary = train_reasoning("trm", "trm-mlp-cpu-maze9", tmp_path, steps=2, batch_size=4,
-                              eval_every=0, eval_puzzles=6, eval_segments=2, progress=False)
+    summary = train_reasoning(ReasoningConfig(
+        "trm", "trm-mlp-cpu-maze9", tmp_path, steps=2, batch_size=4, eval_every=0, eval_puzzles=6,
+        eval_segments=2, progress=False))
     assert summary["task_kind"] == "MazeTask" and summary["task"]["rows"] == 4
     assert summary["paper"]["puzzles"] == 6 and summary["steps"] == 2
     by_length = summary["paper_exact_by_path_length"]
@@ -453,12 +450,13 @@ def test_train_reasoning_trains_a_maze_preset_on_mazes(tmp_path):
 
 def test_train_reasoning_continues_from_a_checkpoint_of_the_same_preset(tmp_path):
     torch.set_num_threads(1)
-    first = train_reasoning("trm", "trm-mlp-cpu-sudoku6", tmp_path / "a", steps=1, batch_size=2,
-                            eval_every=0, eval_puzzles=2, eval_segments=1, progress=False)
+    first = train_reasoning(ReasoningConfig(
+        "trm", "trm-mlp-cpu-sudoku6", tmp_path / "a", steps=1, batch_size=2, eval_every=0,
+        eval_puzzles=2, eval_segments=1, progress=False))
     start = load_checkpoint(first["checkpoint"])
-    second = train_reasoning("trm", "trm-mlp-cpu-sudoku6", tmp_path / "b", steps=0,
-                             batch_size=2, eval_every=0, eval_puzzles=2, eval_segments=1,
-                             progress=False, init_from=first["checkpoint"])
+    second = train_reasoning(ReasoningConfig(
+        "trm", "trm-mlp-cpu-sudoku6", tmp_path / "b", steps=0, batch_size=2, eval_every=0,
+        eval_puzzles=2, eval_segments=1, progress=False, init_from=first["checkpoint"]))
     continued = load_checkpoint(second["checkpoint"])
     # No step taken: the continued run holds exactly the weights it started from.
     for name, tensor in start.model.state_dict().items():
@@ -466,8 +464,9 @@ def test_train_reasoning_continues_from_a_checkpoint_of_the_same_preset(tmp_path
     assert continued.metadata["init_from"] == first["checkpoint"]
     assert continued.metadata["init_version"] == start.version
     with pytest.raises(ValueError, match="another config"):
-        train_reasoning("trm", "trm-mlp-cpu-maze9", tmp_path / "c", steps=0, eval_every=0,
-                        eval_puzzles=2, progress=False, init_from=first["checkpoint"])
+        train_reasoning(ReasoningConfig(
+            "trm", "trm-mlp-cpu-maze9", tmp_path / "c", steps=0, eval_every=0, eval_puzzles=2,
+            progress=False, init_from=first["checkpoint"]))
 
 
 # --- CI-sized learning: a tiny TRM solves easy 6x6 Sudoku after a few dozen steps ---------------
@@ -508,7 +507,7 @@ def test_a_task_with_too_few_distinct_puzzles_is_refused_not_looped_on():
 
 
 def test_ctrl_c_during_training_leaves_a_loadable_checkpoint(tmp_path, monkeypatch):
-    from training.reasoning import trainer as reasoning
+    from training.reasoning import loop as reasoning
 
     real, calls = reasoning.run_segment, []
 
