@@ -37,6 +37,9 @@ from services.retrieval.store import (
     point_id,
 )
 
+MIN_SERVER_VERSION = (1, 16)
+"""The first Qdrant release with conditional upserts (`update_filter`), which commit_heads uses."""
+
 
 def _sparse(sparse: SparseVector | None) -> models.SparseVector:
     if sparse is None:
@@ -91,9 +94,17 @@ class ServerStore:
         self._client = client
         self._modes: dict[str, frozenset[str]] = {}
         self._indexed: set[str] = set()
+        self._version_checked = False
 
     def ensure_collection(self, name: str, dim: int) -> None:
+        """Creates the collection unless it exists (see `VectorStore`), first checking once that
+        the server has conditional upserts.
+
+        Raises:
+            FailedPrecondition: the server is older than MIN_SERVER_VERSION.
+        """
         check_collection_name(name)
+        self._check_version()
         if not self._client.collection_exists(name):
             try:
                 self._create(name, dim)
@@ -108,6 +119,18 @@ class ServerStore:
                 self._client.create_payload_index(name, key, models.PayloadSchemaType.KEYWORD)
             self._client.create_payload_index(name, SEQ_KEY, models.PayloadSchemaType.INTEGER)
             self._indexed.add(name)
+
+    def _check_version(self) -> None:
+        if self._version_checked:
+            return
+        version = self._client.info().version
+        parts = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+        if parts < MIN_SERVER_VERSION:
+            raise FailedPrecondition(
+                f"the Qdrant server is {version}; ingest needs "
+                f"{'.'.join(map(str, MIN_SERVER_VERSION))} or later (conditional upserts of "
+                "document heads)")
+        self._version_checked = True
 
     def _create(self, name: str, dim: int) -> None:
         self._client.create_collection(

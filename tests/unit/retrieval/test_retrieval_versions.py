@@ -264,3 +264,17 @@ def test_two_writers_of_one_document_end_with_one_whole_version(kind, tmp_path):
             race(store, order)
         finally:
             store.close()
+
+
+def test_a_qdrant_server_without_conditional_upserts_is_refused_before_any_write(monkeypatch):
+    from qdrant_client.http import models
+
+    from libs.errors import FailedPrecondition
+
+    client = QdrantClient(":memory:")
+    monkeypatch.setattr(client, "info", lambda: models.VersionInfo(
+        title="qdrant - vector search engine", version="1.13.6"))
+    retriever = retriever_over(ServerStore(client))
+    with pytest.raises(FailedPrecondition, match="1.13.6; ingest needs 1.16 or later"):
+        retriever.ingest(COLLECTION, [version_of(0, "a")])
+    assert not client.collection_exists(COLLECTION)
