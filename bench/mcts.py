@@ -3,19 +3,20 @@
 Three parts (issue 4, "Benchmarks"):
 
 1. Connect Four UCT from the empty board, c = 2, one random rollout per leaf, `--simulations`
-   (default 20,000 and 200,000) simulations: our numba kernel (`services.mcts.search.uct_search`)
-   against OpenSpiel's C++ `pyspiel.MCTSBot` (with `pyspiel.RandomRolloutEvaluator(1, seed)`,
-   solve off, `mcts_search` from the initial state of `connect_four`) and the object-per-node
-   pure-Python UCT of `bench/mcts_python.py` (`--python-simulations`, default 5,000: it is slow,
-   and rates are per second). All three use uniformly random rollouts and the same expansion rule
-   (a leaf is expanded on its second visit, the root at once), as OpenSpiel does. Our default
-   rollouts take immediate wins and block immediate losses ("decisive"); rows with those rollouts
-   (ours and pure Python) are shown apart. Within a round every implementation runs once per size,
-   in turn; a first round warms up unrecorded (our searches then reuse trees whose memory is
-   already mapped, `services.mcts.engine.SPARE_TREES`, as a service's do); the table shows
-   medians over `--rounds` rounds of simulations per CPU-second of this
-   process (`time.process_time`, all threads: OpenSpiel's C++ and our numba kernels both run in
-   this process) and per wall-second, and the ratios per CPU-second.
+   (default 20,000 and 200,000) simulations: our numba kernel
+   (`services.mcts.rollout.connect4.uct_search`) against OpenSpiel's C++ `pyspiel.MCTSBot` (with
+   `pyspiel.RandomRolloutEvaluator(1, seed)`, solve off, `mcts_search` from the initial state of
+   `connect_four`) and the object-per-node pure-Python UCT of `bench/mcts_python.py`
+   (`--python-simulations`, default 5,000: it is slow, and rates are per second). All three use
+   uniformly random rollouts and the same expansion rule (a leaf is expanded on its second visit,
+   the root at once), as OpenSpiel does. Our default rollouts take immediate wins and block
+   immediate losses ("decisive"); rows with those rollouts (ours and pure Python) are shown apart.
+   Within a round every implementation runs once per size, in turn; a first round warms up
+   unrecorded (our searches then reuse trees whose memory is already mapped,
+   `services.mcts.rollout.engine.SPARE_TREES`, as a service's do); the table shows medians over
+   `--rounds` rounds of simulations per CPU-second of this process (`time.process_time`, all
+   threads: OpenSpiel's C++ and our numba kernels both run in this process) and per wall-second,
+   and the ratios per CPU-second.
 2. Batched PUCT with a small MLP evaluator (embedding 64). The issue's "batch 1, 64 x 64 and
    64 x 800 simulations" is read as: root batch 1 (one search, one leaf per network call),
    64 actions, and 64 or 800 simulations per search: 64 x 64 and 64 x 800 are actions x
@@ -77,7 +78,7 @@ import mcts_mctx  # noqa: E402
 import numpy as np  # noqa: E402
 from mcts_python import python_uct  # noqa: E402
 
-from services.mcts.search import uct_search  # noqa: E402
+from services.mcts.rollout.connect4 import uct_search  # noqa: E402
 
 try:  # benchmark-only dependency
     import pyspiel

@@ -23,8 +23,8 @@ import os
 import statistics
 import time
 
-import services.mcts.engine as engine
-from services.mcts.search import uct_search
+import services.mcts.rollout.engine as engine
+from services.mcts.rollout.connect4 import uct_search
 
 EXPLORATION = 2.0
 

@@ -22,7 +22,7 @@ from mesh.mcts.v1 import mcts_service_pb2_grpc
 
 from libs.server import start_server
 from services.mcts.main import NAME, build_servicers
-from services.mcts.search import uct_search
+from services.mcts.rollout.connect4 import uct_search
 from services.mcts.settings import MctsSettings
 
 

@@ -2,8 +2,8 @@
 
 Every configuration searches the same positions with the same simulation budget and seed; the
 move it picks is judged with the exact solver (`libs.connect4.outcome.keeps_outcome`). The rollout
-configurations run the engine in this process (`services.mcts.engine.search`, Connect Four with
-the service's decisive rollouts); the neural configurations go through a running mcts service
+configurations run the engine in this process (`services.mcts.rollout.engine.search`, Connect Four
+with the service's decisive rollouts); the neural configurations go through a running mcts service
 (`MctsService.Search` with `LEAF_EVALUATOR_NEURAL`, which asks the neural service's
 `connect4-pv` network for each batch of leaves), so start the mesh first (`mcts-mesh up`).
 
@@ -31,8 +31,8 @@ from mesh.mcts.v1 import mcts_service_pb2_grpc
 from libs.connect4.board import Position
 from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
-from services.mcts.engine import SearchConfig, search
 from services.mcts.games.connect4 import GAME, from_position
+from services.mcts.rollout.engine import SearchConfig, search
 
 BASE = SearchConfig(rule="uct", exploration=2.0, seed=0)
 ROLLOUT_OPTIONS: dict[str, tuple[SearchConfig, int]] = {

@@ -34,7 +34,7 @@ from pathlib import Path
 from libs.connect4.board import WIDTH, Position
 from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
-from services.mcts.search import uct_search
+from services.mcts.rollout.connect4 import uct_search
 
 PONS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "connect4-pons"
 

@@ -2,10 +2,10 @@
 
 One object per node with a list of children, Python-int bitboards (7 columns of 7 bits, the top
 bit of each a sentinel), UCB1 `Q + c * sqrt(ln N / n)` with unvisited children first, the
-expansion rule of `services.mcts.engine` (the root at once, other leaves on their second visit,
-then one step into the first new child), one rollout per simulation, negamax backup. Rollouts are
-uniformly random (`decisive=False`, as OpenSpiel's RandomRolloutEvaluator) or take immediate wins
-and block immediate losses (`decisive=True`, Teytaud & Teytaud 2010, as our default).
+expansion rule of `services.mcts.rollout.engine` (the root at once, other leaves on their second
+visit, then one step into the first new child), one rollout per simulation, negamax backup.
+Rollouts are uniformly random (`decisive=False`, as OpenSpiel's RandomRolloutEvaluator) or take
+immediate wins and block immediate losses (`decisive=True`, Teytaud & Teytaud 2010, as our default).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Reference: Silver et al., "Mastering Chess and Shogi by Self-Play with a General
 Learning Algorithm" (2017) and the AlphaGo Zero paper (Nature 2017): each position's policy target
 is the search's root visit distribution, its value target the game's final outcome for the player
 to move, and the loss is cross-entropy plus mean squared error. This first version distils UCT with
-random rollouts (`services.mcts.search.uct_search`) instead of a search guided by the previous
-network; it is the network that PUCT-guided self-play starts from.
+random rollouts (`services.mcts.rollout.connect4.uct_search`) instead of a search guided by the
+previous network; it is the network that PUCT-guided self-play starts from.
 
 Games run in parallel threads: the search is a numba kernel that releases the GIL. Moves follow the
 visit distribution (temperature 1) for the first `temperature_moves` plies, for diverse openings,
@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from libs.connect4.board import WIDTH, Position, encode, legal_mask
-from services.mcts.search import uct_search
+from services.mcts.rollout.connect4 import uct_search
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.connect4_pv import (
     ARCHITECTURE,

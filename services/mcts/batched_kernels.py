@@ -1,7 +1,7 @@
 """The batched search's numba kernels and the records they take (`services.mcts.batched` drives
 them; its module doc describes the algorithm).
 
-Records (`NamedTuple`s, as the rollout engine's `services.mcts.records`):
+Records (`NamedTuple`s, as the rollout engine's `services.mcts.rollout.records`):
 - `Blocks`: the tree's two preallocated blocks, int64 `ints` [7, N] and float64 `floats` [3, N]
   (rows VISITS ... STATUS and VALUE_SUM ... RAW_VALUE, 80 bytes per node), and `counters`.
 - `Rows`: the same tree as named rows, which the kernels build from `Blocks` (`rows_of`).

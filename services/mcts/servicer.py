@@ -19,8 +19,8 @@ from libs.errors import DeadlineExceeded, InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.mcts import metrics
 from services.mcts.batched_servicer import MAX_BATCH_SIZE, RULES, BatchedSearches
+from services.mcts.rollout.connect4 import SearchResult, SearchStopped, uct_search
 from services.mcts.scheduling import SearchQueue
-from services.mcts.search import SearchResult, SearchStopped, uct_search
 from services.mcts.settings import MAX_SIMULATIONS, MAX_THREADS, WIDENING_ALPHA, MctsSettings
 
 PARALLELISMS = {
@@ -234,7 +234,7 @@ def to_response(result: SearchResult) -> mcts_service_pb2.SearchResponse:
 
 
 class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
-    """mesh.mcts.v1.MctsService over `services.mcts.search.uct_search`."""
+    """mesh.mcts.v1.MctsService over `services.mcts.rollout.connect4.uct_search`."""
 
     def __init__(self, settings: MctsSettings,
                  neural_channel: grpc.aio.Channel | None = None) -> None:

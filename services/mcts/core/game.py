@@ -1,4 +1,5 @@
-"""What the general search core (`services.mcts.engine`) needs from a game: one module per game.
+"""What the general search core (`services.mcts.rollout.engine`) needs from a game: one module per
+game.
 
 A game module defines numba-compiled functions over a state held in a small int64 array, and one
 `Game` record naming them. The engine passes these functions into its kernel as first-class
@@ -21,8 +22,8 @@ The functions' contracts (all `njit(cache=True, nogil=True)`):
         ply after that move. Without one the engine plays uniformly random legal actions.
     key(state) -> int, optional: an int64 code of the state, different for different states (the
         side to move and everything else that decides the game's future included), used by the
-        transposition table (`services.mcts.transpositions`); games without one cannot use it.
-        The game must never repeat a state within one game (the table assumes no cycles).
+        transposition table (`services.mcts.rollout.transpositions`); games without one cannot use
+        it. The game must never repeat a state within one game (the table assumes no cycles).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from services.mcts.core.selection import (
     ucb1,
     widened_children,
 )
-from services.mcts.engine import (
+from services.mcts.games import tictactoe
+from services.mcts.rollout.engine import (
     BACKUP,
     EXPAND,
     SELECT,
@@ -26,9 +27,8 @@ from services.mcts.engine import (
     grow,
     search,
 )
-from services.mcts.games import tictactoe
-from services.mcts.records import Nodes, Options
-from services.mcts.rollout_kernel import select_child
+from services.mcts.rollout.kernel import select_child
+from services.mcts.rollout.records import Nodes, Options
 
 FEW = settings(max_examples=25, deadline=None)
 counts = st.integers(min_value=1, max_value=10**6)

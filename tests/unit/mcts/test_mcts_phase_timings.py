@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from services.mcts.native.cycle_clock import AVAILABLE
-from services.mcts.search import uct_search
+from services.mcts.rollout.connect4 import uct_search
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="no cycle counter: phases are not timed")
 

@@ -8,8 +8,8 @@ from numba.core import types
 from numba.core.typing.typeof import Purpose, typeof
 
 from services.mcts.games import connect4, tictactoe
-from services.mcts.records import functions_of
-from services.mcts.shared_kernel import no_key
+from services.mcts.rollout.records import functions_of
+from services.mcts.rollout.shared_kernel import no_key
 
 
 def _numba_own_type(functions) -> types.Type:

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from numba import njit
 
 from services.mcts.core.selection import UCT
-from services.mcts.engine import SearchConfig, grow
 from services.mcts.games import connect4, tictactoe
 from services.mcts.native.simd import LANES, ucb1_lanes
-from services.mcts.records import Nodes, Options
-from services.mcts.rollout_kernel import LOG_TABLE_SIZE, log_visits, select_child, select_uct
+from services.mcts.rollout.engine import SearchConfig, grow
+from services.mcts.rollout.kernel import LOG_TABLE_SIZE, log_visits, select_child, select_uct
+from services.mcts.rollout.records import Nodes, Options
 
 FEW = settings(max_examples=60, deadline=None)
 

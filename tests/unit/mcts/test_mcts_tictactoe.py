@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.mcts.engine import SearchConfig, search
 from services.mcts.games import tictactoe
 from services.mcts.games.tictactoe import GAME, IllegalMove, from_moves
+from services.mcts.rollout.engine import SearchConfig, search
 
 
 def test_rules_and_encoding() -> None:

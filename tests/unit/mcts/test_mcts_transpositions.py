@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from libs.connect4.board import Position
 from services.mcts.core.game import Game
-from services.mcts.engine import SearchConfig, grow, grow_tree_parallel, search
 from services.mcts.games import connect4, tictactoe
-from services.mcts.search import uct_search
-from services.mcts.transpositions import TranspositionTable, find_or_insert
+from services.mcts.rollout.connect4 import uct_search
+from services.mcts.rollout.engine import SearchConfig, grow, grow_tree_parallel, search
+from services.mcts.rollout.transpositions import TranspositionTable, find_or_insert
 
 FEW = settings(max_examples=20, deadline=None)
 

@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 from numba import njit
 
 from libs.connect4.board import Position
-from services.mcts import engine
 from services.mcts.core.selection import UCT, ucb1
 from services.mcts.core.tree import Tree
-from services.mcts.engine import (
+from services.mcts.games import connect4, tictactoe
+from services.mcts.native.spinlock import acquire, release
+from services.mcts.rollout import engine
+from services.mcts.rollout.connect4 import uct_search
+from services.mcts.rollout.engine import (
     BACKUP,
     EXPAND,
     SELECT,
@@ -30,11 +33,8 @@ from services.mcts.engine import (
     grow_tree_parallel,
     search,
 )
-from services.mcts.games import connect4, tictactoe
-from services.mcts.native.spinlock import acquire, release
-from services.mcts.records import Nodes, Options, functions_of, scratch_for, table_of
-from services.mcts.search import uct_search
-from services.mcts.shared_kernel import backup_shared, descend, no_key, select_child_shared
+from services.mcts.rollout.records import Nodes, Options, functions_of, scratch_for, table_of
+from services.mcts.rollout.shared_kernel import backup_shared, descend, no_key, select_child_shared
 
 FEW = settings(max_examples=15, deadline=None)
 openings = st.lists(st.integers(0, 8), max_size=3, unique=True)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from services.mcts.core.tree import MIN_CAPACITY, Tree, TreePool
-from services.mcts.engine import SearchConfig, grow, grow_tree_parallel
 from services.mcts.games import connect4, tictactoe
-from services.mcts.search import uct_search
+from services.mcts.rollout.connect4 import uct_search
+from services.mcts.rollout.engine import SearchConfig, grow, grow_tree_parallel
 
 FIELDS = ("visits", "value_sum", "prior", "first_child", "num_children", "parent", "action",
           "terminal")

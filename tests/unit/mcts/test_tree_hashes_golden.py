@@ -20,9 +20,9 @@ import pytest
 
 from libs.connect4.board import Position
 from services.mcts.batched import BatchedConfig, BatchedSearch, run_batched
-from services.mcts.engine import SearchConfig, grow_parallel, search
 from services.mcts.evaluators import GameEvaluator
 from services.mcts.games.connect4 import GAME, from_position
+from services.mcts.rollout.engine import SearchConfig, grow_parallel, search
 
 MOVES = "4453"
 SIMULATIONS = 3_000

@@ -4,7 +4,8 @@ a `Tree` of arrays).
 
 - `Nodes`: the tree's arrays (`services.mcts.core.tree.Tree`) with the per-node AMAF statistics and
   the arrivals of tree parallelisation.
-- `Table`: the transposition table's arrays (`services.mcts.transpositions`) and each node's entry.
+- `Table`: the transposition table's arrays (`services.mcts.rollout.transpositions`) and each
+node's entry.
 - `Options`: the selection rule and its constants.
 - `Scratch`: one thread's private buffers, random state and counters.
 - `GameFunctions`: the game's numba functions (`services.mcts.core.game`), typed by identity, so
@@ -27,7 +28,7 @@ from numba.extending import typeof_impl
 from services.mcts.core.game import MAX_ACTIONS, Game
 from services.mcts.core.selection import PUCT, UCT
 from services.mcts.core.tree import Tree
-from services.mcts.transpositions import TranspositionTable
+from services.mcts.rollout.transpositions import TranspositionTable
 
 CACHE_LINE = 64
 """Bytes of a cache line (x86-64), the padding between the threads' private arrays."""

@@ -1,11 +1,11 @@
 """The rollout engine's sequential kernel, `run_simulations`, and the pieces it shares with the
-tree-parallel kernel (`services.mcts.shared_kernel`): selection, expansion, the rollout.
+tree-parallel kernel (`services.mcts.rollout.shared_kernel`): selection, expansion, the rollout.
 
 The rules (`services.mcts.core.selection`) and the algorithm are described in
-`services.mcts.engine`; the records the kernels take (`Nodes`, `Options`, `Scratch`,
-`GameFunctions`) in `services.mcts.records`. Every function here is `inline="always"` but the
-kernel itself, so the kernel compiles to one loop per game, as it did when every array was its own
-argument.
+`services.mcts.rollout.engine`; the records the kernels take (`Nodes`, `Options`, `Scratch`,
+`GameFunctions`) in `services.mcts.rollout.records`. Every function here is `inline="always"` but
+the kernel itself, so the kernel compiles to one loop per game, as it did when every array was its
+own argument.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from services.mcts.native.simd import LANES, ucb1_lanes
 from services.mcts.native.xorshift import random_below
 
 SELECT, EXPAND, ROLLOUT, BACKUP = 0, 1, 2, 3
-"""Indices of the phase work counters and of the phase times (see `services.mcts.engine`)."""
+"""Indices of the phase work counters and of the phase times (see
+`services.mcts.rollout.engine`)."""
 WAIT = 4
 """Index of the time spent waiting for another thread: on a shared tree, for an expansion in
 progress (tree parallelisation; the transposition table's lock is counted in selection)."""
@@ -180,7 +181,7 @@ def tree_statistics(nodes, source, child):
 def select_child(nodes, node, options):
     """Index of the child of `node` (expanded) chosen by `options`' rule, with progressive
     widening and RAVE when on (`choose_child` over the tree's visits); see
-    `services.mcts.engine`."""
+    `services.mcts.rollout.engine`."""
     return choose_child(nodes, nodes.first_child[node], nodes.num_children[node],
                         nodes.visits[node], options, tree_statistics, 0)
 
@@ -402,14 +403,14 @@ def clear_seen(seen):
 # No reference counting (`_nrt=False`): every array comes from the caller, and the atomic reference
 # counts of the arrays passed to the inlined functions would take a third of the time. Not cached:
 # numba's cache never matches a kernel typed by function arguments in a new process (see
-# `services.mcts.engine`), it would only pile up files.
+# `services.mcts.rollout.engine`), it would only pile up files.
 # Numpy's error model: the only divisions are by counts checked to be nonzero, and the Python
 # model's zero checks would add a branch to each of them.
 @njit(nogil=True, _nrt=False, error_model="numpy")
 def run_simulations(nodes, options, scratch, game, root_state, simulations, sample_mask):
     """Runs `simulations` simulations in place on the tree `nodes` whose root holds `root_state`
     (a state whose game goes on); `nodes.terminal[node]` is 1 once the move into the node is
-    known to end the game. See `services.mcts.engine` for the rules and `records` for the
+    known to end the game. See `services.mcts.rollout.engine` for the rules and `records` for the
     records. Simulation `sim` with `sim & sample_mask == 0` adds the cycle-counter ticks of its
     phases to `scratch.phase_cycles` (SELECT .. BACKUP, and TIMED for the count); a negative
     `sample_mask` times nothing. Work counts go to `scratch.phases`."""

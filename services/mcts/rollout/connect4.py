@@ -1,10 +1,10 @@
 """UCT (Kocsis & Szepesvari 2006) for Connect Four: the Connect Four front of the search core.
 
-`uct_search` runs `services.mcts.engine` on the game module `services.mcts.games.connect4` with
-the UCT rule: one simulation descends by UCB1 `Q + c * sqrt(ln N / n)` (an unvisited child first),
-expands a leaf the second time it is reached (the root at once), evaluates the new node with one
-random rollout, and backs the result up with the sign flipped at every ply (negamax form: each
-node stores values for the player who moved into it). A move that makes four in a row is a
+`uct_search` runs `services.mcts.rollout.engine` on the game module `services.mcts.games.connect4`
+with the UCT rule: one simulation descends by UCB1 `Q + c * sqrt(ln N / n)` (an unvisited child
+first), expands a leaf the second time it is reached (the root at once), evaluates the new node
+with one random rollout, and backs the result up with the sign flipped at every ply (negamax form:
+each node stores values for the player who moved into it). A move that makes four in a row is a
 terminal node worth +1 to its mover, a move that fills the board a draw (0).
 
 Rollouts play uniformly random legal moves with "decisive and anti-decisive moves" (Teytaud &
@@ -16,7 +16,7 @@ uniform random.
 independent trees with seeds `seed, seed + 1, ...` in parallel threads (the kernel releases the
 GIL), merged at the root by summing visits and values; `parallelism="tree"` is their tree
 parallelisation instead, all threads on one tree with virtual loss, and `transpositions=True`
-shares statistics between transposed positions (see `services.mcts.engine`).
+shares statistics between transposed positions (see `services.mcts.rollout.engine`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import numpy as np
 
 from libs.connect4.board import WIDTH, IllegalPosition, Position
 from services.mcts.core.root import sample_by_temperature
-from services.mcts.engine import (
+from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
+from services.mcts.rollout.engine import (
     BACKUP,
     EXPAND,
     PARALLELISMS,
@@ -42,7 +43,6 @@ from services.mcts.engine import (
     grow_parallel,
     split_simulations,
 )
-from services.mcts.games.connect4 import GAME, UNIFORM_GAME, from_position
 from services.mcts.settings import DEFAULT_MAX_NODES, UCT_EXPLORATION, WIDENING_ALPHA
 
 
@@ -74,9 +74,9 @@ class SearchResult:
         transposition_hits: positions found in a transposition table when first reached (0
             without tables).
         selection_s, expansion_s, rollout_s, backup_s, wait_s: wall seconds per phase, mean
-            over the threads (`services.mcts.engine.Grown.phase_seconds`: each thread's measured
-            kernel time split by its sampled cycle shares; the sum is at most `elapsed_s`); 0 when
-            `timed_simulations` is 0.
+            over the threads (`services.mcts.rollout.engine.Grown.phase_seconds`: each thread's
+            measured kernel time split by its sampled cycle shares; the sum is at most
+            `elapsed_s`); 0 when `timed_simulations` is 0.
         timed_simulations: simulations timed phase by phase (about 1 in 16).
     """
 
@@ -145,8 +145,8 @@ def uct_search(
             proportional to `visits ** (1 / T)` (drawn from a generator seeded by `[seed, 1]`).
         decisive_rollouts: rollouts take immediate wins and block immediate losses.
         time_limit_s: wall-clock seconds after which the trees stop (checked every
-            `services.mcts.engine.CHUNK_SIMULATIONS` simulations); the result then reports the
-            simulations done.
+            `services.mcts.rollout.engine.CHUNK_SIMULATIONS` simulations); the result then reports
+            the simulations done.
         stop: an event that stops the search the same way (cancellation).
     Returns:
         SearchResult (see there).
@@ -154,7 +154,7 @@ def uct_search(
         IllegalPosition: `moves` is malformed or illegal, or the game is over.
         ValueError: simulations, threads or max_nodes below 1, a negative exploration, an
             unknown parallelism, or widening, RAVE or temperature out of range (see
-            `services.mcts.engine.SearchConfig`).
+            `services.mcts.rollout.engine.SearchConfig`).
         SearchStopped: the time limit or the stop event ended the search before any simulation.
     """
     root = _root(moves, simulations, threads, exploration, max_nodes, parallelism)

@@ -21,14 +21,7 @@ from services.mcts.core.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.core.tree import MAX_VISITS, MIN_CAPACITY, UNEXPANDED, Tree, TreePool
 from services.mcts.native.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
 from services.mcts.native.xorshift import rng_state
-from services.mcts.records import (
-    functions_of,
-    nodes_of,
-    options_of,
-    scratch_for,
-    table_of,
-)
-from services.mcts.rollout_kernel import (
+from services.mcts.rollout.kernel import (
     BACKUP,
     EXPAND,
     ROLLOUT,
@@ -37,20 +30,27 @@ from services.mcts.rollout_kernel import (
     WAIT,
     run_simulations,
 )
-from services.mcts.settings import (
-    DEFAULT_MAX_NODES,
-    DIRICHLET_EPSILON,
-    UCT_EXPLORATION,
-    WIDENING_ALPHA,
+from services.mcts.rollout.records import (
+    functions_of,
+    nodes_of,
+    options_of,
+    scratch_for,
+    table_of,
 )
-from services.mcts.shared_kernel import (
+from services.mcts.rollout.shared_kernel import (
     CLAIMED,
     REFUSED,
     TARGET,
     no_key,
     run_shared_simulations,
 )
-from services.mcts.transpositions import TranspositionTable
+from services.mcts.rollout.transpositions import TranspositionTable
+from services.mcts.settings import (
+    DEFAULT_MAX_NODES,
+    DIRICHLET_EPSILON,
+    UCT_EXPLORATION,
+    WIDENING_ALPHA,
+)
 
 __all__ = ["BACKUP", "EXPAND", "ROLLOUT", "SELECT", "TIMED", "UNEXPANDED", "WAIT"]
 
@@ -465,8 +465,9 @@ def grow_parallel(game: Game, state: np.ndarray, simulations: int,
 
 
 SPARE_TREES = TreePool()
-"""The trees of finished searches (`search`, `services.mcts.search.uct_search`), kept for the next
-ones of the same capacity (see `TreePool`): those functions return statistics, not trees."""
+"""The trees of finished searches (`search`, `services.mcts.rollout.connect4.uct_search`), kept for
+the next ones of the same capacity (see `TreePool`): those functions return statistics, not
+trees."""
 
 
 def search(game: Game, state: np.ndarray, simulations: int,
