@@ -24,6 +24,10 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     port: int = 50051
     rest_port: int = 8080
     """Port of the REST front; 0 binds a free port, -1 leaves the REST front off."""
+    rest_metrics: bool = True
+    """Serve `/metrics` on the REST port too (when `metrics_port` is not -1): handy on one
+    machine; deploy/k8s turns it off, since the public REST port would show it to anyone while
+    the metrics port is open to Prometheus only."""
     rest_max_body_bytes: int = 4 * 1024 * 1024
     """Largest REST request body, in bytes; a larger one is answered 413 without being read."""
     rest_max_json_depth: int = 64
