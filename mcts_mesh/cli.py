@@ -666,11 +666,12 @@ def cmd_train(args) -> int:
 
         return cmd_train_connect4_az(args)
     if args.what == "connect4-pv":
-        from training.connect4_selfplay import train_connect4_pv
+        from training.connect4_selfplay import SelfPlayConfig, train_connect4_pv
 
-        report = train_connect4_pv(output_dir=Path(args.output or "models/connect4-pv"),
-                                   games=args.games, simulations=args.simulations,
-                                   epochs=args.epochs, seed=args.seed, workers=args.workers)
+        report = train_connect4_pv(SelfPlayConfig(
+            Path(args.output or "models/connect4-pv"), games=args.games,
+            simulations=args.simulations, epochs=args.epochs, seed=args.seed,
+            workers=args.workers))
     else:
         from training.reasoning.trainer import ReasoningConfig, train_reasoning
 

@@ -22,7 +22,7 @@ import os
 import platform
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from services.neural.models.connect4_pv import (
     Connect4PVConfig,
     parameter_count,
 )
+from training.config import CONFIG_KEY, config_json
 from training.pons import BENCHMARK_FILES, DEFAULT_PONS_DIR, evaluate_on_pons
 
 
@@ -250,31 +251,44 @@ def split_by_game(examples: Examples, games: int, validation_fraction: float, se
     return examples.select(~is_validation), examples.select(is_validation)
 
 
-def train_connect4_pv(output_dir: Path | str, games: int = 1000, simulations: int = 3000,
-                      epochs: int = 4, seed: int = 0, workers: int = 2, *,
-                      config: Connect4PVConfig | None = None, temperature_moves: int = 8,
-                      batch_size: int = 256, learning_rate: float = 2e-3,
-                      validation_fraction: float = 0.1, pons_dir: Path | str | None = None,
-                      pons_lines: int = 200, torch_threads: int = 1,
-                      progress: bool = True) -> dict[str, Any]:
-    """Self-play, training, evaluation; writes the checkpoint `output_dir` (model.safetensors and
-    config.json) and returns the metadata recorded in it.
+@dataclass(frozen=True)
+class SelfPlayConfig:
+    """One run of `train_connect4_pv` (`mcts-mesh train connect4-pv`).
 
-    Args:
-        output_dir: checkpoint directory, e.g. models/connect4-pv.
-        games: self-play games.
-        simulations: UCT simulations per move.
-        epochs: passes over the training positions (mirrors included).
-        seed: seeds games, the split, initialisation and shuffling.
-        workers: self-play threads.
-        config: network sizes (default `Connect4PVConfig()`).
-        temperature_moves: plies whose move is sampled from the visit distribution.
-        pons_dir: folder of Pons' benchmark files; the first `pons_lines` lines of Test_L3_R1 and
-            Test_L2_R1 measure value-sign agreement and how often the argmax move keeps the
-            game-theoretic outcome. None uses the shared data folder beside the repository.
-        torch_threads: intra-op threads while training. One is the default because on a shared
-            2-core machine it was the faster (0.27 s against 0.74 s per step of 256 positions
-            with two threads, which wait on each other when the cores are busy).
+    output_dir: checkpoint directory, e.g. models/connect4-pv. games: self-play games.
+    simulations: UCT simulations per move. epochs: passes over the training positions (mirrors
+    included). seed: seeds games, the split, initialisation and shuffling. workers: self-play
+    threads. network: the network's sizes. temperature_moves: plies whose move is sampled from
+    the visit distribution. pons_dir: folder of Pons' benchmark files; the first `pons_lines`
+    lines of Test_L3_R1 and Test_L2_R1 measure value-sign agreement and how often the argmax move
+    keeps the game-theoretic outcome; None uses the repository's copy (`training.pons`).
+    torch_threads: intra-op threads while training. One is the default because on a shared
+    2-core machine it was the faster (0.27 s against 0.74 s per step of 256 positions with two
+    threads, which wait on each other when the cores are busy).
+    """
+
+    output_dir: Path | str
+    games: int = 1000
+    simulations: int = 3000
+    epochs: int = 4
+    seed: int = 0
+    workers: int = 2
+    network: Connect4PVConfig = field(default_factory=Connect4PVConfig)
+    temperature_moves: int = 8
+    batch_size: int = 256
+    learning_rate: float = 2e-3
+    validation_fraction: float = 0.1
+    pons_dir: Path | str | None = None
+    pons_lines: int = 200
+    torch_threads: int = 1
+    progress: bool = True
+
+
+def train_connect4_pv(config: SelfPlayConfig) -> dict[str, Any]:
+    """Self-play, training, evaluation; writes the checkpoint `config.output_dir`
+    (model.safetensors and config.json, whose metadata holds `config` whole under
+    `training.config.CONFIG_KEY`) and returns the metadata recorded in it.
+
     Returns:
         The metadata (games, simulations, epochs, losses, Pons metrics, wall times, date), plus
         "version" and "output_dir".
@@ -282,79 +296,84 @@ def train_connect4_pv(output_dir: Path | str, games: int = 1000, simulations: in
         ValueError: games < 2, or simulations, epochs, workers or torch_threads < 1.
         FileNotFoundError: a Pons benchmark file is missing (checked before any work).
     """
-    if games < 2 or simulations < 1 or epochs < 1 or workers < 1 or torch_threads < 1:
+    if (config.games < 2 or config.simulations < 1 or config.epochs < 1 or config.workers < 1
+            or config.torch_threads < 1):
         raise ValueError("need games >= 2 and simulations, epochs, workers, torch_threads >= 1")
-    pons_dir = Path(pons_dir) if pons_dir else DEFAULT_PONS_DIR
+    pons_dir = Path(config.pons_dir) if config.pons_dir else DEFAULT_PONS_DIR
     for name in BENCHMARK_FILES:
         if not (pons_dir / name).is_file():
             raise FileNotFoundError(f"Pons benchmark file {pons_dir / name} not found")
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(torch_threads)
+    torch.set_num_threads(config.torch_threads)
     try:
-        return _train(Path(output_dir), games, simulations, epochs, seed, workers,
-                      config or Connect4PVConfig(), temperature_moves, batch_size, learning_rate,
-                      validation_fraction, pons_dir, pons_lines, progress)
+        return _train(config, pons_dir)
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _train(output_dir: Path, games: int, simulations: int, epochs: int, seed: int, workers: int,
-           config: Connect4PVConfig, temperature_moves: int, batch_size: int,
-           learning_rate: float, validation_fraction: float, pons_dir: Path, pons_lines: int,
-           progress: bool) -> dict[str, Any]:
+def _train(config: SelfPlayConfig, pons_dir: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    records = play_games(games, simulations, seed, workers, temperature_moves, progress)
+    records = play_games(config.games, config.simulations, config.seed, config.workers,
+                         config.temperature_moves, config.progress)
     selfplay_s = time.perf_counter() - started
 
     examples = game_examples(records)
-    train, validation = split_by_game(examples, games, validation_fraction, seed)
+    train, validation = split_by_game(examples, config.games, config.validation_fraction,
+                                      config.seed)
     train = Examples.concatenate([train, train.mirrored()])
 
-    torch.manual_seed(seed)
-    model = Connect4PV(config)
+    torch.manual_seed(config.seed)
+    model = Connect4PV(config.network)
     fit_started = time.perf_counter()
-    history = fit(model, train, epochs, seed, batch_size=batch_size,
-                  learning_rate=learning_rate, progress=progress)
+    history = fit(model, train, config.epochs, config.seed, batch_size=config.batch_size,
+                  learning_rate=config.learning_rate, progress=config.progress)
     fit_s = time.perf_counter() - fit_started
-    train_losses = evaluate_losses(model, train)
-    validation_losses = evaluate_losses(model, validation)
+    losses = {"train": _losses_dict(evaluate_losses(model, train)),
+              "validation": _losses_dict(evaluate_losses(model, validation))}
+    pons = evaluate_on_pons(model, pons_dir, config.pons_lines)
+    sizes = {"positions": len(examples), "train_examples_with_mirrors": len(train),
+             "validation_positions": len(validation)}
+    walls = {"selfplay_wall_s": round(selfplay_s, 1), "training_wall_s": round(fit_s, 1),
+             "wall_s": round(time.perf_counter() - started, 1)}
+    metadata = _metadata(config, records, sizes, model, history, losses, pons, walls)
+    version = save_checkpoint(config.output_dir, model, ARCHITECTURE, metadata)
+    return {**metadata, "version": version, "output_dir": str(config.output_dir)}
 
-    pons = evaluate_on_pons(model, pons_dir, pons_lines)
+
+def _metadata(config: SelfPlayConfig, records: list[GameRecord], sizes: dict[str, int],
+              model: Connect4PV, history: list[float], losses: dict[str, dict[str, float]],
+              pons: dict[str, Any], walls: dict[str, float]) -> dict[str, Any]:
+    """What the checkpoint records: the run's facts in the order the CLI prints them, then the
+    config whole."""
     wins = sum(r.winner == 0 for r in records)
     draws = sum(r.winner < 0 for r in records)
-    metadata: dict[str, Any] = {
+    return {
         "trainer": "training.connect4_selfplay.train_connect4_pv",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "games": games,
-        "simulations_per_move": simulations,
+        "games": config.games,
+        "simulations_per_move": config.simulations,
         "search": "uct_search (UCT, random rollouts), exploration 2.0",
-        "temperature_moves": temperature_moves,
+        "temperature_moves": config.temperature_moves,
         "selfplay_outcomes": {"first_player_wins": wins, "draws": draws,
-                              "second_player_wins": games - wins - draws},
+                              "second_player_wins": config.games - wins - draws},
         "mean_game_length": float(np.mean([len(r.moves) for r in records])),
-        "positions": len(examples),
-        "train_examples_with_mirrors": len(train),
-        "validation_positions": len(validation),
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
+        **sizes,
+        "epochs": config.epochs,
+        "batch_size": config.batch_size,
+        "learning_rate": config.learning_rate,
         "optimizer": "AdamW, cosine schedule, weight decay 1e-4",
-        "seed": seed,
-        "workers": workers,
+        "seed": config.seed,
+        "workers": config.workers,
         "parameters": parameter_count(model),
         "epoch_train_loss": [round(x, 4) for x in history],
-        "train": _losses_dict(train_losses),
-        "validation": _losses_dict(validation_losses),
+        **losses,
         "pons": pons,
-        "selfplay_wall_s": round(selfplay_s, 1),
-        "training_wall_s": round(fit_s, 1),
-        "wall_s": round(time.perf_counter() - started, 1),
+        **walls,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} "
-                   f"torch threads, {workers} self-play threads",
-        "network": {"architecture": ARCHITECTURE, **dataclasses.asdict(config)},
+                   f"torch threads, {config.workers} self-play threads",
+        "network": {"architecture": ARCHITECTURE, **dataclasses.asdict(config.network)},
+        CONFIG_KEY: config_json(config),
     }
-    version = save_checkpoint(output_dir, model, ARCHITECTURE, metadata)
-    return {**metadata, "version": version, "output_dir": str(output_dir)}
 
 
 def _losses_dict(losses: Losses) -> dict[str, float]:

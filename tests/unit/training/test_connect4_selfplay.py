@@ -13,6 +13,7 @@ from services.neural.checkpoint import load_checkpoint
 from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
 from training.connect4_selfplay import (
     Examples,
+    SelfPlayConfig,
     evaluate_losses,
     fit,
     game_examples,
@@ -95,9 +96,9 @@ def test_train_connect4_pv_writes_a_loadable_checkpoint_with_its_measurements(tm
     pons.mkdir()
     for name, lines in PONS_LINES.items():
         (pons / name).write_text("\n".join(lines) + "\n")
-    report = train_connect4_pv(tmp_path / "connect4-pv", games=4, simulations=32, epochs=1,
-                               seed=0, workers=2, config=Connect4PVConfig(channels=8, blocks=1),
-                               pons_dir=pons, progress=False)
+    report = train_connect4_pv(SelfPlayConfig(
+        tmp_path / "connect4-pv", games=4, simulations=32, epochs=1, seed=0, workers=2,
+        network=Connect4PVConfig(channels=8, blocks=1), pons_dir=pons, progress=False))
     checkpoint = load_checkpoint(tmp_path / "connect4-pv")
     assert checkpoint.version == report["version"]
     assert checkpoint.metadata["games"] == 4
