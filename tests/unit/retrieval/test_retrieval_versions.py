@@ -278,3 +278,39 @@ def test_a_qdrant_server_without_conditional_upserts_is_refused_before_any_write
     with pytest.raises(FailedPrecondition, match="1.13.6; ingest needs 1.16 or later"):
         retriever.ingest(COLLECTION, [version_of(0, "a")])
     assert not client.collection_exists(COLLECTION)
+
+
+def test_a_long_title_is_stored_once_and_embedded_at_most_512_characters_per_chunk(store):
+    class Recording(BagOfWords):
+        texts: list[str] = []
+
+        def embed(self, texts):
+            self.texts.extend(texts)
+            return super().embed(texts)
+
+    retriever = Retriever(store, Recording(), chunk_size=40, chunk_overlap=0)
+    title = "T" * 1024
+    document = Doc("a", "Round0 a says fact0. Round0 a says fact1. Round0 a says fact2.",
+                   title=title)
+    retriever.ingest(COLLECTION, [document])
+    chunks = expected(retriever, document)
+    assert len(chunks) > 1
+    assert Recording.texts == [f"{title[:512]} {text}" for text in chunks]
+    assert retriever.get_document(COLLECTION, "a").title == title
+    hits = retriever.search(COLLECTION, "fact", top_k=10, filter={"title": title})
+    assert {hit.title for hit in hits} == {title} and len(hits) == len(chunks)
+    # The title is in the head only: of the stored points, one carries it.
+    payloads = _payloads(store)
+    assert len(payloads) == len(chunks) + 1
+    assert [p.get("kind") for p in payloads if "title" in p] == ["document"]
+
+
+def _payloads(store) -> list[dict]:
+    if isinstance(store, EdgeStore):
+        import qdrant_edge as qe
+
+        records, _ = store._shard(COLLECTION).scroll(qe.ScrollRequest(limit=1000,
+                                                                      with_payload=True))
+    else:
+        records, _ = store._client.scroll(COLLECTION, limit=1000, with_payload=True)
+    return [dict(record.payload) for record in records]
