@@ -1,4 +1,5 @@
-"""Batched PUCT / Gumbel search of services/mcts/batched.py driven by a small MuZero-style MLP.
+"""Batched PUCT / Gumbel search of services/mcts/batched/search.py driven by a small MuZero-style
+MLP.
 
 The model (numpy, float32, weights drawn from `seed`): representation `h(o)` maps an observation
 (float32 [embedding]) to an embedding (float32 [embedding]); dynamics `g(s, a)` maps an embedding
@@ -34,7 +35,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from services.mcts.batched import EVALUATED, BatchedConfig, BatchedSearch
+from services.mcts.batched.search import EVALUATED, BatchedConfig, BatchedSearch
 
 
 class MlpMuZero:

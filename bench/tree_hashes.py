@@ -18,8 +18,8 @@ import hashlib
 import numpy as np
 
 from libs.connect4.board import Position
-from services.mcts.batched import BatchedConfig, BatchedSearch, run_batched
-from services.mcts.evaluators import GameEvaluator
+from services.mcts.batched.evaluators import GameEvaluator
+from services.mcts.batched.search import BatchedConfig, BatchedSearch, run_batched
 from services.mcts.games.connect4 import GAME, from_position
 from services.mcts.rollout.engine import SearchConfig, grow_parallel, search
 

@@ -1,6 +1,6 @@
-"""gRPC edge of the batched searches (`services.mcts.batched`): `Search` with rule PUCT or Gumbel
-(leaves evaluated by rollouts or by the neural service) and the `SearchExternal` stream, whose
-caller evaluates the leaves. Converts protos to core calls and validates input at the edge."""
+"""gRPC edge of the batched searches (`services.mcts.batched.search`): `Search` with rule PUCT or
+Gumbel (leaves evaluated by rollouts or by the neural service) and the `SearchExternal` stream,
+whose caller evaluates the leaves. Converts protos to core calls and validates input at the edge."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ from mesh.mcts.v1 import mcts_service_pb2
 
 from libs.connect4.board import Position
 from libs.errors import DeadlineExceeded, InvalidArgument
-from services.mcts.batched import (
+from services.mcts.batched.evaluators import (
+    GameEvaluator,
+    NeuralConnectFourEvaluator,
+    run_batched_async,
+)
+from services.mcts.batched.search import (
     BatchedConfig,
     BatchedResult,
     BatchedSearch,
@@ -26,7 +31,6 @@ from services.mcts.batched import (
 )
 from services.mcts.core.game import MAX_ACTIONS
 from services.mcts.core.tree import MIN_CAPACITY
-from services.mcts.evaluators import GameEvaluator, NeuralConnectFourEvaluator, run_batched_async
 from services.mcts.games.connect4 import GAME, from_position
 from services.mcts.neural_client import NeuralPositionClient
 from services.mcts.settings import (

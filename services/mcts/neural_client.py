@@ -1,5 +1,6 @@
 """The mcts service's client of the neural service: `EvaluatePositions` behind the plain async
-call `services.mcts.evaluators.EvaluatePositions` takes, so the search core stays grpc-free."""
+call `services.mcts.batched.evaluators.EvaluatePositions` takes, so the search core stays
+grpc-free."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Many Connect Four searches and games at once, so that every network call is a batch.
 
-Each search is the mcts service's batched PUCT (`services.mcts.batched.BatchedSearch`: virtual
-loss, Dirichlet noise at the root, the temperature draw of `services.mcts.core.root`), driven
-through its ask/tell interface. One *round* asks every unfinished search for its next batch of
-leaves (up to `SearchOptions.leaves_per_search`), plays the leaves' boards from their parents'
+Each search is the mcts service's batched PUCT (`services.mcts.batched.search.BatchedSearch`:
+virtual loss, Dirichlet noise at the root, the temperature draw of `services.mcts.core.root`),
+driven through its ask/tell interface. One *round* asks every unfinished search for its next batch
+of leaves (up to `SearchOptions.leaves_per_search`), plays the leaves' boards from their parents'
 boards (kept per node, `boards`), evaluates every non-terminal leaf of every search in one call per
 network, and submits the results. With G concurrent games and b leaves per search, a network call
 carries up to G * b positions.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.mcts.batched import BatchedConfig, BatchedResult, BatchedSearch
+from services.mcts.batched.search import BatchedConfig, BatchedResult, BatchedSearch
 from training.az import boards
 
 Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -34,7 +34,7 @@ COLUMNS = 7
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """PUCT options of every search (see `services.mcts.batched.BatchedConfig`)."""
+    """PUCT options of every search (see `services.mcts.batched.search.BatchedConfig`)."""
 
     simulations: int = 800
     leaves_per_search: int = 8

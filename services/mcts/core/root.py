@@ -1,8 +1,8 @@
 """The root's two random policies, one implementation for the rollout engine
 (`services.mcts.rollout.engine`, `services.mcts.rollout.connect4`) and the batched search
-(`services.mcts.batched`): AlphaZero's Dirichlet noise on the root priors and the temperature draw
-of the move played (Silver et al. 2017, "Mastering the game of Go without human knowledge",
-Methods)."""
+(`services.mcts.batched.search`): AlphaZero's Dirichlet noise on the root priors and the
+temperature draw of the move played (Silver et al. 2017, "Mastering the game of Go without human
+knowledge", Methods)."""
 
 from __future__ import annotations
 

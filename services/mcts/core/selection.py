@@ -14,8 +14,8 @@ UCT = 0
 PUCT = 1
 """Selection rule code: PUCT as in AlphaZero (Silver et al. 2018)."""
 GUMBEL = 2
-"""Selection rule code: Gumbel MuZero (Danihelka et al. 2022; `services.mcts.gumbel`), batched
-search only."""
+"""Selection rule code: Gumbel MuZero (Danihelka et al. 2022; `services.mcts.batched.gumbel`),
+batched search only."""
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -1,5 +1,5 @@
 """The compiled batched search (`BatchedSearch.run_compiled` over
-`services.mcts.batched.run_batches`): the same tree as the ask/tell loop for the same
+`services.mcts.batched.search.run_batches`): the same tree as the ask/tell loop for the same
 evaluations, determinism, visit conservation, malformed evaluations, deadline and stop; and the
 benchmark's njit MuZero MLP (bench/mcts_puct.py's `mlp_evaluate`) against its numpy model."""
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from services.mcts.batched import (
+from services.mcts.batched.search import (
     EVALUATED,
     STORED_BACKUPS,
     BatchedConfig,

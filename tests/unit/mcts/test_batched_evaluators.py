@@ -9,13 +9,13 @@ import sys
 import numpy as np
 
 from libs.connect4.board import Position, legal_mask
-from services.mcts.batched import BatchedConfig, BatchedSearch, run_batched
-from services.mcts.evaluators import (
+from services.mcts.batched.evaluators import (
     GameEvaluator,
     NeuralConnectFourEvaluator,
     replay,
     run_batched_async,
 )
+from services.mcts.batched.search import BatchedConfig, BatchedSearch, run_batched
 from services.mcts.games import connect4, tictactoe
 
 
@@ -74,6 +74,6 @@ async def test_the_neural_evaluator_makes_one_call_per_batch_and_never_sends_fin
 
 
 def test_the_batched_core_imports_no_grpc():
-    code = ("import sys; import services.mcts.batched, services.mcts.evaluators; "
+    code = ("import sys; import services.mcts.batched.search, services.mcts.batched.evaluators; "
             "assert not any(m == 'grpc' or m.startswith('grpc.') for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

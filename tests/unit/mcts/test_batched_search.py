@@ -1,6 +1,6 @@
-"""The batched PUCT / Gumbel search (services.mcts.batched): exact scores, virtual loss applied
-and reverted, visit conservation, backup signs, determinism, a full tree, collisions, and Gumbel
-sequential halving with a perfect evaluator."""
+"""The batched PUCT / Gumbel search (services.mcts.batched.search): exact scores, virtual loss
+applied and reverted, visit conservation, backup signs, determinism, a full tree, collisions, and
+Gumbel sequential halving with a perfect evaluator."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.mcts.batched import (
+from services.mcts.batched.gumbel import considered_visits_sequence
+from services.mcts.batched.kernels import Rows
+from services.mcts.batched.kernels import select_puct as select_puct_rows
+from services.mcts.batched.search import (
     EVALUATED,
     BatchedConfig,
     BatchedSearch,
     run_batched,
 )
-from services.mcts.batched_kernels import Rows
-from services.mcts.batched_kernels import select_puct as select_puct_rows
-from services.mcts.gumbel import considered_visits_sequence
 
 
 def random_evaluator(num_actions: int, seed: int, terminal_rate: float = 0.1):

@@ -79,7 +79,7 @@ def test_matched_mctx_puct_grows_our_tree(bench):
     give the same root visits (float32 against float64 may break a tie differently)."""
     if bench.mcts_mctx.available() is not None or bench.mcts_puct is None:
         pytest.skip("jax / mctx or bench/mcts_puct.py missing")
-    from services.mcts.batched import BatchedConfig, BatchedSearch
+    from services.mcts.batched.search import BatchedConfig, BatchedSearch
 
     actions, embedding, simulations = 4, 8, 32
     model = bench.mcts_puct.MlpMuZero(actions, embedding, 0)

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from libs.connect4.board import Position
-from services.mcts.batched import BatchedConfig, BatchedSearch, run_batched
-from services.mcts.evaluators import GameEvaluator
+from services.mcts.batched.evaluators import GameEvaluator
+from services.mcts.batched.search import BatchedConfig, BatchedSearch, run_batched
 from services.mcts.games.connect4 import GAME, from_position
 from services.mcts.rollout.engine import SearchConfig, grow_parallel, search
 

@@ -1,5 +1,5 @@
-"""Leaf evaluators for `services.mcts.batched`: built-in games with rollouts, and Connect Four by a
-policy/value network behind an injected async call (the gRPC adapter is
+"""Leaf evaluators for `services.mcts.batched.search`: built-in games with rollouts, and Connect
+Four by a policy/value network behind an injected async call (the gRPC adapter is
 `services.mcts.neural_client`; this module imports no grpc).
 
 Both replay each leaf's action path from the root state with the game module
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from services.mcts.batched import BatchedResult, BatchedSearch, LeafBatch
+from services.mcts.batched.search import BatchedResult, BatchedSearch, LeafBatch
 from services.mcts.core.game import MAX_ACTIONS, Game
 from services.mcts.native.xorshift import random_below, rng_state
 

@@ -16,10 +16,10 @@ half a microsecond per array argument, as much as a whole descent of a small tre
 full tree stops expanding (`tree_full`), and a leaf it could not expand keeps its value, backed
 up again without an evaluation whenever a descent reaches it.
 
-The kernels, in `services.mcts.batched_kernels`, are `njit(cache=True, nogil=True)`:
+The kernels, in `services.mcts.batched.kernels`, are `njit(cache=True, nogil=True)`:
 `collect_leaves` (selection with virtual loss), `apply_evaluations` (validation, expansion and
 backup); they take the records `Blocks` and `BatchedOptions` there. Gumbel's rules are in
-`services.mcts.gumbel`, PUCT in `services.mcts.core.selection` (one implementation with the
+`services.mcts.batched.gumbel`, PUCT in `services.mcts.core.selection` (one implementation with the
 engine's).
 
 Two drivers run the same kernels in the same order, so the same evaluations give the same tree:
@@ -80,7 +80,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.mcts.batched_kernels import (
+from services.mcts.batched.gumbel import (
+    LOW_LOGIT,
+    TINY,
+    completed_qvalues,
+    considered_visits_sequence,
+    root_bases,
+)
+from services.mcts.batched.kernels import (
     ACTION,
     BAD_PRIOR,
     BAD_VALUE,
@@ -110,13 +117,6 @@ from services.mcts.core.game import MAX_ACTIONS
 from services.mcts.core.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.core.selection import GUMBEL
 from services.mcts.core.tree import MIN_CAPACITY, UNEXPANDED, Tree
-from services.mcts.gumbel import (
-    LOW_LOGIT,
-    TINY,
-    completed_qvalues,
-    considered_visits_sequence,
-    root_bases,
-)
 from services.mcts.settings import (
     C_PUCT,
     DEFAULT_MAX_NODES,

@@ -1,5 +1,5 @@
-"""The batched search's numba kernels and the records they take (`services.mcts.batched` drives
-them; its module doc describes the algorithm).
+"""The batched search's numba kernels and the records they take (`services.mcts.batched.search`
+drives them; its module doc describes the algorithm).
 
 Records (`NamedTuple`s, as the rollout engine's `services.mcts.rollout.records`):
 - `Blocks`: the tree's two preallocated blocks, int64 `ints` [7, N] and float64 `floats` [3, N]
@@ -22,9 +22,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from services.mcts.batched.gumbel import select_gumbel_interior, select_gumbel_root
 from services.mcts.core.selection import GUMBEL, PUCT, first_max, puct
 from services.mcts.core.tree import ENDED, UNEXPANDED
-from services.mcts.gumbel import select_gumbel_interior, select_gumbel_root
 
 NEW = 0
 """`status`: a leaf never evaluated."""
@@ -197,7 +197,8 @@ def descend_with_virtual_loss(rows, options, scratch):
 @njit(cache=True, nogil=True, inline="always")
 def collect_leaves(blocks, options, max_descents, out, scratch):
     """Runs up to `max_descents` descents from the (expanded) root of `blocks` (`Blocks`, or
-    its plain tuple) under `options` (`BatchedOptions`, or its tuple); see `services.mcts.batched`.
+    its plain tuple) under `options` (`BatchedOptions`, or its tuple); see
+    `services.mcts.batched.search`.
 
     Writes each new leaf to `out[:, k]` (int64 [4, >= max_descents]: node, parent, action,
     depth) and marks it PENDING; counts collisions and stored values backed up in `counters`;
