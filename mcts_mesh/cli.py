@@ -595,12 +595,8 @@ def cmd_train_text_router(args) -> int:
     """`train router --text`: optionally run the labelled text workload (a language model is
     needed: without one it exits with one line), then train the text router from log + labels."""
     from services.orchestrator.text_roles import TextRole
-    from training.router.text import (
-        DATASETS,
-        NoLanguageModel,
-        generate,
-        train_text_router,
-    )
+    from training.router.text import TextRouterConfig, train_text_router
+    from training.router.text_workload import DATASETS, NoLanguageModel, generate
 
     run_dir = Path(args.router_dir)
     logs = [Path(p) for p in args.routing_log] or [run_dir / "text-routing.jsonl"]
@@ -621,11 +617,10 @@ def cmd_train_text_router(args) -> int:
                 from error
         print(json.dumps({"generated": counts}), flush=True)
     try:
-        report = train_text_router(Path(args.output or "models/router-text"), logs, labels,
-                                   token_weight=args.token_weight,
-                                   latency_weight=args.text_latency_weight,
-                                   epochs=args.text_epochs, lora_rank=args.lora_rank,
-                                   seed=args.seed)
+        report = train_text_router(TextRouterConfig(
+            Path(args.output or "models/router-text"), logs, labels,
+            token_weight=args.token_weight, latency_weight=args.text_latency_weight,
+            epochs=args.text_epochs, lora_rank=args.lora_rank, seed=args.seed))
     except (ValueError, KeyError) as error:
         raise SystemExit(f"train router --text: {error}") from error
     history = report.pop("history")
@@ -635,7 +630,7 @@ def cmd_train_text_router(args) -> int:
 
 def cmd_train_router(args) -> int:
     """`train router`: optionally run the labelled workload, then train from log + labels."""
-    from training.router.connect4 import generate, train_router
+    from training.router.connect4 import RouterConfig, generate, train_router
 
     if args.text:
         return cmd_train_text_router(args)
@@ -649,9 +644,10 @@ def cmd_train_router(args) -> int:
                           args.max_plies, _router_routes(args.routes))
         print(json.dumps({"generated": counts}), flush=True)
     try:
-        report = train_router(Path(args.output or "models/router-connect4"), logs, labels,
-                              latency_weight=args.latency_weight, hidden=args.hidden,
-                              epochs=args.router_epochs, seed=args.seed)
+        report = train_router(RouterConfig(
+            Path(args.output or "models/router-connect4"), logs, labels,
+            latency_weight=args.latency_weight, hidden=args.hidden, epochs=args.router_epochs,
+            seed=args.seed))
     except (ValueError, KeyError) as error:
         raise SystemExit(f"train router: {error}") from error
     print(json.dumps(report, indent=2, default=str))

@@ -68,6 +68,7 @@ from services.orchestrator.routing import (
     route_name,
 )
 from services.orchestrator.settings import OrchestratorSettings
+from training.config import CONFIG_KEY, config_json
 from training.router.workload import Judge, Mesh, mixed_positions, solve
 
 ROUTES = tuple(route_name(route) for route in CONNECT_FOUR_ROUTES)
@@ -294,25 +295,41 @@ def generate(log_path: Path, labels_path: Path, per_file: int, seed: int,
             "failed": failed, "wall_s": round(time.perf_counter() - started, 1)}
 
 
-def train_router(output: Path, logs: Sequence[Path], labels: Sequence[Path],
-                 latency_weight: float = 0.3, hidden: int = 16, epochs: int = 2000,
-                 seed: int = 0) -> dict:
-    """Trains from `logs` + `labels` and writes the checkpoint directory `output`.
+@dataclass(frozen=True)
+class RouterConfig:
+    """One run of `train_router` (`mcts-mesh train router`): the checkpoint directory `output`,
+    the routing logs and labels files it learns from, and the fit's knobs (`train`)."""
+
+    output: Path | str
+    logs: Sequence[Path]
+    labels: Sequence[Path]
+    latency_weight: float = 0.3
+    hidden: int = 16
+    epochs: int = 2000
+    seed: int = 0
+
+
+def train_router(config: RouterConfig) -> dict:
+    """Trains from `config.logs` + `config.labels` and writes the checkpoint directory
+    `config.output`.
 
     Returns:
-        The training report (written into config.json's metadata too), with the version.
+        The training report (written into config.json's metadata too, with `config` whole under
+        `training.config.CONFIG_KEY`), with the version.
     """
     started = time.perf_counter()
-    examples = load_examples(logs, labels)
-    model, report = train(examples, latency_weight, hidden, epochs, seed=seed)
+    examples = load_examples(config.logs, config.labels)
+    model, report = train(examples, config.latency_weight, config.hidden, config.epochs,
+                          seed=config.seed)
     report.update({
-        "latency_weight_per_s": latency_weight, "epochs": epochs, "seed": seed,
-        "routes": list(ROUTES), "logs": [str(p) for p in logs],
-        "labels": [str(p) for p in labels],
+        "latency_weight_per_s": config.latency_weight, "epochs": config.epochs,
+        "seed": config.seed, "routes": list(ROUTES), "logs": [str(p) for p in config.logs],
+        "labels": [str(p) for p in config.labels],
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
         "wall_s": round(time.perf_counter() - started, 2),
         "split": "Pons public halves, train split (SHA-256(moves)[0] even)",
+        CONFIG_KEY: config_json(config),
     })
-    report["version"] = save_checkpoint(output, model, ARCHITECTURE, report)
+    report["version"] = save_checkpoint(config.output, model, ARCHITECTURE, report)
     return report

@@ -29,7 +29,7 @@ from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PV, Connect
 from services.neural.settings import NeuralSettings
 from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import AgentName, Route, RoutingState, routing_features
-from training.router.connect4 import ROUTES, load_examples, train_router
+from training.router.connect4 import ROUTES, RouterConfig, load_examples, train_router
 
 TIMEOUT_S = 10
 
@@ -65,7 +65,7 @@ def trained(tmp_path_factory):
     directory = tmp_path_factory.mktemp("router")
     log, labels = write_tiny_log(directory)
     models = directory / "models"
-    report = train_router(models / "router-connect4", [log], [labels])
+    report = train_router(RouterConfig(models / "router-connect4", [log], [labels]))
     assert report["examples"] == 10
     assert report["targets"]["checker+neural"] == 5
     assert report["choices"] == {"checker+mcts+neural": 5, "checker+neural": 5,

@@ -32,14 +32,12 @@ from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text_reasoning import RoleServices
-from training.router.text import (
-    ROLES,
+from training.router.text import ROLES, TextRouterConfig, load_text_examples, train_text_router
+from training.router.text_workload import (
     NoLanguageModel,
     Question,
     is_correct,
-    load_text_examples,
     require_language_model,
-    train_text_router,
 )
 
 ARITHMETIC = ["What is 17 plus 25?", "What is 9 times 8?", "What is 144 divided by 12?",
@@ -82,8 +80,8 @@ def trained(tmp_path_factory):
     """A models folder holding `router-text` trained on the tiny log, and its report."""
     directory = tmp_path_factory.mktemp("text-router")
     log, labels = write_text_log(directory)
-    report = train_text_router(directory / "models" / "router-text", [log], [labels],
-                               epochs=7, lr=5e-3, lora_rank=4)
+    report = train_text_router(TextRouterConfig(directory / "models" / "router-text", [log],
+                                                [labels], epochs=7, lr=5e-3, lora_rank=4))
     return directory / "models", report
 
 
