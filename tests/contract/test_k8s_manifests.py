@@ -150,7 +150,8 @@ def test_qdrant_statefulset_secrets_and_api_keys(repo_root):
     docs = _base(repo_root)
     qdrant = _by_kind(docs, "StatefulSet")["qdrant"]
     assert qdrant["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "storage"
-    assert set(_by_kind(docs, "Secret")) >= {"llm-provider-keys", "orchestrator-api-keys"}
+    assert set(_by_kind(docs, "Secret")) >= {"llm-provider-keys", "orchestrator-api-keys",
+                                              "mesh-token", "redis-auth", "qdrant-auth"}
     for secret in _by_kind(docs, "Secret").values():
         assert not secret.get("data") and not secret.get("stringData"), "no secret values in git"
     deployments = _by_kind(docs, "Deployment")
@@ -196,8 +197,62 @@ def test_every_address_names_an_existing_service_and_port(repo_root):
                     assert port in services[host], \
                         f"{name}: {variable['name']} -> {host} has no port {port}"
                     checked += 1
-    # mcts -> neural, retrieval -> qdrant, orchestrator -> 4 backends + redis, 5 x jaeger
-    assert checked >= 12
+    # mcts -> neural, retrieval -> qdrant, orchestrator -> 4 backends, 5 x jaeger (the Redis URL
+    # carries its password: it comes from a Secret, test_mesh_token_and_store_passwords_...)
+    assert checked >= 11
+
+
+def _secret_refs(container: dict) -> dict[str, tuple[str, str]]:
+    """Each variable of `container` that comes from a Secret: name -> (secret, key)."""
+    refs = (e for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {}))
+    return {e["name"]: (e["valueFrom"]["secretKeyRef"]["name"],
+                        e["valueFrom"]["secretKeyRef"]["key"]) for e in refs}
+
+
+def test_mesh_token_and_store_passwords_come_from_secrets(repo_root):
+    """Issue 29: every mesh service reads the mesh token (its backends refuse calls without it)
+    from the Secret mesh-token; Redis and Qdrant require the passwords of redis-auth and
+    qdrant-auth, which the orchestrator and retrieval read from the same Secrets; the REST port
+    does not serve /metrics (the metrics port does)."""
+    docs = _base(repo_root)
+    assert set(_by_kind(docs, "Secret")) >= {"mesh-token", "redis-auth", "qdrant-auth"}
+    pods = dict(_pod_specs(docs))
+    for name, settings_class in SETTINGS.items():
+        container = next(c for c in pods[name]["containers"] if c["name"] == name)
+        prefix = settings_class.model_config["env_prefix"]
+        assert _secret_refs(container).get(f"{prefix}MESH_TOKEN") == ("mesh-token", "token"), name
+    redis = pods["redis"]["containers"][0]
+    assert _secret_refs(redis)["REDIS_PASSWORD"] == ("redis-auth", "password")
+    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert _secret_refs(redis)["REDISCLI_AUTH"] == ("redis-auth", "password")  # the probe's
+    qdrant = pods["qdrant"]["containers"][0]
+    assert _secret_refs(qdrant)["QDRANT__SERVICE__API_KEY"] == ("qdrant-auth", "api-key")
+    retrieval = next(c for c in pods["retrieval"]["containers"] if c["name"] == "retrieval")
+    assert _secret_refs(retrieval)["RETRIEVAL_QDRANT_API_KEY"] == ("qdrant-auth", "api-key")
+    orchestrator = pods["orchestrator"]["containers"][0]
+    assert _secret_refs(orchestrator)["ORCHESTRATOR_REDIS_URL"] == ("redis-auth", "url")
+    env = {e["name"]: e.get("value") for e in orchestrator["env"]}
+    assert env["ORCHESTRATOR_REST_METRICS"] == "false"
+    assert "redis://" not in str(pods), "no store address with a password in a manifest"
+
+
+def test_compose_publishes_on_loopback_and_gives_every_service_the_runs_token(repo_root):
+    """Issue 29: the API (keys off in compose) and Jaeger's UI are published on 127.0.0.1 unless
+    MESH_BIND says otherwise; a one-shot service writes the run's mesh token, which every
+    service reads from the shared volume."""
+    services = yaml.safe_load((repo_root / "deploy" / "compose.yaml").read_text())["services"]
+    published = [port for spec in services.values() for port in spec.get("ports", [])]
+    assert len(published) == 3
+    for port in published:
+        assert str(port).startswith("${MESH_BIND:-127.0.0.1}:"), port
+    assert "secrets.token_urlsafe" in " ".join(services["mesh-token"]["entrypoint"])
+    for name, settings_class in SETTINGS.items():
+        spec = services[name]
+        prefix = settings_class.model_config["env_prefix"]
+        token_file = spec["environment"][f"{prefix}MESH_TOKEN_FILE"]
+        assert any(volume == f"mesh-token:{token_file.rsplit('/', 1)[0]}:ro"
+                   for volume in spec["volumes"]), name
+        assert spec["depends_on"]["mesh-token"] == {"condition": "service_completed_successfully"}
 
 
 def _read_settings(monkeypatch, settings_class, variables: dict[str, str]):
