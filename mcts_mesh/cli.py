@@ -560,6 +560,8 @@ def cmd_up(args) -> int:
         f"  (logs in {next(iter(mesh.logs.values())).parent})", flush=True)
     print("metrics: " + ", ".join(f"{name} :{port}" for name, port in mesh.metrics_ports.items())
           + f" and REST :{mesh.rest_port}/metrics", flush=True)
+    print(f"the backends require this run's mesh token (x-mesh-token), in {mesh.token_file}",
+          flush=True)
     try:
         if args.demo:
             from mcts_mesh.demo import run_demo

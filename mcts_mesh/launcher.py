@@ -100,6 +100,11 @@ class Mesh:
     def port_file(self, name: str) -> Path:
         return self.run_dir / f"{name}.json"
 
+    @property
+    def token_file(self) -> Path:
+        """Where `start_mesh` wrote the mesh token (readable by this user only)."""
+        return self.run_dir / "mesh-token"
+
     def _lifeline_read_end(self) -> int:
         """The read end of the pipe every service watches; only this process holds the write
         end (not inheritable), so the services read EOF once it is gone, however it ended."""
@@ -282,6 +287,10 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     log_dir.mkdir(parents=True, exist_ok=True)
     base_env = {**os.environ, **(env or {})}
     mesh = Mesh(token=secrets.token_urlsafe(32))
+    # For a person who calls a backend directly (grpcurl -H "x-mesh-token: $(cat FILE)").
+    descriptor = os.open(mesh.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(mesh.token)
     if port_base:
         ports = {name: port_base + PORT_OFFSET[name] for name in SERVICES}
         metrics_ports = {name: port + METRICS_PORT_OFFSET for name, port in ports.items()}

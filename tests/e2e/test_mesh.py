@@ -108,7 +108,8 @@ def test_every_backend_refuses_a_call_without_the_mesh_token_and_health_stays_op
     gave them this run's token); health needs no token."""
     from libs.mesh_auth import with_token
 
-    assert mesh.token
+    assert mesh.token and mesh.token_file.read_text() == mesh.token
+    assert mesh.token_file.stat().st_mode & 0o777 == 0o600
     for name, call in _backend_calls():
         with grpc.insecure_channel(f"127.0.0.1:{mesh.ports[name]}") as channel:
             with pytest.raises(grpc.RpcError) as caught:
