@@ -14,16 +14,20 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2
 
+from libs.mesh_auth import token_metadata
 from libs.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME
 
 
-def _reflect(port: int, service: str, request: reflection_pb2.ServerReflectionRequest):
+def _reflect(port: int, service: str, request: reflection_pb2.ServerReflectionRequest,
+             token: str | None = None):
+    """The first reply of a reflection stream; `token` is the mesh token, which a backend's
+    reflection needs like its other methods (`libs.mesh_auth`)."""
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         call = channel.stream_stream(
             f"/{service}/ServerReflectionInfo",
             request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
             response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
-        return next(iter(call(iter([request]), timeout=30)))
+        return next(iter(call(iter([request]), timeout=30, metadata=token_metadata(token))))
 
 
 @pytest.mark.parametrize("service", [V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME])
@@ -33,7 +37,8 @@ def test_every_service_lists_its_services_under_both_reflection_names(mesh, serv
                 "retrieval": "mesh.retrieval.v1.RetrievalService",
                 "llm_gateway": "mesh.llm.v1.LlmService"}
     for name, port in mesh.ports.items():
-        reply = _reflect(port, service, reflection_pb2.ServerReflectionRequest(list_services=""))
+        reply = _reflect(port, service, reflection_pb2.ServerReflectionRequest(list_services=""),
+                         mesh.token)
         listed = {s.name for s in reply.list_services_response.service}
         assert {expected[name], V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME,
                 "grpc.health.v1.Health"} <= listed, (name, listed)
