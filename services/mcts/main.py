@@ -12,9 +12,9 @@ from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
 from libs.channels import Keepalive, open_channel
 from libs.server import Servicer, run_service, serve
+from services.mcts.api.servicer import MctsServicer
 from services.mcts.batched.search import warm_up as batched_warm_up
 from services.mcts.rollout.connect4 import uct_search
-from services.mcts.servicer import MctsServicer
 from services.mcts.settings import MctsSettings
 
 NAME = "mcts"

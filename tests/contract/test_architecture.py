@@ -53,16 +53,16 @@ def test_the_contracts_catch_a_service_importing_another_and_grpc_in_the_core(re
     for contract in config["contracts"]:
         for module in contract.get("modules", []) + contract.get("source_modules", []):
             _write(tmp_path, module)
-    _write(tmp_path, "services.mcts.servicer", "import grpc\n")
-    _write(tmp_path, "services.mcts.engine", "from services.mcts import tree\n")
-    _write(tmp_path, "services.mcts.tree", "import grpc\n")
-    _write(tmp_path, "services.neural.training", "from services.mcts import engine\n")
+    _write(tmp_path, "services.mcts.api.servicer", "import grpc\n")
+    _write(tmp_path, "services.mcts.rollout.engine", "from services.mcts.core import tree\n")
+    _write(tmp_path, "services.mcts.core.tree", "import grpc\n")
+    _write(tmp_path, "services.neural.training", "from services.mcts.rollout import engine\n")
     _write(tmp_path, "training.reasoning")
     _write(tmp_path, "services.neural.reasoning_task", "from training import reasoning\n")
     run = _lint(tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "0 kept, 3 broken" in run.stdout, run.stdout
-    assert "services.neural.training -> services.mcts.engine" in run.stdout, run.stdout
-    assert "services.mcts.tree -> grpc" in run.stdout, run.stdout
+    assert "services.neural.training -> services.mcts.rollout.engine" in run.stdout, run.stdout
+    assert "services.mcts.core.tree -> grpc" in run.stdout, run.stdout
     assert "services.neural.reasoning_task -> training.reasoning" in run.stdout, run.stdout
-    assert "services.mcts.servicer" not in run.stdout, run.stdout
+    assert "services.mcts.api.servicer" not in run.stdout, run.stdout

@@ -1,6 +1,6 @@
 """Leaf evaluators for `services.mcts.batched.search`: built-in games with rollouts, and Connect
 Four by a policy/value network behind an injected async call (the gRPC adapter is
-`services.mcts.neural_client`; this module imports no grpc).
+`services.mcts.api.neural_client`; this module imports no grpc).
 
 Both replay each leaf's action path from the root state with the game module
 (`services.mcts.core.game`), so legality and the end of the game come from the game: a leaf whose

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from services.mcts.scheduling import SearchQueue
+from services.mcts.api.scheduling import SearchQueue
 
 
 async def _blocked(queue: SearchQueue) -> tuple[asyncio.Task, threading.Event]:

@@ -18,9 +18,9 @@ from libs.connect4.board import IllegalPosition, Position
 from libs.errors import DeadlineExceeded, InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.mcts import metrics
-from services.mcts.batched_servicer import MAX_BATCH_SIZE, RULES, BatchedSearches
+from services.mcts.api.batched_servicer import MAX_BATCH_SIZE, RULES, BatchedSearches
+from services.mcts.api.scheduling import SearchQueue
 from services.mcts.rollout.connect4 import SearchResult, SearchStopped, uct_search
-from services.mcts.scheduling import SearchQueue
 from services.mcts.settings import MAX_SIMULATIONS, MAX_THREADS, WIDENING_ALPHA, MctsSettings
 
 PARALLELISMS = {

@@ -17,6 +17,7 @@ from mesh.mcts.v1 import mcts_service_pb2
 
 from libs.connect4.board import Position
 from libs.errors import DeadlineExceeded, InvalidArgument
+from services.mcts.api.neural_client import NeuralPositionClient
 from services.mcts.batched.evaluators import (
     GameEvaluator,
     NeuralConnectFourEvaluator,
@@ -32,7 +33,6 @@ from services.mcts.batched.search import (
 from services.mcts.core.game import MAX_ACTIONS
 from services.mcts.core.tree import MIN_CAPACITY
 from services.mcts.games.connect4 import GAME, from_position
-from services.mcts.neural_client import NeuralPositionClient
 from services.mcts.settings import (
     GUMBEL_NUM_CONSIDERED,
     MAX_BATCH_SIZE,
@@ -76,7 +76,7 @@ def search_config(request: mcts_service_pb2.SearchRequest, settings: MctsSetting
             "virtual_loss" or "exploration" negative or not finite, "gumbel_num_considered"
             outside 1..127, "dirichlet_alpha" not finite and > 0, "dirichlet_epsilon" outside
             [0, 1], "temperature" negative or not finite. (Which rule reads which option is
-            checked by `services.mcts.servicer.validate_rule_options` first.)
+            checked by `services.mcts.api.servicer.validate_rule_options` first.)
     """
     if request.HasField("threads") and request.threads != 1:
         raise InvalidArgument("threads", f"is {request.threads}; PUCT and Gumbel searches run "
