@@ -109,9 +109,11 @@ class BodyDecoder:
         pool = self._pool
         message_class = type(request)
         try:
-            result = await asyncio.get_running_loop().run_in_executor(
-                pool, decode_in_worker, message_class.__module__,
+            # submitted from a thread: a submit may spawn a worker (about 25 ms of Python)
+            future = await asyncio.to_thread(
+                pool.submit, decode_in_worker, message_class.__module__,
                 request.DESCRIPTOR.full_name, body_field, body, self._max_depth)
+            result = await asyncio.wrap_future(future)
         except BrokenProcessPool:
             if self._pool is pool:
                 self._pool = None

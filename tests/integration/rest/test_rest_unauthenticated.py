@@ -4,13 +4,18 @@ a bounded look at the request head before the key is checked (issue 29, finding 
 A real grpc.aio server with the orchestrator's access interceptor and the REST front on port 0, in
 this process, on the test's event loop: the server's loop is the one a parse on the loop would
 block. The hostile requests go over raw sockets from threads and the probes (gRPC Health/Check and
-a keyed SolveProblem) from another thread on a blocking channel, so neither adds work to the loop.
+another key's SolveProblem) from another thread on a blocking channel, so neither adds work to the
+loop. The measured windows run with the objects made so far frozen (`gc.freeze`): a full collection
+of this process (pytest's objects and the server's, about 60,000-110,000) pauses every thread for
+40-100 ms on a loaded 2-core machine, whatever the requests, and would be measured instead of the
+front.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import socket
 import threading
@@ -35,6 +40,11 @@ SOLVE = pb.SolveProblemRequest(connect_four=common_pb2.ConnectFourPosition(moves
 BOUND_S = 0.050
 """The issue's bound on a health check or another key's call while anonymous requests are
 refused."""
+KEYED_BOUND_S = 0.250
+"""The bound while a keyed 4 MB body is decoded: the issue sets none. Its decode on the loop took
+1.2-1.5 s; off the loop, what is left on it is parsing the serialized message the worker sends
+back (12-25 ms for this body), during a window of seconds in which a loaded 2-core machine's
+scheduler alone was seen to delay a call by 50-70 ms."""
 
 
 class _Orchestrator(pb_grpc.OrchestratorServiceServicer):
@@ -51,16 +61,19 @@ class _Orchestrator(pb_grpc.OrchestratorServiceServicer):
 
 
 class _Front:
-    def __init__(self, grpc_port: int, rest_port: int, key: str, servicer: _Orchestrator) -> None:
-        self.grpc_port, self.rest_port, self.key, self.servicer = grpc_port, rest_port, key, \
-            servicer
+    """`key` (alice's) sends the requests under test; `other_key` (bob's) the probes."""
+
+    def __init__(self, grpc_port: int, rest_port: int, key: str, other_key: str,
+                 servicer: _Orchestrator) -> None:
+        self.grpc_port, self.rest_port, self.servicer = grpc_port, rest_port, servicer
+        self.key, self.other_key = key, other_key
 
 
 @pytest.fixture
 async def front(tmp_path):
-    """An orchestrator stand-in with keys required (one key, "alice") and its REST front."""
+    """An orchestrator stand-in with keys required (alice's and bob's) and its REST front."""
     keys = FileKeyStore(tmp_path / "api-keys.json")
-    key = await keys.create("alice")
+    key, other_key = await keys.create("alice"), await keys.create("bob")
     settings = OrchestratorSettings(port=0, rest_port=0, require_api_key=True,
                                     api_keys_file=str(keys.path))
     control = await open_access(settings)
@@ -72,7 +85,7 @@ async def front(tmp_path):
     app = build_rest_app(grpc_server.in_process, RestSettings(port=0, default_deadline_s=10.0),
                          access=control)
     rest = await serve_rest(app, "127.0.0.1", 0)
-    yield _Front(grpc_server.port, rest.port, key, servicer)
+    yield _Front(grpc_server.port, rest.port, key, other_key, servicer)
     await rest.stop()
     await grpc_server.stop(0)
     await control.aclose()
@@ -143,8 +156,18 @@ def _big_post(port: int, body: bytes, key: str | None = None) -> tuple[int, byte
                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n", body)
 
 
+@contextlib.contextmanager
+def _frozen_gc():
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class _Probes(threading.Thread):
-    """Health/Check and a keyed SolveProblem, alternately, until `stop` is set; each call's
+    """Health/Check and another key's SolveProblem, alternately, until `stop` is set; each call's
     latency in seconds is kept in `latencies` as (method, seconds)."""
 
     def __init__(self, port: int, key: str) -> None:
@@ -183,10 +206,6 @@ class _Probes(threading.Thread):
 async def test_anonymous_hostile_requests_never_stall_health_or_other_keys(front):
     body = _big_ingest_body()
     assert 3_900_000 < len(body) <= 4 * 1024 * 1024
-    probes = _Probes(front.grpc_port, front.key)
-    probes.start()
-    await asyncio.to_thread(probes.warm.wait)
-
     def attack() -> list[int]:
         statuses = []
         for _ in range(3):
@@ -194,11 +213,15 @@ async def test_anonymous_hostile_requests_never_stall_health_or_other_keys(front
             statuses.append(_big_post(front.rest_port, body)[0])
         return statuses
 
-    try:
-        statuses = await asyncio.to_thread(attack)
-    finally:
-        probes.stop.set()
-        await asyncio.to_thread(probes.join)
+    with _frozen_gc():
+        probes = _Probes(front.grpc_port, front.other_key)
+        probes.start()
+        try:
+            await asyncio.to_thread(probes.warm.wait)
+            statuses = await asyncio.to_thread(attack)
+        finally:
+            probes.stop.set()
+            await asyncio.to_thread(probes.join)
     assert probes.error is None, probes.error
     assert statuses == [401] * 6
     assert front.servicer.calls == len([1 for name, _ in probes.latencies if name == "solve"]) + 1
@@ -211,21 +234,22 @@ async def test_anonymous_hostile_requests_never_stall_health_or_other_keys(front
 async def test_the_same_body_with_the_key_is_parsed_off_the_loop(front):
     # the 4 MB body is decoded in a worker process: health and the other calls keep answering
     body = _big_ingest_body()
-    probes = _Probes(front.grpc_port, front.key)
-    probes.start()
-    await asyncio.to_thread(probes.warm.wait)
-    try:
-        status, reply = await asyncio.to_thread(_big_post, front.rest_port, body, front.key)
-    finally:
-        probes.stop.set()
-        await asyncio.to_thread(probes.join)
+    with _frozen_gc():
+        probes = _Probes(front.grpc_port, front.other_key)
+        probes.start()
+        try:
+            await asyncio.to_thread(probes.warm.wait)
+            status, reply = await asyncio.to_thread(_big_post, front.rest_port, body, front.key)
+        finally:
+            probes.stop.set()
+            await asyncio.to_thread(probes.join)
     assert probes.error is None, probes.error
     assert status == 200, reply[:300]
     assert b'"documentCount":' in reply and front.servicer.calls > 1
     assert len(probes.latencies) >= 2
     slow = [(name, round(seconds * 1000, 1)) for name, seconds in probes.latencies
-            if seconds > BOUND_S]
-    assert slow == [], f"calls slower than {BOUND_S * 1000:.0f} ms (method, ms): {slow}"
+            if seconds > KEYED_BOUND_S]
+    assert slow == [], f"calls slower than {KEYED_BOUND_S * 1000:.0f} ms (method, ms): {slow}"
 
 
 async def _http(port: int, raw: bytes) -> tuple[int, dict]:
