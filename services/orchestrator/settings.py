@@ -50,10 +50,13 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """Longest REST query string, in bytes (414 beyond, not parsed)."""
     rest_max_query_parameters: int = 64
     """Most parameters of a REST query string (400 beyond, not parsed)."""
-    rest_max_head_bytes: int = 1024 * 1024
+    rest_max_head_bytes: int = 128 * 1024
     """Most bytes of a REST request's target and headers together (414/431 beyond)."""
     rest_max_headers: int = 100
     """Most headers of a REST request (431 beyond)."""
+    rest_head_timeout_s: float = 10.0
+    """Seconds a REST request's head may take to arrive (408 beyond; a silent connection is
+    closed)."""
 
     mcts_target: str = "127.0.0.1:50052"
     neural_target: str = "127.0.0.1:50053"
@@ -329,7 +332,7 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
         deadlines = (self.request_deadline_s, self.mcts_deadline_s, self.neural_deadline_s,
                      self.retrieval_deadline_s, self.llm_deadline_s, self.ingest_deadline_s,
                      self.solver_time_budget_s, self.reasoning_deadline_s,
-                     self.rest_max_deadline_s, self.connect_timeout_s)
+                     self.rest_max_deadline_s, self.connect_timeout_s, self.rest_head_timeout_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
         return self
