@@ -210,7 +210,8 @@ async def run(settings: OrchestratorSettings,
                          max_query_bytes=settings.rest_max_query_bytes,
                          max_query_parameters=settings.rest_max_query_parameters,
                          max_head_bytes=settings.rest_max_head_bytes,
-                         max_headers=settings.rest_max_headers),
+                         max_headers=settings.rest_max_headers,
+                         head_timeout_s=settings.rest_head_timeout_s),
             access=access,
             dependencies=lambda: [*watcher.report(), *access.report()])
         rest = await serve_rest(app, settings.host, settings.rest_port, settings.drain_grace_s)
