@@ -31,8 +31,9 @@ from mesh.mcts.v1 import mcts_service_pb2_grpc
 from libs.connect4.board import Position
 from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
+from services.mcts.core.config import SearchConfig
 from services.mcts.games.connect4 import GAME, from_position
-from services.mcts.rollout.engine import SearchConfig, search
+from services.mcts.rollout.engine import search
 
 BASE = SearchConfig(rule="uct", exploration=2.0, seed=0)
 ROLLOUT_OPTIONS: dict[str, tuple[SearchConfig, int]] = {

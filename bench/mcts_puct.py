@@ -35,7 +35,9 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from services.mcts.batched.search import EVALUATED, BatchedConfig, BatchedSearch
+from services.mcts.batched.kernels import EVALUATED
+from services.mcts.batched.search import BatchedSearch
+from services.mcts.core.config import BatchedConfig
 
 
 class MlpMuZero:
@@ -264,8 +266,8 @@ def ours_puct_mlp(num_actions: int, simulations: int, embedding: int = 64, seed:
         "evaluations": result.evaluations,
         "batches": result.batches,
         "collisions": result.collisions,
-        "select_s": result.select_s,
-        "backup_s": result.backup_s,
+        "select_s": result.batch_selection_s,
+        "backup_s": result.batch_backup_s,
     }
 
 

@@ -19,9 +19,10 @@ import numpy as np
 
 from libs.connect4.board import Position
 from services.mcts.batched.evaluators import GameEvaluator
-from services.mcts.batched.search import BatchedConfig, BatchedSearch, run_batched
+from services.mcts.batched.search import BatchedSearch, run_batched
+from services.mcts.core.config import BatchedConfig, SearchConfig
 from services.mcts.games.connect4 import GAME, from_position
-from services.mcts.rollout.engine import SearchConfig, grow_parallel, search
+from services.mcts.rollout.engine import grow_parallel, search
 
 MOVES = "4453"
 ENGINE = {

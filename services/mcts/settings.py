@@ -1,7 +1,7 @@
 """Settings of the mcts service (env prefix `MCTS_`), read once in `main()` and passed down, and
 the search's limits and default constants, each defined here once: the settings' defaults, the
-core's option records (`engine.SearchConfig`, `batched.BatchedConfig`, `search.uct_search`) and
-the servicers' range checks all read them from this module."""
+core's option types (`core.config.SearchConfig`, `core.config.BatchedConfig`), the tree and the
+edge's range checks all read them from this module."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ChannelSettings, ServiceSettings
-from services.mcts.core.tree import MIN_CAPACITY
 
+MIN_CAPACITY = 8
+"""Fewest nodes of any tree: the root and all seven of its children (Connect Four) fit."""
 MAX_SIMULATIONS = 10_000_000
 """Most simulations of one search (`SearchRequest.simulations`, SearchExternal's settings and
 `default_simulations`)."""
@@ -28,7 +29,8 @@ C_PUCT = 1.25
 DEFAULT_MAX_NODES = 2_000_000
 """Default node capacity of one tree (`max_tree_nodes`, and the core's `max_nodes` when not
 given): 30 bytes per node, 16 more with RAVE; a small search allocates only what it can use
-(`search.uct_search`), and pages are mapped as they are touched. At least `tree.MIN_CAPACITY`."""
+(`rollout.connect4.uct_search`), and pages are mapped as they are touched. At least
+MIN_CAPACITY."""
 WIDENING_ALPHA = 0.5
 """Default exponent alpha of progressive widening `ceil(k * N^alpha)` (`widening_alpha`)."""
 DIRICHLET_EPSILON = 0.25

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.mcts.batched.search import BatchedConfig, BatchedResult, BatchedSearch
+from services.mcts.batched.search import BatchedSearch
+from services.mcts.core.config import BatchedConfig
+from services.mcts.core.result import SearchResult
 from training.az import boards
 
 Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -74,7 +76,7 @@ class Counters:
 
 def search_many(positions: np.ndarray, masks: np.ndarray, owners: np.ndarray,
                 evaluators: Sequence[Evaluator], options: SearchOptions, seeds: np.ndarray,
-                temperatures: np.ndarray) -> tuple[list[BatchedResult], Counters]:
+                temperatures: np.ndarray) -> tuple[list[SearchResult], Counters]:
     """Runs one PUCT search from each root board, all at once.
 
     Args:
@@ -84,7 +86,7 @@ def search_many(positions: np.ndarray, masks: np.ndarray, owners: np.ndarray,
         seeds: int64 [S], each search's seed (noise and temperature draw).
         temperatures: float [S], 0 for the most visited column.
     Returns:
-        one `BatchedResult` per root (its `action` is the column to play, 0..6) and the counters.
+        one `SearchResult` per root (its `action` is the column to play, 0..6) and the counters.
     """
     count = len(positions)
     searches = []
@@ -198,7 +200,7 @@ def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]]
     return records, counters
 
 
-def _advance(slot: dict, result: BatchedResult, sides: tuple[int, int]) -> GameRecord | None:
+def _advance(slot: dict, result: SearchResult, sides: tuple[int, int]) -> GameRecord | None:
     """Plays the searched move in a game's slot; the game's record when it ended."""
     column = int(result.action)
     slot["policies"].append(result.policy.astype(np.float32))

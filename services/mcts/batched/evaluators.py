@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from services.mcts.batched.search import BatchedResult, BatchedSearch, LeafBatch
+from services.mcts.batched.leaves import LeafBatch
+from services.mcts.batched.search import BatchedSearch
 from services.mcts.core.game import MAX_ACTIONS, Game
+from services.mcts.core.result import SearchResult
 from services.mcts.native.xorshift import random_below, rng_state
 
 Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -147,7 +149,7 @@ class NeuralConnectFourEvaluator:
 
 async def run_batched_async(search: BatchedSearch,
                             evaluate: Callable[[LeafBatch], Awaitable[Evaluation]],
-                            deadline: float | None = None) -> BatchedResult:
+                            deadline: float | None = None) -> SearchResult:
     """`batched.run_batched` with an async evaluator; selection and backup run inline (they take
     microseconds per leaf).
 

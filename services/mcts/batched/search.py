@@ -1,82 +1,14 @@
-"""Batched leaf evaluation for PUCT and Gumbel search: an ask/tell driver over numba kernels.
-
-The caller owns the evaluator (a network, a game, a remote process): `BatchedSearch.next_batch`
-returns up to `batch_size` leaves to evaluate, `BatchedSearch.submit` takes their priors, values
-and terminal flags, expands the leaves and backs the values up. `run_batched` loops the two.
-
-Tree: `services.mcts.core.tree.Tree` (struct of arrays, node 0 the root, the children of a node in
-one contiguous block in increasing action order; only actions with a prior > 0 get a child) plus,
-per node, `raw_value` (float64 [N], the evaluator's value for the player to move at the node) and
-`status` (NEW / PENDING / EVALUATED). The arrays are the rows of two preallocated blocks, int64
-`ints` [7, N] and float64 `floats` [3, N] (see VISITS ... RAW_VALUE), 80 bytes per node: a kernel
-takes the two blocks in one record (`batched_kernels.Blocks`), since numba's dispatch costs about
-half a microsecond per array argument, as much as a whole descent of a small tree. N is at most
-`max_nodes` and
-`(simulations + 1) * num_actions + 1`. A node is expanded when its evaluation is submitted; a
-full tree stops expanding (`tree_full`), and a leaf it could not expand keeps its value, backed
-up again without an evaluation whenever a descent reaches it.
-
-The kernels, in `services.mcts.batched.kernels`, are `njit(cache=True, nogil=True)`:
-`collect_leaves` (selection with virtual loss), `apply_evaluations` (validation, expansion and
-backup); they take the records `Blocks` and `BatchedOptions` there. Gumbel's rules are in
-`services.mcts.batched.gumbel`, PUCT in `services.mcts.core.selection` (one implementation with the
-engine's).
-
-Two drivers run the same kernels in the same order, so the same evaluations give the same tree:
-- ask/tell (`next_batch` / `submit`, `run_batched`): the evaluator is any Python callable (a
-  network, a remote caller); about 20 us of Python per batch;
-- compiled (`BatchedSearch.run_compiled`, kernel `run_batches`): the evaluator is an njit
-  function, passed as an argument the way the engine takes a game's functions, and the loop
-  collect_leaves -> evaluate -> apply_evaluations runs in numba with no Python per batch (the
-  root batch and the root's noise are still prepared in Python). The two kernels are
-  `inline="always"` so that they are compiled into it without reference counting.
-
-One batch:
-- The first batch is the root alone; its evaluation does not count as a simulation (as in mctx,
-  the root ends with `simulations + 1` visits).
-- Every later descent starts at the root and selects children until it reaches a node that is
-  not expanded. On the way it applies a *virtual loss* to every node of its path: one visit and
-  `-virtual_loss` on the node's value sum (its value for the player who moved into it), so later
-  descents of the same batch prefer other paths (Chaslot, Winands & van den Herik 2008; Silver
-  et al. 2016). Submitting a leaf reverts the loss: its visit stays, as the real one, and the
-  value sum gets `virtual_loss + value`. With batch_size 1 the tree equals one searched without
-  virtual loss.
-- A descent that ends at a leaf already in the batch is a *collision*: its virtual loss is
-  reverted, it is counted, and the batch closes there (the tree is then exactly as before the
-  descent, so every further descent would collide the same way).
-- A descent that ends at a known terminal node (or a leaf the full tree could not expand) backs up
-  the node's stored value at once, without an evaluation; it counts as a simulation.
-- Backup adds the leaf's value to each node of the path, flipping its sign at every ply when
-  `players == 2` (each node stores values for the player who moved into it).
-
-Selection rules (`BatchedConfig.rule`):
-- "puct": AlphaZero's `Q + c_puct * P * sqrt(N) / (1 + n)` (`selection.puct`), Q = 0 for an
-  unvisited child, ties to the lower action; optional root Dirichlet noise
-  `(1 - epsilon) * P + epsilon * Dir(alpha)` (Silver et al. 2017).
-- "gumbel": Gumbel MuZero (Danihelka, Guez, Schrittwieser & Silver 2022, "Policy improvement by
-  planning with Gumbel"; as mctx's `gumbel_muzero_policy`). At the root, Gumbel-top-m: the m
-  actions with the largest `g + logits` are considered and the simulation budget is spent on them
-  by sequential halving (`considered_visits_sequence`); a descent at the root takes, among the
-  considered actions whose visits equal the scheduled count, the one with the largest
-  `g + logits + sigma(q)`. `sigma(q) = (c_visit + max_b N(b)) * c_scale * q` over completed
-  Q-values (visited: their mean; unvisited: the mixed value of the node, mctx's
-  `qtransform_completed_by_mix_value`, rescaled to [0, 1] over the children). Below the root the
-  choice is deterministic: `argmax(pi'(a) - N(a) / (1 + sum_b N(b)))` with the improved policy
-  `pi' = softmax(logits + sigma(completed q))`. The chosen action is the considered action with
-  the most visits and the largest `g + logits + sigma(q)`; `BatchedResult.policy` is pi' at the
-  root.
-
-Random draws (Dirichlet noise, Gumbel noise, the temperature draw) come from numpy's PCG64 seeded
-by `seed`; the kernels are deterministic, so the same seed and evaluations give the same tree.
+"""The batched engine's driver: `BatchedSearch`, one PUCT or Gumbel search whose leaves the
+caller evaluates, by ask/tell (`next_batch` / `submit`, looped by `run_batched`) or with an njit
+evaluator in a compiled loop (`run_compiled`). The design (the tree's two blocks, virtual loss,
+collisions, the Gumbel root, reproducibility) is in docs/services/mcts.md, "The batched engine".
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -89,12 +21,8 @@ from services.mcts.batched.gumbel import (
 )
 from services.mcts.batched.kernels import (
     ACTION,
-    BAD_PRIOR,
-    BAD_VALUE,
     COLLISIONS,
-    EVALUATED,
     FIRST_CHILD,
-    NEW,
     NUM_CHILDREN,
     PARENT,
     PENDING,
@@ -103,202 +31,28 @@ from services.mcts.batched.kernels import (
     RULES,
     SIZE,
     STATUS,
-    STORED_BACKUPS,
     TERMINAL,
     VALUE_SUM,
     VISITS,
-    ZERO_PRIORS,
     Rows,
     apply_evaluations,
     collect_leaves,
     run_batches,
 )
+from services.mcts.batched.leaves import EvaluationError, LeafBatch, raise_for, validate_config
+from services.mcts.core.config import BatchedConfig
 from services.mcts.core.game import MAX_ACTIONS
+from services.mcts.core.result import SearchResult
 from services.mcts.core.root import add_dirichlet_noise, sample_by_temperature
 from services.mcts.core.selection import GUMBEL
-from services.mcts.core.tree import MIN_CAPACITY, UNEXPANDED, Tree
-from services.mcts.settings import (
-    C_PUCT,
-    DEFAULT_MAX_NODES,
-    DIRICHLET_EPSILON,
-    GUMBEL_NUM_CONSIDERED,
-    VIRTUAL_LOSS,
-)
+from services.mcts.core.tree import UNEXPANDED, Tree
+from services.mcts.settings import MIN_CAPACITY
 
-__all__ = ["EVALUATED", "NEW", "PENDING", "STORED_BACKUPS"]
-
+DEFAULT_CONFIG = BatchedConfig()
+"""The options of a search that sets none (PUCT, c_puct 1.25, batches of one leaf)."""
 COMPILED_CHUNK_BATCHES = 256
 """Batches per call of the compiled loop (`BatchedSearch.run_compiled`) when a deadline or a stop
 event must be checked between calls."""
-
-
-class EvaluationError(ValueError):
-    """A malformed evaluation passed to `BatchedSearch.submit`.
-
-    Attributes:
-        argument: "priors", "values" or "terminal".
-        row: the leaf (row) at fault, -1 for a wrong shape.
-    """
-
-    def __init__(self, argument: str, row: int, description: str) -> None:
-        where = f"row {row} " if row >= 0 else ""
-        super().__init__(f"{argument}: {where}{description}")
-        self.argument = argument
-        self.row = row
-        self.description = description
-
-
-@dataclass(frozen=True)
-class BatchedConfig:
-    """Options of `BatchedSearch`.
-
-    Attributes:
-        rule: "puct" or "gumbel" (see the module doc).
-        c_puct: c_puct of PUCT, >= 0.
-        virtual_loss: value subtracted per in-flight descent, >= 0 (0 = visits only).
-        batch_size: most leaves per batch, >= 1.
-        max_nodes: node capacity of the tree (>= MIN_CAPACITY); a full tree stops expanding and
-            reports `tree_full`.
-        seed: seeds the Dirichlet noise, the Gumbel noise and the temperature draw.
-        dirichlet_alpha, dirichlet_epsilon: root noise on the priors (PUCT only); None = off.
-        temperature: PUCT only; 0 plays the most visited action, T > 0 samples proportionally to
-            `visits ** (1 / T)`.
-        gumbel_num_considered: m, actions considered at the root by Gumbel-top-m (mctx default 16).
-        c_visit, c_scale: sigma's constants (mctx's maxvisit_init = 50, value_scale = 0.1).
-    """
-
-    rule: str = "puct"
-    c_puct: float = C_PUCT
-    virtual_loss: float = VIRTUAL_LOSS
-    batch_size: int = 1
-    max_nodes: int = DEFAULT_MAX_NODES
-    seed: int = 0
-    dirichlet_alpha: float | None = None
-    dirichlet_epsilon: float = DIRICHLET_EPSILON
-    temperature: float = 0.0
-    gumbel_num_considered: int = GUMBEL_NUM_CONSIDERED
-    c_visit: float = 50.0
-    c_scale: float = 0.1
-
-
-class LeafBatch:
-    """Leaves to evaluate; B = leaves in the batch. Read-only by convention (a plain class with
-    slots: a frozen dataclass would cost more to build than a descent of a small tree).
-
-    Attributes:
-        nodes: int64 [B], leaf node ids.
-        parents: int64 [B], parent node ids (-1 for the root).
-        actions: int64 [B], action from the parent into the leaf (-1 for the root).
-        depths: int64 [B], plies from the root.
-        batch_id: 0 for the root batch, then 1, 2, ...
-        paths: list of B lists of int, the actions from the root to each leaf (computed on access).
-    """
-
-    __slots__ = ("nodes", "parents", "actions", "depths", "batch_id", "_tree")
-
-    def __init__(self, nodes: np.ndarray, parents: np.ndarray, actions: np.ndarray,
-                 depths: np.ndarray, batch_id: int, tree: Tree) -> None:
-        self.nodes = nodes
-        self.parents = parents
-        self.actions = actions
-        self.depths = depths
-        self.batch_id = batch_id
-        self._tree = tree
-
-    def __len__(self) -> int:
-        return int(self.nodes.shape[0])
-
-    def __repr__(self) -> str:
-        return f"LeafBatch(batch_id={self.batch_id}, nodes={self.nodes.tolist()})"
-
-    @property
-    def paths(self) -> list[list[int]]:
-        """The actions from the root to each leaf, root first."""
-        paths = []
-        for node in self.nodes.tolist():
-            path = []
-            while node > 0:
-                path.append(int(self._tree.action[node]))
-                node = int(self._tree.parent[node])
-            path.reverse()
-            paths.append(path)
-        return paths
-
-
-@dataclass(frozen=True)
-class BatchedResult:
-    """Result of a batched search, for the player to move at the root; A = num_actions.
-
-    Attributes:
-        action: the action chosen (-1 when the root has no child: a terminal root).
-        visits: int64 [A], root visits per action (0 for an action without a child).
-        values: float64 [A], mean value per action for the player to move, nan when unvisited.
-        priors: float64 [A], root priors (after Dirichlet noise).
-        policy: float64 [A], the search policy: visit shares (PUCT) or the improved policy
-            softmax(logits + sigma(completed q)) (Gumbel).
-        root_value: the root's mean value for the player to move (its own evaluation included).
-        simulations: descents completed (leaves evaluated + stored values backed up).
-        tree_size: nodes; max_depth: deepest node reached, plies below the root.
-        tree_full: True when an expansion was refused for lack of room.
-        collisions: descents that reached a leaf already in their batch (reverted, not counted).
-        evaluations: leaves evaluated by the caller, the root included.
-        batches: batches handed out, the root's included.
-        elapsed_s: wall seconds from the first `next_batch` to the last `submit`.
-        simulations_per_second: simulations / elapsed_s.
-        select_s, evaluate_s, backup_s: wall seconds in selection (`next_batch`), in the caller's
-            evaluation (from `next_batch` returning to `submit` being called) and in `submit`
-            (the root batch only after `BatchedSearch.run_compiled`, whose loop is not split).
-    """
-
-    action: int
-    visits: np.ndarray
-    values: np.ndarray
-    priors: np.ndarray
-    policy: np.ndarray
-    root_value: float
-    simulations: int
-    tree_size: int
-    max_depth: int
-    tree_full: bool
-    collisions: int
-    evaluations: int
-    batches: int
-    elapsed_s: float
-    simulations_per_second: float
-    select_s: float
-    evaluate_s: float
-    backup_s: float
-
-
-def validate_config(num_actions: int, simulations: int, config: BatchedConfig,
-                    players: int) -> None:
-    """Raises ValueError naming the option that is out of range."""
-    if not 1 <= num_actions <= MAX_ACTIONS:
-        raise ValueError(f"num_actions must be in 1..{MAX_ACTIONS}")
-    if simulations < 1:
-        raise ValueError("simulations must be at least 1")
-    if players not in (1, 2):
-        raise ValueError("players must be 1 or 2")
-    if config.rule not in RULES:
-        raise ValueError("rule must be 'puct' or 'gumbel'")
-    if not (math.isfinite(config.c_puct) and config.c_puct >= 0):
-        raise ValueError("c_puct must be a finite number >= 0")
-    if not (math.isfinite(config.virtual_loss) and config.virtual_loss >= 0):
-        raise ValueError("virtual_loss must be a finite number >= 0")
-    if config.batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    if config.max_nodes < max(MIN_CAPACITY, num_actions + 1):
-        raise ValueError(f"max_nodes must be at least {MIN_CAPACITY} and hold the root's children "
-                         "(num_actions + 1)")
-    if config.dirichlet_alpha is not None and not (config.dirichlet_alpha > 0 and
-                                                   0 <= config.dirichlet_epsilon <= 1):
-        raise ValueError("Dirichlet noise needs alpha > 0 and 0 <= epsilon <= 1")
-    if not (math.isfinite(config.temperature) and config.temperature >= 0):
-        raise ValueError("temperature must be a finite number >= 0")
-    if config.gumbel_num_considered < 1:
-        raise ValueError("gumbel_num_considered must be at least 1")
-    if not (config.c_visit >= 0 and config.c_scale >= 0):
-        raise ValueError("c_visit and c_scale must be >= 0")
 
 
 class BatchedSearch:
@@ -307,7 +61,7 @@ class BatchedSearch:
     Not thread-safe: one driver calls `next_batch` and `submit` alternately.
     """
 
-    def __init__(self, num_actions: int, simulations: int, config: BatchedConfig = BatchedConfig(),
+    def __init__(self, num_actions: int, simulations: int, config: BatchedConfig = DEFAULT_CONFIG,
                  players: int = 2, *, blocks: tuple[np.ndarray, np.ndarray] | None = None
                  ) -> None:
         """
@@ -330,22 +84,8 @@ class BatchedSearch:
         self.simulations = simulations
         self.config = config
         self.players = players
-        capacity = self.capacity_for(num_actions, simulations, config)
-        if blocks is None:
-            # Zero-filled blocks are mapped lazily by the OS; rows past the tree's size are never
-            # read.
-            self._ints = np.zeros((7, capacity), dtype=np.int64)
-            self._floats = np.zeros((3, capacity), dtype=np.float64)
-        else:
-            ints, floats = blocks
-            if not (ints.shape == (7, capacity) and ints.dtype == np.int64
-                    and floats.shape == (3, capacity) and floats.dtype == np.float64
-                    and ints.flags.c_contiguous and floats.flags.c_contiguous):
-                raise ValueError(f"blocks must be C-contiguous int64 [7, {capacity}] and "
-                                 f"float64 [3, {capacity}]")
-            self._ints, self._floats = ints, floats
-            ints[:, 0] = 0
-            floats[:, 0] = 0.0
+        self._ints, self._floats = _root_blocks(
+            self.capacity_for(num_actions, simulations, config), blocks)
         self._counters = np.zeros(5, dtype=np.int64)
         self._ints[FIRST_CHILD, 0] = UNEXPANDED
         self._ints[PARENT, 0] = -1
@@ -366,7 +106,7 @@ class BatchedSearch:
         self._rule = RULES[config.rule]
         self._vl = float(config.virtual_loss)
         self._scratch = np.zeros(MAX_ACTIONS, dtype=np.float64)
-        # The kernels' records as plain tuples (`batched_kernels.Blocks`, `BatchedOptions`):
+        # The kernels' records as plain tuples (`kernels.Blocks`, `BatchedOptions`), derived here:
         # numba's dispatcher types those in C, a NamedTuple in Python (6 us a call).
         self._blocks = (self._ints, self._floats, self._counters)
         self._options = self._options_with(np.zeros(1, dtype=np.float64),
@@ -478,7 +218,7 @@ class BatchedSearch:
             raise EvaluationError("terminal", -1, f"shape {terminal.shape}, expected ({size},)")
         code, row = apply_evaluations(self._blocks, self._options, batch.nodes, priors, values,
                                       terminal)
-        _raise_for(code, row, values)
+        raise_for(code, row, values)
         self._pending = None
         self._evaluations += size
         if batch.batch_id == 0:
@@ -491,7 +231,7 @@ class BatchedSearch:
         self._ended = ended
 
     def run_compiled(self, evaluate, model, *, deadline: float | None = None,
-                     stop: threading.Event | None = None) -> BatchedResult:
+                     stop: threading.Event | None = None) -> SearchResult:
         """Runs the search to the end with an njit evaluator and the whole loop in numba
         (`run_batches`): no Python per batch. The same seed, options and evaluations give the
         same tree as `run_batched` (batch by batch the same kernels run in the same order).
@@ -538,7 +278,7 @@ class BatchedSearch:
             self._evaluations += evaluated
             self._batches += batches
             self._ended = time.perf_counter()
-            _raise_for(code, row, values)
+            raise_for(code, row, values)
         return self.result()
 
     def _options_with(self, root_base: np.ndarray, considered_table: np.ndarray) -> tuple:
@@ -580,8 +320,10 @@ class BatchedSearch:
             add_dirichlet_noise(tree.prior[block], self.config.dirichlet_alpha,
                                 self.config.dirichlet_epsilon, rng)
 
-    def result(self) -> BatchedResult:
-        """Statistics of the search so far (usually after `next_batch` returned None)."""
+    def result(self) -> SearchResult:
+        """Statistics of the search so far (usually after `next_batch` returned None), with the
+        search policy (`SearchResult.policy`) and the batch counts and times; `action` is -1 when
+        the root has no child (a terminal root)."""
         tree = self.tree
         a = self.num_actions
         visits = np.zeros(a, dtype=np.int64)
@@ -613,14 +355,15 @@ class BatchedSearch:
             if self.players == 2:
                 root_value = -root_value
         elapsed = (self._ended - self._started) if self._started is not None else 0.0
-        return BatchedResult(
+        return SearchResult(
             action=action, visits=visits, values=values, priors=priors, policy=policy,
             root_value=root_value, simulations=self._done, tree_size=tree.size,
-            max_depth=tree.max_depth, tree_full=tree.full,
-            collisions=int(self._counters[COLLISIONS]),
-            evaluations=self._evaluations, batches=self._batches, elapsed_s=elapsed,
+            max_depth=tree.max_depth, tree_full=tree.full, elapsed_s=elapsed,
             simulations_per_second=self._done / elapsed if elapsed > 0 else 0.0,
-            select_s=self.select_s, evaluate_s=self.evaluate_s, backup_s=self.backup_s)
+            seed=self.config.seed, collisions=int(self._counters[COLLISIONS]),
+            evaluations=self._evaluations, batches=self._batches,
+            batch_selection_s=self.select_s, evaluation_s=self.evaluate_s,
+            batch_backup_s=self.backup_s)
 
     def _puct_choice(self, acts: np.ndarray, visits: np.ndarray, values: np.ndarray) -> int:
         if self.config.temperature > 0 and visits.sum() > 0:
@@ -650,20 +393,32 @@ class BatchedSearch:
         return action, policy
 
 
-def _raise_for(code: int, row: int, values: np.ndarray) -> None:
-    """Raises the EvaluationError of a kernel's error code (nothing for _OK)."""
-    if code == BAD_VALUE:
-        raise EvaluationError("values", row, f"is {values[row]}; must be in [-1, 1]")
-    if code == BAD_PRIOR:
-        raise EvaluationError("priors", row, "has a negative or non-finite prior")
-    if code == ZERO_PRIORS:
-        raise EvaluationError("priors", row, "is all zero on a non-terminal leaf")
+def _root_blocks(capacity: int, blocks: tuple[np.ndarray, np.ndarray] | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The int64 [7, capacity] and float64 [3, capacity] blocks of a new search: `blocks` when
+    given (checked, the root's column cleared), else new zeroed ones, which the OS maps lazily
+    (rows past the tree's size are never read).
+
+    Raises:
+        ValueError: blocks of the wrong shape or dtype, or not C-contiguous.
+    """
+    if blocks is None:
+        return np.zeros((7, capacity), dtype=np.int64), np.zeros((3, capacity), dtype=np.float64)
+    ints, floats = blocks
+    if not (ints.shape == (7, capacity) and ints.dtype == np.int64
+            and floats.shape == (3, capacity) and floats.dtype == np.float64
+            and ints.flags.c_contiguous and floats.flags.c_contiguous):
+        raise ValueError(f"blocks must be C-contiguous int64 [7, {capacity}] and "
+                         f"float64 [3, {capacity}]")
+    ints[:, 0] = 0
+    floats[:, 0] = 0.0
+    return ints, floats
 
 
 def run_batched(search: BatchedSearch,
                 evaluate: Callable[[LeafBatch], tuple[np.ndarray, np.ndarray, np.ndarray]],
                 deadline: float | None = None, stop: threading.Event | None = None
-                ) -> BatchedResult:
+                ) -> SearchResult:
     """Runs `search` to the end: `evaluate(batch)` returns (priors [B, A], values [B], terminal
     bool [B]) as `BatchedSearch.submit` takes them.
 

@@ -58,7 +58,8 @@ def puct(q, n, weight, scale):
       vectorised loop, hoists `weight = c_puct * sqrt(N)` out of it and passes `scale = P`.
 
     The two groupings can differ in the last bit, which decides ties between children; each
-    search's trees hash as before the rule was shared (`bench/tree_hashes.py`)."""
+    search's trees hash as before the rule was shared
+    (`tests/unit/mcts/test_tree_hashes_golden.py`)."""
     return q + weight * scale / (1.0 + n)
 
 

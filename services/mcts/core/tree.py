@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.mcts.settings import MIN_CAPACITY
+
 OPEN = 0
 """`terminal` code: the game goes on at this node (or the node was never reached)."""
 ENDED = 1
@@ -25,9 +27,6 @@ UNEXPANDED = -1
 
 MAX_VISITS = 2**31 - 1
 """The most simulations one tree can count (int32 `visits`)."""
-
-MIN_CAPACITY = 8
-"""The root and all seven of its children (Connect Four) fit in any tree."""
 
 
 @dataclass(frozen=True)

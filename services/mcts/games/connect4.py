@@ -33,6 +33,9 @@ from services.mcts.core.game import Game
 from services.mcts.native.xorshift import random_below
 
 STATE_SIZE = 3
+COLUMN_OFFSET = 1
+"""The game's actions are the columns 0..6; callers (Pons move strings, the proto) number them
+1..7: action + COLUMN_OFFSET."""
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -12,24 +12,20 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
+from services.mcts.core.config import PARALLELISMS, SearchConfig
 from services.mcts.core.game import MAX_ACTIONS, Game
-from services.mcts.core.root import add_dirichlet_noise, sample_by_temperature
-from services.mcts.core.tree import MAX_VISITS, MIN_CAPACITY, UNEXPANDED, Tree, TreePool
+from services.mcts.core.result import SearchResult
+from services.mcts.core.root import add_dirichlet_noise
+from services.mcts.core.tree import MAX_VISITS, UNEXPANDED, Tree, TreePool
 from services.mcts.native.cycle_clock import AVAILABLE as CLOCK_AVAILABLE
 from services.mcts.native.xorshift import rng_state
-from services.mcts.rollout.kernel import (
-    BACKUP,
-    EXPAND,
-    ROLLOUT,
-    SELECT,
-    TIMED,
-    WAIT,
-    run_simulations,
-)
+from services.mcts.rollout.grown import Grown
+from services.mcts.rollout.kernel import TIMED, run_simulations
 from services.mcts.rollout.records import (
     functions_of,
     nodes_of,
@@ -44,156 +40,17 @@ from services.mcts.rollout.shared_kernel import (
     no_key,
     run_shared_simulations,
 )
+from services.mcts.rollout.summary import summarise
 from services.mcts.rollout.transpositions import TranspositionTable
-from services.mcts.settings import (
-    DEFAULT_MAX_NODES,
-    DIRICHLET_EPSILON,
-    UCT_EXPLORATION,
-    WIDENING_ALPHA,
-)
+from services.mcts.settings import MIN_CAPACITY
 
-__all__ = ["BACKUP", "EXPAND", "ROLLOUT", "SELECT", "TIMED", "UNEXPANDED", "WAIT"]
-
+DEFAULT_CONFIG = SearchConfig()
+"""The options of a search that sets none (UCT, c = 2, no widening, RAVE, noise or table)."""
 CHUNK_SIMULATIONS = 4096
 """Simulations per kernel call when a deadline or a stop event has to be checked in between."""
 
 TIMING_SAMPLE_EVERY = 16
-"""One simulation in this many (a power of two) is timed phase by phase (see the module doc)."""
-PARALLELISMS = ("root", "tree")
-"""Values of `SearchConfig.parallelism`."""
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """Options of `search`.
-
-    Attributes:
-        rule: "uct" or "puct".
-        exploration: c of UCB1 or c_puct of PUCT, >= 0.
-        widening_k, widening_alpha: progressive widening `ceil(k * N^alpha)`; None = off.
-        rave_k: k of the RAVE schedule `sqrt(k / (3N + k))`; None = off.
-        dirichlet_alpha, dirichlet_epsilon: root noise on the priors (PUCT); None = off.
-        temperature: 0 plays the most visited action; T > 0 samples an action with probability
-            proportional to `visits ** (1 / T)`.
-        max_nodes: node capacity of the tree (at least MIN_CAPACITY); when full the search keeps
-            simulating from the leaves it has and reports `tree_full`.
-        seed: seeds the kernel, the noise and the temperature draw.
-        parallelism: how `grow_parallel` and `search` use more than one thread: "root" (one
-            independent tree per thread, merged at the root) or "tree" (all threads on one
-            shared tree with virtual loss); see the module doc.
-        transpositions: share statistics between tree nodes of the same position through a
-            transposition table (the game needs a `key`); off by default (see the module doc).
-    """
-
-    rule: str = "uct"
-    exploration: float = UCT_EXPLORATION
-    widening_k: float | None = None
-    widening_alpha: float = WIDENING_ALPHA
-    rave_k: float | None = None
-    dirichlet_alpha: float | None = None
-    dirichlet_epsilon: float = DIRICHLET_EPSILON
-    temperature: float = 0.0
-    max_nodes: int = DEFAULT_MAX_NODES
-    seed: int = 0
-    parallelism: str = "root"
-    transpositions: bool = False
-
-
-@dataclass(frozen=True)
-class Grown:
-    """A tree after `grow` or `grow_tree_parallel`.
-
-    Attributes:
-        tree: the `Tree` arrays.
-        amaf_visits, amaf_value_sum: AMAF statistics per node (int64 [N], float64 [N], same
-            layout as `Tree.visits` / `Tree.value_sum`) with RAVE (`SearchConfig.rave_k`);
-            empty (length 0) without it, when nothing is recorded.
-        phases: int64 [4], work counters indexed by SELECT, EXPAND, ROLLOUT, BACKUP.
-        simulations: simulations run (fewer than asked when a deadline or a stop event ended the
-            search).
-        phase_seconds: float64 [5], wall seconds spent in selection, expansion, rollout, backup
-            and waiting for other threads (indexed by SELECT .. WAIT): each thread's measured
-            kernel time split by its sampled phase shares, mean over the threads (the sum never
-            exceeds the wall time of the search); all 0 when no simulation was timed (see the
-            module doc).
-        timed_simulations: simulations timed phase by phase (about 1 in TIMING_SAMPLE_EVERY).
-        threads: threads that grew this tree (more than 1 only with tree parallelisation).
-        virtual_loss: int64 [N], virtual losses still applied per node, arrivals minus visits
-            (all 0 after a search: every one is reverted by its backup); None for `grow`'s
-            sequential kernel.
-        table: the transposition table, None when `SearchConfig.transpositions` is off.
-        entry: int32 [N], each node's table entry (-1 for nodes never reached); None without a
-            table.
-    """
-
-    tree: Tree
-    amaf_visits: np.ndarray
-    amaf_value_sum: np.ndarray
-    phases: np.ndarray
-    simulations: int
-    phase_seconds: np.ndarray
-    timed_simulations: int
-    threads: int = 1
-    virtual_loss: np.ndarray | None = None
-    table: TranspositionTable | None = None
-    entry: np.ndarray | None = None
-
-    @property
-    def transposition_hits(self) -> int:
-        """Nodes whose position was already in the table when first reached (0 without one)."""
-        return 0 if self.table is None else self.table.hits
-
-
-@dataclass(frozen=True)
-class GameSearchResult:
-    """Result of `search`, for the player to move at the root; A = the game's num_actions.
-
-    Attributes:
-        action: the action chosen (most visited when temperature is 0; ties: higher value, then
-            lower action).
-        visits: int64 [A], root visits per action (0 for an illegal action).
-        values: float64 [A], mean result per action for the player to move, nan when unvisited.
-        priors: float64 [A], root priors after noise (0 for an illegal action).
-        root_value: mean result over the root's children, for the player to move.
-        simulations: simulations run.
-        tree_size: nodes in the tree; max_depth: deepest node, plies below the root.
-        tree_full: True when an expansion was refused for lack of room.
-        selection_steps, expanded_nodes, rollout_plies, backup_steps: phase work counts.
-        elapsed_s: wall-clock seconds; simulations_per_second: simulations / elapsed_s.
-        selection_s, expansion_s, rollout_s, backup_s, wait_s: wall seconds per phase, mean over
-            the threads (`Grown.phase_seconds`; their sum is at most `elapsed_s`); 0 when
-            `timed_simulations` is 0.
-        timed_simulations: simulations timed phase by phase.
-        transposition_hits: table look-ups that found their position (0 without a table).
-        threads: threads used; parallelism: "root" or "tree".
-    """
-
-    action: int
-    visits: np.ndarray
-    values: np.ndarray
-    priors: np.ndarray
-    root_value: float
-    simulations: int
-    tree_size: int
-    max_depth: int
-    tree_full: bool
-    selection_steps: int
-    expanded_nodes: int
-    rollout_plies: int
-    backup_steps: int
-    elapsed_s: float
-    simulations_per_second: float
-    selection_s: float = 0.0
-    expansion_s: float = 0.0
-    rollout_s: float = 0.0
-    backup_s: float = 0.0
-    wait_s: float = 0.0
-    timed_simulations: int = 0
-    transposition_hits: int = 0
-    threads: int = 1
-    parallelism: str = "root"
-
-
+"""One simulation in this many (a power of two) is timed phase by phase (docs/services/mcts.md)."""
 def _validate(game: Game, state: np.ndarray, simulations: int, config: SearchConfig) -> None:
     if game.num_actions > MAX_ACTIONS:
         raise ValueError(f"a game may have at most {MAX_ACTIONS} actions")
@@ -244,7 +101,7 @@ def _run_chunks(run, simulations: int, deadline: float | None,
 
 
 def grow(game: Game, state: np.ndarray, simulations: int,
-         config: SearchConfig = SearchConfig(), *, deadline: float | None = None,
+         config: SearchConfig = DEFAULT_CONFIG, *, deadline: float | None = None,
          stop: threading.Event | None = None, pool: TreePool | None = None) -> Grown:
     """Builds a search tree from `state` (int64 [S], a game that goes on) with `simulations`
     simulations; see the module doc for the options.
@@ -269,8 +126,7 @@ def grow(game: Game, state: np.ndarray, simulations: int,
     phases = np.zeros(4, dtype=np.int64)
     phase_cycles = np.zeros(6, dtype=np.int64)
     nodes = nodes_of(tree, amaf_visits, amaf_value_sum)
-    options = options_of(game, config.rule, config.exploration, config.widening_k,
-                         config.widening_alpha, config.rave_k)
+    options = options_of(game, config)
     scratch = scratch_for(game, state, rng_state(config.seed), phases, phase_cycles)
     functions = functions_of(game)
     sample_mask = _sample_mask()
@@ -344,7 +200,7 @@ def _phase_seconds(phase_cycles: np.ndarray, kernel_s: np.ndarray) -> np.ndarray
 
 
 def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
-                       config: SearchConfig = SearchConfig(), threads: int = 1, *,
+                       config: SearchConfig = DEFAULT_CONFIG, threads: int = 1, *,
                        deadline: float | None = None,
                        stop: threading.Event | None = None,
                        pool: TreePool | None = None) -> Grown:
@@ -378,18 +234,10 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
     entry = np.full(capacity, -1, dtype=np.int32) if config.transpositions else None
     # The transposition table's lock word, the simulations claimed and the current target.
     shared = np.zeros(3, dtype=np.int64)
-    # Each thread's counters and random state on cache lines of their own (rows of 16 words).
-    phases = np.zeros((threads, 16), dtype=np.int64)
-    phase_cycles = np.zeros((threads, 16), dtype=np.int64)
-    rngs = np.zeros((threads, 16), dtype=np.uint64)
-    for i in range(threads):
-        rngs[i, 0] = rng_state(config.seed + i)[0]
+    phases, phase_cycles, scratches = _thread_scratches(game, state, config.seed, threads)
     nodes = nodes_of(tree, amaf_visits, amaf_value_sum, arrivals)
     table_record = table_of(table, entry)
-    options = options_of(game, config.rule, config.exploration, config.widening_k,
-                         config.widening_alpha, config.rave_k)
-    scratches = [scratch_for(game, state, rngs[i, :1], phases[i, :4], phase_cycles[i, :6])
-                 for i in range(threads)]
+    options = options_of(game, config)
     functions = functions_of(game, no_key)
     sample_mask = _sample_mask()
     kernel_s = np.zeros(threads)
@@ -401,16 +249,8 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
         kernel_s[i] += time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=threads - 1 or 1,
-                            thread_name_prefix="mcts-tree") as pool:
-
-        def run(n: int) -> None:
-            shared[TARGET] = shared[CLAIMED] + n
-            # The calling thread is thread 0; the pool runs the others.
-            others = [pool.submit(run_thread, i) for i in range(1, threads)]
-            run_thread(0)
-            for other in others:
-                other.result()
-
+                            thread_name_prefix="mcts-tree") as executor:
+        run = partial(_run_on_threads, executor, run_thread, shared, threads)
         done = _grow_with_noise(tree, run, simulations, config, deadline, stop)
     tree.first_child[tree.first_child == REFUSED] = UNEXPANDED
     cycles = phase_cycles[:, :6].sum(axis=0)
@@ -421,13 +261,39 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
                  threads=threads, virtual_loss=arrivals - tree.visits, table=table, entry=entry)
 
 
+def _thread_scratches(game: Game, state: np.ndarray, seed: int, threads: int
+                      ) -> tuple[np.ndarray, np.ndarray, list]:
+    """Each thread's work counters (int64 [T, 16]), sampled cycles (int64 [T, 16]) and `Scratch`,
+    thread i's rollouts seeded with `seed + i`: counters and random states on cache lines of
+    their own (rows of 16 words)."""
+    phases = np.zeros((threads, 16), dtype=np.int64)
+    phase_cycles = np.zeros((threads, 16), dtype=np.int64)
+    rngs = np.zeros((threads, 16), dtype=np.uint64)
+    for i in range(threads):
+        rngs[i, 0] = rng_state(seed + i)[0]
+    scratches = [scratch_for(game, state, rngs[i, :1], phases[i, :4], phase_cycles[i, :6])
+                 for i in range(threads)]
+    return phases, phase_cycles, scratches
+
+
+def _run_on_threads(executor: ThreadPoolExecutor, run_thread, shared: np.ndarray, threads: int,
+                    n: int) -> None:
+    """Runs `n` more simulations on one shared tree with `threads` threads: the calling thread is
+    thread 0, `executor` runs the others (`run_thread(i)`); they stop at the new target."""
+    shared[TARGET] = shared[CLAIMED] + n
+    others = [executor.submit(run_thread, i) for i in range(1, threads)]
+    run_thread(0)
+    for other in others:
+        other.result()
+
+
 def split_simulations(total: int, parts: int) -> list[int]:
     """`total` simulations split as evenly as possible into `parts` (the first ones get more)."""
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
 def grow_parallel(game: Game, state: np.ndarray, simulations: int,
-                  config: SearchConfig = SearchConfig(), threads: int = 1, *,
+                  config: SearchConfig = DEFAULT_CONFIG, threads: int = 1, *,
                   deadline: float | None = None,
                   stop: threading.Event | None = None,
                   pool: TreePool | None = None) -> list[Grown]:
@@ -471,10 +337,10 @@ trees."""
 
 
 def search(game: Game, state: np.ndarray, simulations: int,
-           config: SearchConfig = SearchConfig(), threads: int = 1) -> GameSearchResult:
+           config: SearchConfig = DEFAULT_CONFIG, threads: int = 1) -> SearchResult:
     """Searches `state` (int64 [S]) of `game` with `threads` threads (`grow_parallel`, as
-    `config.parallelism` says) and chooses an action; see `GameSearchResult`. The trees come
-    from and go back to `SPARE_TREES`.
+    `config.parallelism` says) and chooses an action; see `SearchResult` (actions numbered as
+    the game numbers them). The trees come from and go back to `SPARE_TREES`.
 
     Raises:
         ValueError: as `grow_parallel`.
@@ -482,60 +348,19 @@ def search(game: Game, state: np.ndarray, simulations: int,
     started = time.perf_counter()
     runs = grow_parallel(game, state, simulations, config, threads, pool=SPARE_TREES)
     elapsed = time.perf_counter() - started
-    visits = np.zeros(game.num_actions, dtype=np.int64)
-    value_sums = np.zeros(game.num_actions, dtype=np.float64)
-    priors = np.zeros(game.num_actions, dtype=np.float64)
-    for grown in runs:
-        tree = grown.tree
-        for child in tree.children(0):
-            a = int(tree.action[child])
-            visits[a] += tree.visits[child]
-            value_sums[a] += tree.value_sum[child]
-            priors[a] += tree.prior[child] / len(runs)
-    values = np.full(game.num_actions, np.nan)
-    seen = visits > 0
-    values[seen] = value_sums[seen] / visits[seen]
-    legal = sorted({int(grown.tree.action[child]) for grown in runs
-                    for child in grown.tree.children(0)})
-    if not legal:
-        # The root could not be expanded (max_nodes too small): every legal action is equal.
-        buffer = np.empty(MAX_ACTIONS, dtype=np.int64)
-        legal = sorted(buffer[:game.legal_actions(state.astype(np.int64), buffer)].tolist())
-    if config.temperature > 0 and visits.sum() > 0:
-        chosen = sample_by_temperature(visits, config.temperature, config.seed)
-    else:
-        chosen = max(legal, key=lambda a: (visits[a], values[a] if seen[a] else -np.inf, -a))
-    total = int(visits.sum())
-    done = sum(grown.simulations for grown in runs)
-    phases = sum(grown.phases for grown in runs)
-    phase_seconds = sum(grown.phase_seconds for grown in runs) / len(runs)
-    result = GameSearchResult(
-        action=chosen,
-        visits=visits,
-        values=values,
-        priors=priors,
-        root_value=float(value_sums.sum() / total) if total else 0.0,
-        simulations=done,
-        tree_size=sum(grown.tree.size for grown in runs),
-        max_depth=max(grown.tree.max_depth for grown in runs),
-        tree_full=any(grown.tree.full for grown in runs),
-        selection_steps=int(phases[SELECT]),
-        expanded_nodes=int(phases[EXPAND]),
-        rollout_plies=int(phases[ROLLOUT]),
-        backup_steps=int(phases[BACKUP]),
-        elapsed_s=elapsed,
-        simulations_per_second=done / elapsed if elapsed > 0 else 0.0,
-        selection_s=float(phase_seconds[SELECT]),
-        expansion_s=float(phase_seconds[EXPAND]),
-        rollout_s=float(phase_seconds[ROLLOUT]),
-        backup_s=float(phase_seconds[BACKUP]),
-        wait_s=float(phase_seconds[WAIT]),
-        timed_simulations=sum(grown.timed_simulations for grown in runs),
-        transposition_hits=sum(grown.transposition_hits for grown in runs),
-        threads=max(grown.threads for grown in runs) if config.parallelism == "tree"
-        else len(runs),
-        parallelism=config.parallelism,
-    )
-    for grown in runs:
-        SPARE_TREES.release(grown.tree)
-    return result
+    try:
+        priors = np.zeros(game.num_actions, dtype=np.float64)
+        legal = set()
+        for grown in runs:
+            tree = grown.tree
+            for child in tree.children(0):
+                priors[int(tree.action[child])] += tree.prior[child] / len(runs)
+                legal.add(int(tree.action[child]))
+        if not legal:
+            # The root could not be expanded (max_nodes too small): every legal action is equal.
+            buffer = np.empty(MAX_ACTIONS, dtype=np.int64)
+            legal = set(buffer[:game.legal_actions(state.astype(np.int64), buffer)].tolist())
+        return summarise(runs, sorted(legal), priors, elapsed, config)
+    finally:
+        for grown in runs:
+            SPARE_TREES.release(grown.tree)

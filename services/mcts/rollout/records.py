@@ -13,7 +13,8 @@ node's entry.
 
 Numba passes a `NamedTuple` by value as a struct of its fields: reading `nodes.visits` in a kernel
 costs nothing, and the kernels compile to the same loops as with one argument per array (the trees
-hash the same, `bench/tree_hashes.py`). Built once per search in Python, by the functions below.
+hash the same, `tests/unit/mcts/test_tree_hashes_golden.py`). Built once per search in Python, by
+the functions below.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from numba.core import types
 from numba.extending import typeof_impl
 
+from services.mcts.core.config import SearchConfig
 from services.mcts.core.game import MAX_ACTIONS, Game
 from services.mcts.core.selection import PUCT, UCT
 from services.mcts.core.tree import Tree
@@ -79,7 +81,7 @@ class Table(NamedTuple):
 
 
 class Options(NamedTuple):
-    """The rule of a search as the kernels take it (`engine.SearchConfig`'s, resolved).
+    """The rule of a search as the kernels take it (`core.config.SearchConfig`'s, resolved).
 
     Attributes:
         rule: UCT or PUCT (`services.mcts.core.selection`).
@@ -183,11 +185,12 @@ def table_of(table: TranspositionTable | None, entry: np.ndarray | None) -> Tabl
                  table.counters, table.shift)
 
 
-def options_of(game: Game, rule: str, exploration: float, widening_k: float | None,
-               widening_alpha: float, rave_k: float | None) -> Options:
-    """The `Options` of a search's settings (None: off)."""
-    return Options(PUCT if rule == "puct" else UCT, float(exploration), float(widening_k or 0.0),
-                   float(widening_alpha), float(rave_k or 0.0), game.players)
+def options_of(game: Game, config: SearchConfig) -> Options:
+    """The kernels' `Options` of a search of `game` with `config` (an option that is off, None,
+    becomes 0)."""
+    return Options(PUCT if config.rule == "puct" else UCT, float(config.exploration),
+                   float(config.widening_k or 0.0), float(config.widening_alpha),
+                   float(config.rave_k or 0.0), game.players)
 
 
 def functions_of(game: Game, key: Any = None) -> GameFunctions:

@@ -15,14 +15,10 @@ import numpy as np
 import pytest
 from numba import njit
 
-from services.mcts.batched.search import (
-    EVALUATED,
-    STORED_BACKUPS,
-    BatchedConfig,
-    BatchedSearch,
-    EvaluationError,
-    run_batched,
-)
+from services.mcts.batched.kernels import EVALUATED, STORED_BACKUPS
+from services.mcts.batched.leaves import EvaluationError
+from services.mcts.batched.search import BatchedSearch, run_batched
+from services.mcts.core.config import BatchedConfig
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 

@@ -15,7 +15,8 @@ from services.mcts.batched.evaluators import (
     replay,
     run_batched_async,
 )
-from services.mcts.batched.search import BatchedConfig, BatchedSearch, run_batched
+from services.mcts.batched.search import BatchedSearch, run_batched
+from services.mcts.core.config import BatchedConfig
 from services.mcts.games import connect4, tictactoe
 
 

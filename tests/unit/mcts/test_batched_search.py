@@ -14,14 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.mcts.batched.gumbel import considered_visits_sequence
-from services.mcts.batched.kernels import Rows
+from services.mcts.batched.kernels import EVALUATED, Rows
 from services.mcts.batched.kernels import select_puct as select_puct_rows
-from services.mcts.batched.search import (
-    EVALUATED,
-    BatchedConfig,
-    BatchedSearch,
-    run_batched,
-)
+from services.mcts.batched.search import BatchedSearch, run_batched
+from services.mcts.core.config import BatchedConfig
 
 
 def random_evaluator(num_actions: int, seed: int, terminal_rate: float = 0.1):

@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.mcts.core.config import SearchConfig
 from services.mcts.core.selection import (
     PUCT,
     UCT,
@@ -19,15 +20,8 @@ from services.mcts.core.selection import (
     widened_children,
 )
 from services.mcts.games import tictactoe
-from services.mcts.rollout.engine import (
-    BACKUP,
-    EXPAND,
-    SELECT,
-    SearchConfig,
-    grow,
-    search,
-)
-from services.mcts.rollout.kernel import select_child
+from services.mcts.rollout.engine import grow, search
+from services.mcts.rollout.kernel import BACKUP, EXPAND, SELECT, select_child
 from services.mcts.rollout.records import Nodes, Options
 
 FEW = settings(max_examples=25, deadline=None)

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from numba import njit
 
+from services.mcts.core.config import SearchConfig
 from services.mcts.core.game import Game
 from services.mcts.core.tree import MAX_VISITS
 from services.mcts.native.xorshift import next_random
-from services.mcts.rollout.engine import SearchConfig, grow, search
+from services.mcts.rollout.engine import grow, search
 
 ARMS = 60
 BEST_ARM = 2

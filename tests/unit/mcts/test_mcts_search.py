@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from libs.connect4.board import IllegalPosition, Position
+from services.mcts.core.config import SearchConfig
+from services.mcts.core.result import SearchStopped
 from services.mcts.core.tree import OPEN, Tree
 from services.mcts.games.connect4 import GAME, from_position
-from services.mcts.rollout.connect4 import SearchStopped, uct_search
-from services.mcts.rollout.engine import SearchConfig, grow
+from services.mcts.rollout.connect4 import uct_search
+from services.mcts.rollout.engine import grow
 
 
 def grow_tree(moves: str, simulations: int, seed: int, capacity: int) -> tuple[Tree, int]:

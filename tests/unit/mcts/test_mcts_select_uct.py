@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
+from services.mcts.core.config import SearchConfig
 from services.mcts.core.selection import UCT
 from services.mcts.games import connect4, tictactoe
 from services.mcts.native.simd import LANES, ucb1_lanes
-from services.mcts.rollout.engine import SearchConfig, grow
+from services.mcts.rollout.engine import grow
 from services.mcts.rollout.kernel import LOG_TABLE_SIZE, log_visits, select_child, select_uct
 from services.mcts.rollout.records import Nodes, Options
 

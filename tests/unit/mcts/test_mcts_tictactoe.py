@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from services.mcts.core.config import SearchConfig
 from services.mcts.games import tictactoe
 from services.mcts.games.tictactoe import GAME, IllegalMove, from_moves
-from services.mcts.rollout.engine import SearchConfig, search
+from services.mcts.rollout.engine import search
 
 
 def test_rules_and_encoding() -> None:

@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.connect4.board import Position
+from services.mcts.core.config import SearchConfig
 from services.mcts.core.game import Game
 from services.mcts.games import connect4, tictactoe
 from services.mcts.rollout.connect4 import uct_search
-from services.mcts.rollout.engine import SearchConfig, grow, grow_tree_parallel, search
+from services.mcts.rollout.engine import grow, grow_tree_parallel, search
 from services.mcts.rollout.transpositions import TranspositionTable, find_or_insert
 
 FEW = settings(max_examples=20, deadline=None)

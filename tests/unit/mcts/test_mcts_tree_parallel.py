@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from numba import njit
 
 from libs.connect4.board import Position
+from services.mcts.core.config import SearchConfig
 from services.mcts.core.selection import UCT, ucb1
 from services.mcts.core.tree import Tree
 from services.mcts.games import connect4, tictactoe
@@ -22,17 +23,13 @@ from services.mcts.native.spinlock import acquire, release
 from services.mcts.rollout import engine
 from services.mcts.rollout.connect4 import uct_search
 from services.mcts.rollout.engine import (
-    BACKUP,
-    EXPAND,
-    SELECT,
     TIMING_SAMPLE_EVERY,
-    WAIT,
-    SearchConfig,
     grow,
     grow_parallel,
     grow_tree_parallel,
     search,
 )
+from services.mcts.rollout.kernel import BACKUP, EXPAND, SELECT, WAIT
 from services.mcts.rollout.records import Nodes, Options, functions_of, scratch_for, table_of
 from services.mcts.rollout.shared_kernel import backup_shared, descend, no_key, select_child_shared
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.mcts.core.tree import MIN_CAPACITY, Tree, TreePool
+from services.mcts.core.config import SearchConfig
+from services.mcts.core.tree import Tree, TreePool
 from services.mcts.games import connect4, tictactoe
 from services.mcts.rollout.connect4 import uct_search
-from services.mcts.rollout.engine import SearchConfig, grow, grow_tree_parallel
+from services.mcts.rollout.engine import grow, grow_tree_parallel
+from services.mcts.settings import MIN_CAPACITY
 
 FIELDS = ("visits", "value_sum", "prior", "first_child", "num_children", "parent", "action",
           "terminal")

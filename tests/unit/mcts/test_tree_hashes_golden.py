@@ -20,9 +20,10 @@ import pytest
 
 from libs.connect4.board import Position
 from services.mcts.batched.evaluators import GameEvaluator
-from services.mcts.batched.search import BatchedConfig, BatchedSearch, run_batched
+from services.mcts.batched.search import BatchedSearch, run_batched
+from services.mcts.core.config import BatchedConfig, SearchConfig
 from services.mcts.games.connect4 import GAME, from_position
-from services.mcts.rollout.engine import SearchConfig, grow_parallel, search
+from services.mcts.rollout.engine import grow_parallel, search
 
 MOVES = "4453"
 SIMULATIONS = 3_000
