@@ -20,7 +20,8 @@ end. An error before the first message is an ordinary error response (its HTTP s
 Order of checks: nothing heavier than a bounded, linear look at the request runs before the API
 key is checked, and validation answers come after it.
 1. The HTTP protocol (`protocol`) bounds the head: target and headers at most `max_head_bytes`
-   (414 / 431), at most `max_headers` headers (431); httptools refuses a target of 64 KiB or more.
+   (414 / 431), at most `max_headers` headers (431), complete within `head_timeout_s` (408);
+   httptools refuses a target of 64 KiB or more.
 2. Host and Origin (`origins`): a Host not allowed is 421 (DNS rebinding), an Origin that is not
    the request's own nor allowed is 403 (cross-site requests; CORS allowed origins are allowed).
 3. Routing on the path: 404, or 405 with `Allow`.
@@ -154,6 +155,8 @@ class RestSettings:
         max_head_bytes: most bytes of request target and headers together (414 or 431 beyond,
             answered by the HTTP protocol before the request reaches the app).
         max_headers: most headers of a request (431 beyond).
+        head_timeout_s: a request head not complete this many seconds after its first byte (or
+            after the connection opened) is answered 408; a connection silent so long is closed.
         allowed_hosts: Host names answered ("*.example.com" its subdomains, "*" any); None: the
             loopback names when `host` is loopback, any otherwise (see `origins`).
         allowed_origins: origins whose cross-site requests are served besides same-origin ones
@@ -175,8 +178,9 @@ class RestSettings:
     cors_max_age_s: int = 600
     max_query_bytes: int = 8 * 1024
     max_query_parameters: int = 64
-    max_head_bytes: int = 1024 * 1024
+    max_head_bytes: int = 128 * 1024
     max_headers: int = 100
+    head_timeout_s: float = 10.0
     allowed_hosts: tuple[str, ...] | None = None
     allowed_origins: tuple[str, ...] = field(default_factory=tuple)
     offload_body_bytes: int = 16 * 1024
@@ -678,7 +682,8 @@ async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float 
     settings = getattr(app.state, "rest_settings", None) or RestSettings()
     config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False,
                             log_config=None,
-                            http=bounded_protocol(settings.max_head_bytes, settings.max_headers),
+                            http=bounded_protocol(settings.max_head_bytes, settings.max_headers,
+                                                  settings.head_timeout_s),
                             timeout_graceful_shutdown=drain_grace_s)
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -177,3 +177,20 @@ async def test_request_heads_over_the_limits_are_refused_by_the_protocol(front_f
     # under the limits, the same connection is answered as usual
     reply = await front.client.get("/health", headers={f"X-H{i}": "v" for i in range(10)})
     assert reply.status_code == 200
+
+
+async def test_a_head_that_never_ends_is_408_and_a_silent_connection_is_closed(front_factory):
+    front = await front_factory(head_timeout_s=0.5)
+    reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+    writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 1\r\n")  # no blank line
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+    assert head.startswith(b"HTTP/1.1 408 ")
+    body = json.loads(await asyncio.wait_for(reader.read(), timeout=10))
+    assert body["code"] == 4 and "0.5 s" in body["message"]
+    writer.close()
+    silent_reader, silent_writer = await asyncio.open_connection("127.0.0.1", front.port)
+    assert await asyncio.wait_for(silent_reader.read(), timeout=10) == b""  # closed, no answer
+    silent_writer.close()
+    # a complete head on a fresh connection is answered as usual
+    assert (await front.client.get("/health")).status_code == 200
