@@ -30,6 +30,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 
 from libs.server import Servicer, start_server
 from services.orchestrator.access import open_access
+from services.orchestrator.access.control import MISSING_KEY
 from services.orchestrator.access.interceptor import AccessInterceptor
 from services.orchestrator.access.keys import FileKeyStore
 from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
@@ -271,10 +272,14 @@ async def test_garbage_without_a_valid_key_is_401_not_400(front, key):
         b"GET /v1/problems:solve?" + b"&".join([b"a=1"] * 5000) + b" HTTP/1.1\r\n"
         b"Host: 127.0.0.1\r\n" + auth + b"Grpc-Timeout: forever\r\n\r\n",
     ]
+    message = "invalid API key" if key else MISSING_KEY.message
     for raw in garbage:
         status, body = await _http(front.rest_port, raw)
         assert status == 401, (raw[:60], body)
-        assert body["code"] == 16 and body["details"][0]["reason"] == reason
+        # the body the access interceptor answers over gRPC and REST alike
+        assert body == {"code": 16, "message": message, "details": [
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+             "domain": "mcts-mesh", "metadata": {"service": "orchestrator"}}]}
     assert front.servicer.calls == 0
 
 
