@@ -59,6 +59,12 @@ class BatchedSearch:
     """One batched PUCT or Gumbel search, driven by `next_batch` / `submit` (module doc).
 
     Not thread-safe: one driver calls `next_batch` and `submit` alternately.
+
+    Attributes:
+        tree: the tree (`core.tree.Tree`; here every array is an int64 or float64 row of the
+            search's two blocks).
+        raw_value: float64 [N], each evaluated node's value for the player to move there.
+        status: int64 [N], NEW, PENDING or EVALUATED.
     """
 
     def __init__(self, num_actions: int, simulations: int, config: BatchedConfig = DEFAULT_CONFIG,
@@ -97,12 +103,8 @@ class BatchedSearch:
                          first_child=ints[FIRST_CHILD], num_children=ints[NUM_CHILDREN],
                          parent=ints[PARENT], action=ints[ACTION], terminal=ints[TERMINAL],
                          counters=self._counters[:3])
-        """The tree (`services.mcts.core.tree.Tree`; here every array is an int64 or float64 row of
-        the search's two blocks)."""
         self.raw_value = floats[RAW_VALUE]
-        """float64 [N], each evaluated node's value for the player to move there."""
         self.status = ints[STATUS]
-        """int64 [N], NEW, PENDING or EVALUATED."""
         self._rule = RULES[config.rule]
         self._vl = float(config.virtual_loss)
         self._scratch = np.zeros(MAX_ACTIONS, dtype=np.float64)
