@@ -2,7 +2,7 @@
 improvement by planning with Gumbel"; as mctx's `gumbel_muzero_policy`), the one implementation
 the batched search (`services.mcts.batched.search`) uses: the root's sequential-halving schedule,
 the completed Q-values and their sigma transform, the root's Gumbel-top-m choice and the
-deterministic choice below the root. See `services.mcts.batched.search` for how a search uses them.
+deterministic choice below the root. See docs/services/mcts.md for how a search uses them.
 
 The kernels read the tree through a `Rows` record (`services.mcts.batched.kernels.Rows`: visits,
 value_sum, prior, first_child, num_children, raw_value, ...).

@@ -1,5 +1,5 @@
 """The batched search's numba kernels and the records they take (`services.mcts.batched.search`
-drives them; its module doc describes the algorithm).
+drives them; docs/services/mcts.md, "The batched engine", describes the algorithm).
 
 Records (`NamedTuple`s, as the rollout engine's `services.mcts.rollout.records`):
 - `Blocks`: the tree's two preallocated blocks, int64 `ints` [7, N] and float64 `floats` [3, N]

@@ -56,7 +56,8 @@ event must be checked between calls."""
 
 
 class BatchedSearch:
-    """One batched PUCT or Gumbel search, driven by `next_batch` / `submit` (module doc).
+    """One batched PUCT or Gumbel search, driven by `next_batch` / `submit`
+    (docs/services/mcts.md, "The batched engine").
 
     Not thread-safe: one driver calls `next_batch` and `submit` alternately.
 

@@ -104,7 +104,7 @@ def grow(game: Game, state: np.ndarray, simulations: int,
          config: SearchConfig = DEFAULT_CONFIG, *, deadline: float | None = None,
          stop: threading.Event | None = None, pool: TreePool | None = None) -> Grown:
     """Builds a search tree from `state` (int64 [S], a game that goes on) with `simulations`
-    simulations; see the module doc for the options.
+    simulations; see `SearchConfig` and docs/services/mcts.md for the options.
 
     Args:
         deadline: `time.monotonic()` seconds after which no new chunk of simulations starts.
@@ -206,7 +206,7 @@ def grow_tree_parallel(game: Game, state: np.ndarray, simulations: int,
                        pool: TreePool | None = None) -> Grown:
     """Tree parallelisation (Chaslot, Winands & van den Herik 2008): `threads` threads (at most
     `simulations`) grow ONE tree with virtual loss, without locks (`descend`, `backup_shared`;
-    Enzenberger & Mueller 2009); see the module doc. Thread i draws its rollouts with seed
+    Enzenberger & Mueller 2009); see docs/services/mcts.md. Thread i draws its rollouts with seed
     `config.seed + i`. With `threads == 1` the tree is the one `grow` builds (bit for bit,
     without a transposition table); with more threads the interleaving of the threads changes
     the tree from run to run.

@@ -2,7 +2,7 @@
 tree-parallel kernel (`services.mcts.rollout.shared_kernel`): selection, expansion, the rollout.
 
 The rules (`services.mcts.core.selection`) and the algorithm are described in
-`services.mcts.rollout.engine`; the records the kernels take (`Nodes`, `Options`, `Scratch`,
+docs/services/mcts.md; the records the kernels take (`Nodes`, `Options`, `Scratch`,
 `GameFunctions`) in `services.mcts.rollout.records`. Every function here is `inline="always"` but
 the kernel itself, so the kernel compiles to one loop per game, as it did when every array was its
 own argument.
@@ -32,7 +32,7 @@ from services.mcts.native.xorshift import random_below
 
 SELECT, EXPAND, ROLLOUT, BACKUP = 0, 1, 2, 3
 """Indices of the phase work counters and of the phase times (see
-`services.mcts.rollout.engine`)."""
+docs/services/mcts.md, "Time per phase")."""
 WAIT = 4
 """Index of the time spent waiting for another thread: on a shared tree, for an expansion in
 progress (tree parallelisation; the transposition table's lock is counted in selection)."""
@@ -181,7 +181,7 @@ def tree_statistics(nodes, source, child):
 def select_child(nodes, node, options):
     """Index of the child of `node` (expanded) chosen by `options`' rule, with progressive
     widening and RAVE when on (`choose_child` over the tree's visits); see
-    `services.mcts.rollout.engine`."""
+    docs/services/mcts.md."""
     return choose_child(nodes, nodes.first_child[node], nodes.num_children[node],
                         nodes.visits[node], options, tree_statistics, 0)
 
@@ -403,14 +403,14 @@ def clear_seen(seen):
 # No reference counting (`_nrt=False`): every array comes from the caller, and the atomic reference
 # counts of the arrays passed to the inlined functions would take a third of the time. Not cached:
 # numba's cache never matches a kernel typed by function arguments in a new process (see
-# `services.mcts.rollout.engine`), it would only pile up files.
+# docs/services/mcts.md), it would only pile up files.
 # Numpy's error model: the only divisions are by counts checked to be nonzero, and the Python
 # model's zero checks would add a branch to each of them.
 @njit(nogil=True, _nrt=False, error_model="numpy")
 def run_simulations(nodes, options, scratch, game, root_state, simulations, sample_mask):
     """Runs `simulations` simulations in place on the tree `nodes` whose root holds `root_state`
     (a state whose game goes on); `nodes.terminal[node]` is 1 once the move into the node is
-    known to end the game. See `services.mcts.rollout.engine` for the rules and `records` for the
+    known to end the game. See docs/services/mcts.md for the rules and `records` for the
     records. Simulation `sim` with `sim & sample_mask == 0` adds the cycle-counter ticks of its
     phases to `scratch.phase_cycles` (SELECT .. BACKUP, and TIMED for the count); a negative
     `sample_mask` times nothing. Work counts go to `scratch.phases`."""

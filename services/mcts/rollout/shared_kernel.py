@@ -1,8 +1,8 @@
 """The tree-parallel kernel, `run_shared_simulations`: threads growing one tree without locks
 (Chaslot, Winands & van den Herik 2008; Enzenberger & Mueller 2009), with an optional
-transposition table. The algorithm is described in `services.mcts.rollout.engine`; the records the
-kernels take in `services.mcts.rollout.records`; selection, expansion and the rollout are the
-sequential kernel's (`services.mcts.rollout.kernel`) where they can be.
+transposition table. The algorithm is described in docs/services/mcts.md ("Parallel search");
+the records the kernels take in `services.mcts.rollout.records`; selection, expansion and the
+rollout are the sequential kernel's (`services.mcts.rollout.kernel`) where they can be.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def select_child_shared(nodes, table, node, start, count, options):
     simulations in flight through it) and each in-flight simulation counts as a loss (-1 for the
     mover into the child): virtual loss; the parent's N is its arrivals but the thread's own.
     With `table.on`, a child's Q is its position's mean from the transposition table while N
-    and n stay the tree's (see `services.mcts.rollout.engine`). With nothing in flight and no table
+    and n stay the tree's (see docs/services/mcts.md). With nothing in flight and no table
     it chooses exactly as `select_child`. Reads that race with other threads' updates see each value
     either before or after an update (aligned 4- and 8-byte words)."""
     return choose_child(nodes, start, count, nodes.arrivals[node] - 1, options,
