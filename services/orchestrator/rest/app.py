@@ -9,8 +9,8 @@ for the exact rules), plus `/health` (200 while the process runs), `/ready` (bel
 `/metrics` (Prometheus text format, the process's registry) and `/openapi.json` (generated from the
 same annotations).
 
-Server-streaming RPCs are served as grpc-gateway serves them: newline-delimited JSON, one
-`{"result": <message>}` line per message, sent as it arrives (Content-Type
+Server-streaming RPCs are served as grpc-gateway serves them (`streaming`): newline-delimited
+JSON, one `{"result": <message>}` line per message, sent as it arrives (Content-Type
 `application/x-ndjson`, where grpc-gateway says `application/json` though the body is not one JSON
 document); an error after the first message is
 a last `{"error": <google.rpc.Status>}` line (the HTTP status, 200, is already sent), never a silent
@@ -99,7 +99,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from libs.errors import MeshError
-from libs.in_process import CallFailed, InProcessServer, InProcessStreamCall, InProcessUnaryCall
+from libs.in_process import CallFailed, InProcessServer
 from services.orchestrator.access.control import Credential, Rejection, credential_from_metadata
 from services.orchestrator.access.interceptor import rejection_status
 from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
@@ -118,14 +118,12 @@ from services.orchestrator.rest.status import (
     JSON,
     code_status,
     error_response,
-    status_json,
     status_response,
 )
+from services.orchestrator.rest.streaming import NdjsonStream, cancel_on_disconnect
 from services.orchestrator.rest.transcoding import apply_path_and_query, response_json
 
 log = logging.getLogger(__name__)
-
-NDJSON = "application/x-ndjson"
 
 ORCHESTRATOR_SERVICE = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"]
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -232,7 +230,7 @@ class _Gateway:
         await response(scope, receive, send)
 
     async def _forward(self, request: Request, receive: Receive, binding: HttpBinding,
-                       path_values: dict[str, str]) -> Response | _NdjsonStream:
+                       path_values: dict[str, str]) -> Response | NdjsonStream:
         parent = propagate.extract(dict(request.headers))
         span = self._tracer.start_span(
             f"{binding.http_method} {binding.template.template}", context=parent,
@@ -241,14 +239,14 @@ class _Gateway:
                         "http.route": binding.template.template,
                         "url.path": request.url.path,
                         "rpc.method": binding.rpc_path})
-        stream: _NdjsonStream | None = None
+        stream: NdjsonStream | None = None
         try:
             with trace.use_span(span, end_on_exit=False):
                 response = await self._transcode_and_call(request, receive, binding, path_values)
             span.set_attribute("http.response.status_code", response.status_code)
             if response.status_code >= 500:
                 span.set_status(StatusCode.ERROR)
-            if isinstance(response, _NdjsonStream):
+            if isinstance(response, NdjsonStream):
                 stream, response.span = response, span  # the stream ends the span
             return response
         finally:
@@ -256,7 +254,7 @@ class _Gateway:
                 span.end()
 
     async def _transcode_and_call(self, request: Request, receive: Receive, binding: HttpBinding,
-                                  path_values: dict[str, str]) -> Response | _NdjsonStream:
+                                  path_values: dict[str, str]) -> Response | NdjsonStream:
         refusal = self._refuse_unauthenticated(request)
         if refusal is not None:
             return refusal
@@ -275,7 +273,7 @@ class _Gateway:
         if binding.method.server_streaming:
             return await self._open_stream(binding, message, timeout, metadata, peer, receive)
         call = self._server.unary_unary(binding.rpc_path, message, timeout, metadata, peer)
-        watcher = _cancel_on_disconnect(call, receive)
+        watcher = cancel_on_disconnect(call, receive)
         try:
             reply = await call
         except asyncio.CancelledError:
@@ -339,7 +337,7 @@ class _Gateway:
 
     async def _open_stream(self, binding: HttpBinding, message: Message, timeout: float,
                            metadata: list, peer: str, receive: Receive
-                           ) -> Response | _NdjsonStream:
+                           ) -> Response | NdjsonStream:
         """Starts a server-streaming call and waits for its first message: an error before it is
         an ordinary error response; otherwise the stream of NDJSON lines."""
         try:
@@ -347,7 +345,7 @@ class _Gateway:
                                                    peer)
         except CallFailed as error:
             return status_response(error.status, response_headers(error.initial_metadata))
-        watcher = _cancel_on_disconnect(call, receive)
+        watcher = cancel_on_disconnect(call, receive)
         try:
             first = await call.read()
         except asyncio.CancelledError:
@@ -361,75 +359,7 @@ class _Gateway:
         finally:
             watcher.cancel()
         headers = response_headers(call.initial_metadata())
-        return _NdjsonStream(call, first, binding.response_body, headers)
-
-
-class _NdjsonStream:
-    """The ASGI response of a server-streaming call: 200, then one `{"result": ...}` line per
-    message as it arrives (`first` already read), and `{"error": <google.rpc.Status>}` if the call
-    fails. A client that disconnects cancels the call; the REST span ends with the stream."""
-
-    status_code = 200
-
-    def __init__(self, call: InProcessStreamCall, first: object, response_body: str,
-                 headers: dict[str, str]) -> None:
-        self._call = call
-        self._first = first
-        self._response_body = response_body
-        self._headers = headers
-        self.span: trace.Span | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(b"content-type", NDJSON.encode()), (b"cache-control", b"no-cache"),
-                   (b"x-accel-buffering", b"no")]
-        headers += [(key.lower().encode("latin-1"), value.encode("latin-1"))
-                    for key, value in self._headers.items()]
-        disconnect = asyncio.ensure_future(_wait_for_disconnect(receive))
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            item = self._first
-            while item is not grpc.aio.EOF:
-                line = b'{"result":' + response_json(item, self._response_body) + b"}\n"
-                await send({"type": "http.response.body", "body": line, "more_body": True})
-                read = asyncio.ensure_future(self._call.read())
-                await asyncio.wait({read, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-                if not read.done():
-                    read.cancel()
-                    self._call.cancel()
-                    self._end_span("the HTTP client went away")
-                    return
-                try:
-                    item = read.result()
-                except CallFailed as error:
-                    line = b'{"error":' + status_json(error.status) + b"}\n"
-                    await send({"type": "http.response.body", "body": line, "more_body": True})
-                    self._end_span(str(error))
-                    break
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            disconnect.cancel()
-            self._call.cancel()  # no-op once the call has ended
-            self._end_span()
-
-    def _end_span(self, error: str | None = None) -> None:
-        if self.span is None:
-            return
-        if error is not None:
-            self.span.set_status(StatusCode.ERROR, error)
-        self.span.end()
-        self.span = None
-
-
-def _cancel_on_disconnect(call: InProcessUnaryCall | InProcessStreamCall,
-                          receive: Receive) -> asyncio.Task[None]:
-    """A task that cancels `call` if the HTTP client disconnects (the caller cancels the task once
-    it has what it waited for; a done task means the client went away)."""
-
-    async def watch() -> None:
-        await _wait_for_disconnect(receive)
-        call.cancel()
-
-    return asyncio.ensure_future(watch())
+        return NdjsonStream(call, first, binding.response_body, headers)
 
 
 def _peer(request: Request) -> str:
@@ -448,13 +378,6 @@ def _with_trace_context(metadata: list) -> list:
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return metadata + list(carrier.items())
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 def build_rest_app(
