@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from libs.connect4.board import Position
 from services.mcts.batched.leaves import LeafBatch
 from services.mcts.batched.search import BatchedSearch
 from services.mcts.core.game import MAX_ACTIONS, Game
 from services.mcts.core.result import SearchResult
+from services.mcts.games.connect4 import GAME, from_position
 from services.mcts.native.xorshift import random_below, rng_state
 
 Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -112,9 +114,6 @@ class NeuralConnectFourEvaluator:
     """
 
     def __init__(self, root_moves: str, evaluate_positions: EvaluatePositions) -> None:
-        from libs.connect4.board import Position
-        from services.mcts.games.connect4 import GAME, from_position
-
         self.game = GAME
         self.root_moves = root_moves
         self.root_state = from_position(Position.from_moves(root_moves))
