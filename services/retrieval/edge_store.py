@@ -142,6 +142,11 @@ def _stale_of(head: DocumentHead) -> qe.Filter:
                                _match(VERSION_KEY, head.version)])
 
 
+def _lower_seq(seq: int) -> qe.Filter:
+    """Existing points with a seq below `seq` (the condition of a head's conditional upsert)."""
+    return qe.Filter(must=[qe.FieldCondition(key=SEQ_KEY, range=qe.RangeFloat(lt=seq))])
+
+
 def _create_indexes(shard: qe.EdgeShard) -> None:
     """The payload indexes filters and the head protocol use (a no-op where they exist)."""
     for key in KEYWORD_INDEXES:
@@ -200,7 +205,10 @@ class EdgeStore:
             self._modes[name] = frozenset(SEARCH_MODES)
 
     def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
-               sparse: Sequence[SparseVector] | None = None) -> None:
+               sparse: Sequence[SparseVector] | None = None,
+               heads: Sequence[DocumentHead] = ()) -> None:
+        if heads and len({head.seq for head in heads}) > 1:
+            raise FailedPrecondition("heads written with chunks must share one seq")
         shard = self._shard(collection)
         self._check_vectors(collection, vectors, len(chunks))
         named = self._modes[collection] != DENSE_ONLY
@@ -219,8 +227,11 @@ class EdgeStore:
             points.append(qe.Point(
                 point_id(collection, chunk.document_id, chunk.chunk_index, chunk.version),
                 vector_data, chunk.payload()))
-        if points:
-            shard.update(qe.UpdateOperation.upsert_points(points))
+        points.extend(qe.Point(head_point_id(collection, h.document_id), {}, h.payload())
+                      for h in heads)
+        if points:  # chunks are new points: the condition only decides over existing heads
+            shard.update(qe.UpdateOperation.upsert_points(
+                points, condition=_lower_seq(heads[0].seq) if heads else None))
 
     def delete_document(self, collection: str, document_id: str) -> None:
         self._shard(collection).update(
@@ -290,9 +301,7 @@ class EdgeStore:
         for seq in sorted({head.seq for head in heads}):
             shard.update(qe.UpdateOperation.upsert_points(
                 [qe.Point(head_point_id(collection, h.document_id), {}, h.payload())
-                 for h in heads if h.seq == seq],
-                condition=qe.Filter(must=[qe.FieldCondition(
-                    key=SEQ_KEY, range=qe.RangeFloat(lt=seq))])))
+                 for h in heads if h.seq == seq], condition=_lower_seq(seq)))
 
     def max_seq(self, collection: str, document_ids: Sequence[str]) -> int:
         if not document_ids:

@@ -49,12 +49,18 @@ class KillAfterWrites:
             return allowed
 
     def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
-               sparse: Sequence[SparseVector] | None = None) -> None:
-        allowed = self._take(len(chunks))
-        if allowed:
-            self._store.upsert(collection, chunks[:allowed], vectors[:allowed],
-                               None if sparse is None else sparse[:allowed])
-        if allowed < len(chunks):
+               sparse: Sequence[SparseVector] | None = None,
+               heads: Sequence[DocumentHead] = ()) -> None:
+        """The chunks, then the heads (one unit each); cut where the budget ends (the engine
+        writes one operation whole; this cuts it, a harder case)."""
+        allowed = self._take(len(chunks) + len(heads))
+        chunk_part, head_part = min(allowed, len(chunks)), max(0, allowed - len(chunks))
+        if chunk_part:
+            self._store.upsert(collection, chunks[:chunk_part], vectors[:chunk_part],
+                               None if sparse is None else sparse[:chunk_part])
+        if head_part:
+            self._store.commit_heads(collection, heads[:head_part])
+        if allowed < len(chunks) + len(heads):
             self._action()
 
     def commit_heads(self, collection: str, heads: Sequence[DocumentHead]) -> None:

@@ -79,6 +79,10 @@ def _of_documents(document_ids: Sequence[str]) -> models.FieldCondition:
     return models.FieldCondition(key="document_id", match=models.MatchAny(any=list(document_ids)))
 
 
+def _lower_seq(seq: int) -> models.Filter:
+    return models.Filter(must=[models.FieldCondition(key=SEQ_KEY, range=models.Range(lt=seq))])
+
+
 def _stale_of(head: DocumentHead) -> models.Filter:
     return models.Filter(must=[_match("document_id", head.document_id)],
                          must_not=[models.FieldCondition(key=SEQ_KEY,
@@ -143,7 +147,10 @@ class ServerStore:
         )
 
     def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
-               sparse: Sequence[SparseVector] | None = None) -> None:
+               sparse: Sequence[SparseVector] | None = None,
+               heads: Sequence[DocumentHead] = ()) -> None:
+        if heads and len({head.seq for head in heads}) > 1:
+            raise FailedPrecondition("heads written with chunks must share one seq")
         named = self.modes(collection) != DENSE_ONLY
         if sparse is not None and len(sparse) != len(chunks):
             raise FailedPrecondition(f"{len(sparse)} sparse vectors for {len(chunks)} chunks")
@@ -160,8 +167,11 @@ class ServerStore:
             points.append(models.PointStruct(
                 id=point_id(collection, chunk.document_id, chunk.chunk_index, chunk.version),
                 vector=vector_data, payload=chunk.payload()))
-        if points:
-            self._client.upsert(collection, points=points, wait=True)
+        points.extend(models.PointStruct(id=head_point_id(collection, h.document_id), vector={},
+                                         payload=h.payload()) for h in heads)
+        if points:  # chunks are new points: the condition only decides over existing heads
+            self._client.upsert(collection, points=points, wait=True,
+                                update_filter=_lower_seq(heads[0].seq) if heads else None)
 
     def delete_document(self, collection: str, document_id: str) -> None:
         self._require(collection)
@@ -259,8 +269,7 @@ class ServerStore:
                 points=[models.PointStruct(id=head_point_id(collection, h.document_id),
                                            vector={}, payload=h.payload())
                         for h in heads if h.seq == seq],
-                update_filter=models.Filter(must=[models.FieldCondition(
-                    key=SEQ_KEY, range=models.Range(lt=seq))]))
+                update_filter=_lower_seq(seq))
 
     def max_seq(self, collection: str, document_ids: Sequence[str]) -> int:
         if not document_ids:

@@ -244,9 +244,13 @@ class VectorStore(Protocol):
         ...
 
     def upsert(self, collection: str, chunks: Sequence[ChunkRecord], vectors: np.ndarray,
-               sparse: Sequence[SparseVector] | None = None) -> None:
+               sparse: Sequence[SparseVector] | None = None,
+               heads: Sequence[DocumentHead] = ()) -> None:
         """Stores `chunks` with `vectors` (float32 [len(chunks), dim]) and, where the collection
-        has them, their BM25 `sparse` vectors (one per chunk); same ids overwrite."""
+        has them, their BM25 `sparse` vectors (one per chunk); same ids overwrite. With `heads`
+        (all of one seq), writes them after the chunks in the same store operation, as
+        `commit_heads` does (each only over no head or one of a lower seq): one write-ahead-log
+        record, applied whole or not at all."""
         ...
 
     def delete_document(self, collection: str, document_id: str) -> None:

@@ -7,12 +7,13 @@ already have). A write
 1. stores the version's chunks under point ids that include the version, each carrying the
    version, its seq and the version's chunk count (old versions stay untouched and served);
 2. commits: writes each document's head (one point per document: the version, seq, chunk count,
-   fingerprint, title and source) with one conditional upsert that replaces only a head of a
-   lower seq, so a head only moves forward and always names a version whose chunks are all
-   stored (they were written first);
-3. reads the heads back and removes, per document, every point that is neither the head's
-   version nor newer than the head (older versions, a write that lost to a newer one, chunks of
-   a write that died before its commit, chunks written before versions existed).
+   fingerprint, title and source) after the chunks, in the same conditional upsert as the last
+   batch of chunks (one write-ahead-log record), which replaces only a head of a lower seq, so a
+   head only moves forward and always names a version whose chunks are all stored;
+3. reads the heads back and, where a document holds more points than its head's chunks and the
+   head, removes every point that is neither the head's version nor newer than the head (older
+   versions, a write that lost to a newer one, chunks of a write that died before its commit,
+   chunks written before versions existed).
 
 A crash anywhere leaves the previous version served whole (before 2) or the new one (after 2),
 plus points no search returns (searches keep only chunks of their document's head version,
@@ -80,13 +81,18 @@ def write_versions(store: VectorStore, collection: str, records: Sequence[ChunkR
     already set; `records` are their chunks in order, with `vectors` and `sparse` rows), commits
     the heads and removes what they made stale. Returns the heads served afterwards (another
     writer's, where a newer one won)."""
-    for begin in range(0, len(records), UPSERT_BATCH):
+    last = max(0, (len(records) - 1) // UPSERT_BATCH * UPSERT_BATCH)
+    for begin in range(0, last + 1, UPSERT_BATCH):
         end = begin + UPSERT_BATCH
         store.upsert(collection, records[begin:end], vectors[begin:end],
-                     None if sparse is None else sparse[begin:end])
-    store.commit_heads(collection, heads)
+                     None if sparse is None else sparse[begin:end],
+                     heads=heads if begin == last else ())  # the last batch commits
     current = store.heads(collection, [head.document_id for head in heads])
-    store.remove_stale(collection, [head for head in current.values() if not head.legacy])
+    served = [head for head in current.values() if not head.legacy]
+    points = store.point_counts(collection, [head.document_id for head in served])
+    stale = [head for head in served if points.get(head.document_id, 0) != head.chunk_count + 1]
+    if stale:  # a previous version, a lost race, an interrupted write, or chunks before heads
+        store.remove_stale(collection, stale)
     return list(current.values())
 
 

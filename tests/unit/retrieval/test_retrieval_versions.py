@@ -198,10 +198,11 @@ class Turns:
                 self.condition.notify_all()
 
 
-GATED = ("heads", "remove_stale", "max_seq", "upsert", "commit_heads")
-"""Store calls of an ingest of a changed document already stored, in this order: heads (the skip
-check), then max_seq, upsert, commit_heads, heads, remove_stale (the write)."""
-CALLS_PER_WRITER = 6
+GATED = ("heads", "version_counts", "point_counts", "max_seq", "upsert")
+"""Store calls of an ingest of a changed document already stored, in this order: heads,
+version_counts, point_counts (the skip check), then max_seq, upsert (the chunks and the head),
+heads, point_counts (the write; then remove_stale, ungated, where points are stale)."""
+CALLS_PER_WRITER = 7
 
 
 class Gated:
@@ -219,8 +220,8 @@ class Gated:
 
 
 def interleavings(count: int, seed: int = 0) -> list[str]:
-    """`count` orders of two writers' calls, A's and B's 6 each: all A then all B, all B then A,
-    strict alternation both ways, and a fixed random sample of the other 920."""
+    """`count` orders of two writers' calls, A's and B's 7 each: all A then all B, all B then A,
+    strict alternation both ways, and a fixed random sample of the other 3,428."""
     n = CALLS_PER_WRITER
     every = ["".join("A" if i in chosen else "B" for i in range(2 * n))
              for chosen in map(set, itertools.combinations(range(2 * n), n))]
