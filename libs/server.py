@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import ipaddress
 import logging
 import signal
@@ -220,10 +219,11 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
     def _wrap_stream(self, behaviour, method: str, streaming: bool = False):
-        if not inspect.isasyncgenfunction(behaviour):
-            # A streaming handler may also be a coroutine that writes with `context.write` and
-            # returns None (grpcio-health-checking's Watch is one): wrap it as a unary one.
-            return self._wrap_unary(behaviour, method, streaming)
+        """An async generator around a streaming handler, whatever the handler is: an async
+        generator function, a plain function that returns an async iterator (mcts's
+        SearchExternal), or a coroutine that writes with `context.write` and returns None
+        (grpcio-health-checking's Watch: awaited, nothing yielded). Always a generator, so the
+        interceptors outside (tracing) can iterate it."""
 
         async def wrapped(request, context):
             set_caller_deadline(context.time_remaining())
@@ -232,8 +232,12 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
                     request = _checked_stream(request)
                 else:
                     _check_parsed(request)
-                async for response in behaviour(request, context):
-                    yield response
+                responses = behaviour(request, context)
+                if hasattr(responses, "__aiter__"):
+                    async for response in responses:
+                        yield response
+                else:
+                    await responses
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
             except Exception as error:  # noqa: BLE001
