@@ -52,6 +52,7 @@ def test_k8s_variables_are_settings(repo_root):
 def test_launcher_variables_are_settings():
     for service, prefix in ENV_PREFIX.items():
         assert f"{prefix}PORT" in _fields(service)
+        assert f"{prefix}MESH_TOKEN" in _fields(service)  # the run's token (issue 29)
     for target in ("MCTS", "NEURAL", "RETRIEVAL", "LLM"):
         assert f"ORCHESTRATOR_{target}_TARGET" in _fields("orchestrator")
     assert "ORCHESTRATOR_REST_PORT" in _fields("orchestrator")
