@@ -12,6 +12,9 @@ credential; the orchestrator's public API is not a backend (its callers hold API
   (`grpc.health.v1`) stays open for probes (kubelet's gRPC probe sends no metadata); reflection
   needs the token like any other method (`grpcurl -H "x-mesh-token: ..."`).
 
+`backend_auth` decides what a backend requires from its settings (`libs.server.start_server` calls
+it): TLS, the token, or neither, which only a loopback address (or an explicit setting) allows.
+
 Refusals are not logged one by one (a flood must not flood the log): the first one, then at most
 one line a minute, says how many calls were refused and from where; every one is counted in
 `mesh_unauthenticated_calls_total`.
@@ -21,13 +24,14 @@ from __future__ import annotations
 
 import collections
 import hmac
+import ipaddress
 import logging
 import time
 
 import grpc
 from prometheus_client import Counter
 
-from libs.settings import MeshTls
+from libs.settings import MeshAuth, MeshTls, ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -189,3 +193,32 @@ class MeshTokenInterceptor(grpc.aio.ServerInterceptor):
             self._last_log = now
             self._unlogged = 0
 
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def backend_auth(name: str, settings: ServiceSettings) -> MeshAuth:
+    """The mesh credentials a backend requires of its callers (`settings.mesh_auth()`).
+
+    Raises:
+        ValueError: neither token nor TLS is configured and the service binds a non-loopback
+            address without `mesh_allow_unauthenticated`, or a credential file cannot be read.
+    """
+    auth = settings.mesh_auth()
+    if auth.enabled or settings.mesh_allow_unauthenticated:
+        return auth
+    prefix = settings.model_config.get("env_prefix", "")
+    if not _is_loopback(settings.host):
+        raise ValueError(
+            f"{name}: refusing to serve {settings.host} without mesh authentication: set "
+            f"{prefix}MESH_TOKEN (or {prefix}MESH_TLS_CA_FILE, _CERT_FILE and _KEY_FILE), or "
+            f"{prefix}MESH_ALLOW_UNAUTHENTICATED=true for a network nothing else can reach")
+    log.warning("%s: no mesh token or TLS configured (%sMESH_TOKEN): any local process may call "
+                "it", name, prefix)
+    return auth

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 import socket
@@ -45,7 +44,7 @@ from libs.health_metrics import watch_health
 from libs.in_process import InProcessServer, RecordingServer
 from libs.interceptors import WrapOnce
 from libs.logs import setup_logging
-from libs.mesh_auth import MeshTokenInterceptor, server_credentials
+from libs.mesh_auth import MeshTokenInterceptor, backend_auth, server_credentials
 from libs.metrics import start_metrics_server
 from libs.reflection import enable_server_reflection
 from libs.settings import MeshAuth, ServiceSettings
@@ -334,36 +333,6 @@ class ReadinessLoop:
             await self.apply(await self.evaluate())
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _backend_auth(name: str, settings: ServiceSettings) -> MeshAuth:
-    """The mesh credentials a backend requires of its callers (`settings.mesh_auth()`).
-
-    Raises:
-        ValueError: neither token nor TLS is configured and the service binds a non-loopback
-            address without `mesh_allow_unauthenticated`, or a credential file cannot be read.
-    """
-    auth = settings.mesh_auth()
-    if auth.enabled or settings.mesh_allow_unauthenticated:
-        return auth
-    prefix = settings.model_config.get("env_prefix", "")
-    if not _is_loopback(settings.host):
-        raise ValueError(
-            f"{name}: refusing to serve {settings.host} without mesh authentication: set "
-            f"{prefix}MESH_TOKEN (or {prefix}MESH_TLS_CA_FILE, _CERT_FILE and _KEY_FILE), or "
-            f"{prefix}MESH_ALLOW_UNAUTHENTICATED=true for a network nothing else can reach")
-    log.warning("%s: no mesh token or TLS configured (%sMESH_TOKEN): any local process may call "
-                "it", name, prefix)
-    return auth
-
-
 async def start_server(
     name: str,
     settings: ServiceSettings,
@@ -391,7 +360,7 @@ async def start_server(
             orchestrator's access control).
         public: the mesh's public front (the orchestrator): no mesh authentication of callers
             (its `interceptors` check API keys). Else a backend: mutual TLS or the mesh token
-            (`_backend_auth`, `libs.mesh_auth`).
+            (`libs.mesh_auth.backend_auth`).
     Raises:
         BindError: the port could not be bound (the message names the address and why).
         ValueError: a backend without mesh authentication on a non-loopback address, or a mesh
@@ -399,7 +368,7 @@ async def start_server(
     """
     chain = [ServerTelemetryInterceptor(tracer_provider, metrics=settings.metrics_port >= 0),
              ErrorMappingInterceptor(name), *interceptors]
-    auth = MeshAuth() if public else _backend_auth(name, settings)
+    auth = MeshAuth() if public else backend_auth(name, settings)
     # The token is checked first, before spans, parsing or any servicer code; in-process calls
     # (the orchestrator's REST front) come from inside the process and skip it.
     outer = [MeshTokenInterceptor(auth.token, name)] if auth.token is not None else []
