@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from libs.connect4 import Position
 from libs.connect4.board import CELLS
-from services.orchestrator.consensus import Proposal, Tally
-from services.orchestrator.routing import AgentName
+from services.orchestrator.loop.types import AgentName, Proposal, Tally
 
 
 class Outcome(enum.Enum):

@@ -32,9 +32,10 @@ from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningMode
 from services.orchestrator.agents.retrieval import RetrievalAgent, search_passages
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
+from services.orchestrator.loop.types import AgentName
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
 from services.orchestrator.route_predictor import RoutePredictor, TextRoutePredictor
-from services.orchestrator.routing import QUICK_CHECKER_MAX_NODES, AgentName
+from services.orchestrator.routing import QUICK_CHECKER_MAX_NODES
 from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings

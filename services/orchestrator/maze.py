@@ -24,9 +24,8 @@ from libs.puzzles.maze import (
     parse_maze,
     solve_maze,
 )
-from services.orchestrator.consensus import Proposal, Tally
+from services.orchestrator.loop.types import AgentName, Proposal, Tally
 from services.orchestrator.puzzle import Solved, Verdict, verified
-from services.orchestrator.routing import AgentName
 
 GRID_FIELD = "maze.grid"
 QUESTION_CHARS = "# SG"

@@ -40,15 +40,26 @@ from services.orchestrator.connect_four import (
     Outcome,
     synthesize_connect_four,
 )
-from services.orchestrator.consensus import Agent, Budget, ConsensusLoop, LoopResult, Vote
 from services.orchestrator.documents import Documents, retrieval_error, validate_document_fields
-from services.orchestrator.events import (
+from services.orchestrator.loop.consensus import ConsensusLoop
+from services.orchestrator.loop.events import (
     AgentFinished,
     AgentStarted,
     EventSink,
     IterationStarted,
     LoopEvent,
     TallyUpdated,
+)
+from services.orchestrator.loop.routing import Router, RoutingState, routing_features
+from services.orchestrator.loop.tracing import observe_result, observe_role
+from services.orchestrator.loop.types import (
+    Agent,
+    AgentName,
+    Budget,
+    Decider,
+    LoopResult,
+    Role,
+    Vote,
 )
 from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
 from services.orchestrator.metrics import SOLVES_WAITING
@@ -61,18 +72,12 @@ from services.orchestrator.roles_grpc import (
 from services.orchestrator.route_predictor import RoutePredictor, TextRoutePredictor
 from services.orchestrator.routing import (
     DEEP_SEARCH_FACTOR,
-    AgentName,
-    Decider,
     LearnedRouter,
     PuzzleRouter,
-    Role,
     Route,
-    Router,
-    RoutingState,
     RuleRouter,
     TextRouter,
     choose_text_role,
-    routing_features,
 )
 from services.orchestrator.routing_log import RoutingLog, role_record, routing_record, text_fields
 from services.orchestrator.self_consistency import Sampling, SamplingOptions
@@ -87,7 +92,6 @@ from services.orchestrator.text_query import (
 )
 from services.orchestrator.text_reasoning import RoleServices, answer_with_role
 from services.orchestrator.text_roles import Ledger, RoleOptions, TextRole
-from services.orchestrator.tracing import observe_result, observe_role
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,8 @@ from libs.puzzles.sudoku import (
     parse_puzzle,
     solve,
 )
-from services.orchestrator.consensus import Proposal, Tally
+from services.orchestrator.loop.types import AgentName, Proposal, Tally
 from services.orchestrator.puzzle import Solved, Verdict, verified
-from services.orchestrator.routing import AgentName
 
 PUZZLE_FIELD = "sudoku.puzzle"
 SUPPORTED_SIZES = tuple(n for n in range(4, MAX_STRING_SIZE + 1)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.orchestrator.consensus import Proposal, Tally
-from services.orchestrator.routing import AgentName
+from services.orchestrator.loop.types import AgentName, Proposal, Tally
 
 MAX_QUERY_CHARS = 10_000
 

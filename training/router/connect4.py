@@ -59,10 +59,10 @@ from torch.nn import functional as F
 from mcts_mesh.client import open_channel
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
+from services.orchestrator.loop.routing import NUM_FEATURES
 from services.orchestrator.routing import (
     CONNECT_FOUR_ROUTES,
     DEEP_SEARCH_FACTOR,
-    NUM_FEATURES,
     QUICK_CHECKER_MAX_NODES,
     Route,
     route_name,

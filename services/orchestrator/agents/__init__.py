@@ -1,2 +1,2 @@
 """Agents of the consensus loop: the exact checker (in-process), and clients of the mcts, neural,
-retrieval and llm services. Each implements `services.orchestrator.consensus.Agent`."""
+retrieval and llm services. Each implements `services.orchestrator.loop.types.Agent`."""

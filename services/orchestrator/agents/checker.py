@@ -52,8 +52,7 @@ from libs.connect4.board import (
 )
 from libs.connect4.solver import CancelToken, MoveScores, best_moves
 from services.orchestrator.connect_four import ConnectFourProblem, ExactResult
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 
 
 def _columns(cells: int) -> list[int]:

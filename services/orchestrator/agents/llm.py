@@ -15,8 +15,7 @@ import grpc
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, Unavailable, propagate
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.self_consistency import SampledDraft, Sampling, extract_answer
 from services.orchestrator.text_query import Draft, Passage, TextProblem, grounding_confidence
 

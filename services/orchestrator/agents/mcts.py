@@ -32,8 +32,7 @@ from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, Unavailable, propagate
 from services.orchestrator.connect_four import ConnectFourProblem
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 
 
 class MctsAgent:

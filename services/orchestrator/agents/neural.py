@@ -11,8 +11,7 @@ from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 from libs.connect4.board import WIDTH
 from libs.errors import DeadlineExceeded, Unavailable, propagate
 from services.orchestrator.connect_four import ConnectFourProblem
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 
 
 class NeuralAgent:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.orchestrator.consensus import Proposal, Round
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.puzzle import Puzzle, Verdict
-from services.orchestrator.routing import AgentName, Role
 
 
 class PuzzleCheckerAgent:

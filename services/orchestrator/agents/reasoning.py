@@ -34,8 +34,7 @@ from libs.errors import (
     failure_detail,
     propagate,
 )
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,7 @@ import grpc
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, propagate
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.text_query import Passage, TextProblem, grounding_confidence
 
 

@@ -27,8 +27,10 @@ from services.neural.evaluator import PositionEvaluator
 from services.neural.main import build_servicers
 from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PV, Connect4PVConfig
 from services.neural.settings import NeuralSettings
+from services.orchestrator.loop.routing import RoutingState, routing_features
+from services.orchestrator.loop.types import AgentName
 from services.orchestrator.route_predictor import RoutePredictor
-from services.orchestrator.routing import AgentName, Route, RoutingState, routing_features
+from services.orchestrator.routing import Route
 from training.router.connect4 import ROUTES, RouterConfig, load_examples, train_router
 
 TIMEOUT_S = 10

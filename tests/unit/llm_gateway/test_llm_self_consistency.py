@@ -22,8 +22,7 @@ from services.llm_gateway.providers.provider import Generation
 from services.llm_gateway.servicer import generation_cost
 from services.llm_gateway.settings import LlmGatewaySettings
 from services.orchestrator.agents.llm import LlmAgent
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.self_consistency import (
     SampledDraft,
     Sampling,

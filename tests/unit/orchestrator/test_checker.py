@@ -20,8 +20,7 @@ from services.orchestrator.connect_four import (
     Outcome,
     synthesize_connect_four,
 )
-from services.orchestrator.consensus import Proposal, Round, Tally
-from services.orchestrator.routing import AgentName
+from services.orchestrator.loop.types import AgentName, Proposal, Round, Tally
 
 PONS = REPO_DATA / "connect4-pons" / "Test_L3_R1"
 

@@ -8,16 +8,9 @@ import time
 import pytest
 
 from libs.errors import DeadlineExceeded, FailedPrecondition, Unavailable
-from services.orchestrator.consensus import (
-    Budget,
-    ConsensusLoop,
-    Proposal,
-    Round,
-    Tally,
-    Vote,
-    aggregate,
-)
-from services.orchestrator.routing import AgentName, Role, RuleRouter
+from services.orchestrator.loop.consensus import ConsensusLoop, aggregate
+from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role, Round, Tally, Vote
+from services.orchestrator.routing import RuleRouter
 
 
 class FakeAgent:

@@ -9,14 +9,15 @@ import time
 import pytest
 
 from libs.errors import DeadlineExceeded, Unavailable
-from services.orchestrator.consensus import Budget, ConsensusLoop, Proposal
-from services.orchestrator.events import (
+from services.orchestrator.loop.consensus import ConsensusLoop
+from services.orchestrator.loop.events import (
     AgentFinished,
     AgentStarted,
     IterationStarted,
     TallyUpdated,
 )
-from services.orchestrator.routing import AgentName, Role, RuleRouter
+from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role
+from services.orchestrator.routing import RuleRouter
 
 
 class FakeAgent:

@@ -13,9 +13,10 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import REGISTRY
 
 from libs.errors import Unavailable
-from services.orchestrator import tracing
-from services.orchestrator.consensus import Budget, ConsensusLoop, Proposal
-from services.orchestrator.routing import AgentName, Role, RuleRouter
+from services.orchestrator.loop import tracing
+from services.orchestrator.loop.consensus import ConsensusLoop
+from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role
+from services.orchestrator.routing import RuleRouter
 
 
 class _Agent:

@@ -14,21 +14,17 @@ from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from services.orchestrator import routing_log as routing_log_module
-from services.orchestrator.consensus import Proposal, Round
+from services.orchestrator.loop.routing import RoutingState, routing_features
+from services.orchestrator.loop.types import AgentName, Decider, Proposal, Role, Round
 from services.orchestrator.route_predictor import RoutePredictor
 from services.orchestrator.routing import (
     CONNECT_FOUR_ROUTES,
-    AgentName,
-    Decider,
     LearnedRouter,
-    Role,
     Route,
     RoutePrediction,
-    RoutingState,
     RuleRouter,
     parse_route,
     route_name,
-    routing_features,
 )
 from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer

@@ -18,15 +18,12 @@ from libs.puzzles.maze import generate_maze
 from libs.puzzles.sudoku import BoxShape, check_solution, generate, parse_puzzle
 from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.solver import SolverAgent
-from services.orchestrator.consensus import Budget, ConsensusLoop, Proposal, Round
+from services.orchestrator.loop.consensus import ConsensusLoop
+from services.orchestrator.loop.routing import FEATURE_NAMES
+from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role, Round
 from services.orchestrator.maze import format_rows, parse_maze_grid, synthesize_maze
 from services.orchestrator.puzzle import Solved, Verdict
-from services.orchestrator.routing import (
-    FEATURE_NAMES,
-    AgentName,
-    PuzzleRouter,
-    Role,
-)
+from services.orchestrator.routing import PuzzleRouter
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.sudoku import parse_sudoku, synthesize_sudoku

@@ -26,9 +26,8 @@ from services.orchestrator.agents.reasoning import (
     trained_on,
 )
 from services.orchestrator.agents.solver import SolverAgent
-from services.orchestrator.consensus import Round
+from services.orchestrator.loop.types import AgentName, Round
 from services.orchestrator.maze import format_rows, parse_maze_grid
-from services.orchestrator.routing import AgentName
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.sudoku import parse_sudoku

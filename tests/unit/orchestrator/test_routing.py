@@ -5,13 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.orchestrator.routing import (
-    FEATURE_NAMES,
-    AgentName,
-    RoutingState,
-    RuleRouter,
-    routing_features,
-)
+from services.orchestrator.loop.routing import FEATURE_NAMES, RoutingState, routing_features
+from services.orchestrator.loop.types import AgentName
+from services.orchestrator.routing import RuleRouter
 
 GAME_AGENTS = [AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL]
 

@@ -11,9 +11,8 @@ from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import DeadlineExceeded
-from services.orchestrator.consensus import Proposal, Round
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.metrics import SOLVES_WAITING
-from services.orchestrator.routing import AgentName, Role
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 

@@ -9,8 +9,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.retrieval.v1 import retrieval_service_pb2
 
 from libs.errors import FailedPrecondition, InvalidArgument
-from services.orchestrator.consensus import Proposal, Round
-from services.orchestrator.routing import AgentName, Role
+from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text_query import Draft

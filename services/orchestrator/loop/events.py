@@ -13,15 +13,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from libs.errors import DeadlineExceeded, MeshError
-
-if TYPE_CHECKING:  # consensus imports this module; these names are only annotations here
-    from services.orchestrator.consensus import Agent, Proposal, Round, Tally, Vote
-    from services.orchestrator.routing import AgentName
+from services.orchestrator.loop.types import Agent, AgentName, Proposal, Round, Tally, Vote
 
 
 @dataclass(frozen=True)
