@@ -41,10 +41,10 @@ from services.llm_gateway.settings import LlmGatewaySettings
 from services.mcts.main import build_servicers as build_mcts
 from services.mcts.settings import MctsSettings
 from services.orchestrator.agents.llm import LlmAgent
-from services.orchestrator.self_consistency import extract_answer, normalise_number
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.text_reasoning import RoleServices
+from services.orchestrator.text.reasoning import RoleServices
+from services.orchestrator.text.self_consistency import extract_answer, normalise_number
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 INSTRUCTION = "\nSolve it step by step and end with \"The answer is <number>\"."

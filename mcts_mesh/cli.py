@@ -578,7 +578,7 @@ def cmd_up(args) -> int:
 
 def _router_routes(names: str):
     """The routes named in `--routes` ("mcts@deep,neural"); every route when empty."""
-    from services.orchestrator.routing import CONNECT_FOUR_ROUTES, parse_route
+    from services.orchestrator.routing.rules import CONNECT_FOUR_ROUTES, parse_route
 
     if not names:
         return CONNECT_FOUR_ROUTES
@@ -596,7 +596,7 @@ def _router_routes(names: str):
 def cmd_train_text_router(args) -> int:
     """`train router --text`: optionally run the labelled text workload (a language model is
     needed: without one it exits with one line), then train the text router from log + labels."""
-    from services.orchestrator.text_roles import TextRole
+    from services.orchestrator.text.roles import TextRole
     from training.router.text import TextRouterConfig, train_text_router
     from training.router.text_workload import DATASETS, NoLanguageModel, generate
 

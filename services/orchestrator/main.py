@@ -34,12 +34,12 @@ from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.loop.types import AgentName
 from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
-from services.orchestrator.route_predictor import RoutePredictor, TextRoutePredictor
-from services.orchestrator.routing import QUICK_CHECKER_MAX_NODES
-from services.orchestrator.routing_log import RoutingLog
+from services.orchestrator.routing.log import RoutingLog
+from services.orchestrator.routing.predictors import RoutePredictor, TextRoutePredictor
+from services.orchestrator.routing.rules import QUICK_CHECKER_MAX_NODES
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.text_reasoning import RoleServices
+from services.orchestrator.text.reasoning import RoleServices
 
 NAME = "orchestrator"
 SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"].full_name

@@ -34,11 +34,11 @@ from libs.errors import (
 )
 from libs.telemetry import set_work_attributes
 from services.orchestrator.agents.reasoning import ModelBackedAgent
-from services.orchestrator.connect_four import (
-    ConnectFourAnswer,
-    ConnectFourProblem,
-    Outcome,
-    synthesize_connect_four,
+from services.orchestrator.api.roles import (
+    ROLE_TO_PROTO,
+    failed_role_response,
+    role_options,
+    role_response,
 )
 from services.orchestrator.documents import Documents, retrieval_error, validate_document_fields
 from services.orchestrator.loop.consensus import ConsensusLoop
@@ -61,37 +61,36 @@ from services.orchestrator.loop.types import (
     Role,
     Vote,
 )
-from services.orchestrator.maze import MazeAnswer, parse_maze_grid, synthesize_maze
 from services.orchestrator.metrics import SOLVES_WAITING
-from services.orchestrator.roles_grpc import (
-    ROLE_TO_PROTO,
-    failed_role_response,
-    role_options,
-    role_response,
+from services.orchestrator.problems.connect_four import (
+    ConnectFourAnswer,
+    ConnectFourProblem,
+    Outcome,
+    synthesize_connect_four,
 )
-from services.orchestrator.route_predictor import RoutePredictor, TextRoutePredictor
-from services.orchestrator.routing import (
+from services.orchestrator.problems.maze import MazeAnswer, parse_maze_grid, synthesize_maze
+from services.orchestrator.problems.sudoku import SudokuAnswer, parse_sudoku, synthesize_sudoku
+from services.orchestrator.routing.learned import LearnedRouter, choose_text_role
+from services.orchestrator.routing.log import RoutingLog, role_record, routing_record, text_fields
+from services.orchestrator.routing.predictors import RoutePredictor, TextRoutePredictor
+from services.orchestrator.routing.rules import (
     DEEP_SEARCH_FACTOR,
-    LearnedRouter,
     PuzzleRouter,
     Route,
     RuleRouter,
     TextRouter,
-    choose_text_role,
 )
-from services.orchestrator.routing_log import RoutingLog, role_record, routing_record, text_fields
-from services.orchestrator.self_consistency import Sampling, SamplingOptions
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.sudoku import SudokuAnswer, parse_sudoku, synthesize_sudoku
-from services.orchestrator.text_query import (
+from services.orchestrator.text.query import (
     MAX_QUERY_CHARS,
     TextAnswer,
     TextProblem,
     synthesize_passages,
     synthesize_text,
 )
-from services.orchestrator.text_reasoning import RoleServices, answer_with_role
-from services.orchestrator.text_roles import Ledger, RoleOptions, TextRole
+from services.orchestrator.text.reasoning import RoleServices, answer_with_role
+from services.orchestrator.text.roles import Ledger, RoleOptions, TextRole
+from services.orchestrator.text.self_consistency import Sampling, SamplingOptions
 
 log = logging.getLogger(__name__)
 

@@ -148,7 +148,7 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
 
     routing_log_path: str = ""
     """JSON-lines file that every request's routing decisions and outcome are appended to
-    (`services.orchestrator.routing_log`), the training data of `mcts-mesh train router`; empty
+    (`services.orchestrator.routing.log`), the training data of `mcts-mesh train router`; empty
     (the default) logs nothing: the log holds the queries, and a mesh under load would write a
     line per request."""
     routing_log_max_bytes: int = 64 * 1024 * 1024

@@ -2,7 +2,7 @@
 routing log.
 
 Data. The orchestrator appends one JSON line per request to its routing log
-(`services.orchestrator.routing_log`); a labels file (JSON lines `{"thread_id", "route", "kept"}`)
+(`services.orchestrator.routing.log`); a labels file (JSON lines `{"thread_id", "route", "kept"}`)
 says, for the requests of a labelled workload, which route (`routing.CONNECT_FOUR_ROUTES`: an
 agent set, the checker perhaps on its quick budget) the request was sent on and whether the
 returned column kept the position's game-theoretic outcome. Requests are joined to labels on
@@ -60,7 +60,7 @@ from mcts_mesh.client import open_channel
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.router_gru import ARCHITECTURE, RouterGRU, RouterGRUConfig
 from services.orchestrator.loop.routing import NUM_FEATURES
-from services.orchestrator.routing import (
+from services.orchestrator.routing.rules import (
     CONNECT_FOUR_ROUTES,
     DEEP_SEARCH_FACTOR,
     QUICK_CHECKER_MAX_NODES,

@@ -2,7 +2,7 @@
 the packaged MiniLM with LoRA adapters), trained from the orchestrator's routing log.
 
 Data. The orchestrator's routing log has a line per text query (kind "text"; see
-`services.orchestrator.routing_log`): the role that answered, the provider, the tokens and the
+`services.orchestrator.routing.log`): the role that answered, the provider, the tokens and the
 latency. A labels file (JSON lines `{"thread_id", "role", "correct"}`) says, for the requests of a
 labelled text workload, which role the request named and whether its answer matched the gold
 answer. Requests are joined to labels on their thread id and grouped by query: for every query
@@ -47,7 +47,7 @@ from services.neural.models.router_text import (
     RouterTextConfig,
     encoder_sha256,
 )
-from services.orchestrator.text_roles import TextRole
+from services.orchestrator.text.roles import TextRole
 from training.config import CONFIG_KEY, config_json
 from training.router.connect4 import read_jsonl
 

@@ -27,8 +27,12 @@ from typing import IO, Any
 
 from libs.data import dataset as data_set
 from libs.errors import FailedPrecondition
-from services.orchestrator.self_consistency import extract_answer, normalise_number, normalise_text
-from services.orchestrator.text_roles import TextRole
+from services.orchestrator.text.roles import TextRole
+from services.orchestrator.text.self_consistency import (
+    extract_answer,
+    normalise_number,
+    normalise_text,
+)
 from training.router.text import ROLES
 
 DATASETS = ("gsm8k", "strategyqa", "hotpotqa")
@@ -211,10 +215,10 @@ class _TextMesh:
         from services.mcts.main import build_servicers as build_mcts
         from services.mcts.settings import MctsSettings
         from services.orchestrator.agents.llm import LlmAgent
-        from services.orchestrator.routing_log import RoutingLog
+        from services.orchestrator.routing.log import RoutingLog
         from services.orchestrator.servicer import OrchestratorServicer
         from services.orchestrator.settings import OrchestratorSettings
-        from services.orchestrator.text_reasoning import RoleServices
+        from services.orchestrator.text.reasoning import RoleServices
 
         llm_settings = LlmGatewaySettings(port=0, fallback_order=providers, offline_enabled=False)
         gateway = await start_server("llm_gateway", llm_settings, *await build_llm(llm_settings))
@@ -259,7 +263,7 @@ async def _ask_all(mesh: _TextMesh, labels: IO[str], questions: Sequence[Questio
     """
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    from services.orchestrator.roles_grpc import ROLE_TO_PROTO
+    from services.orchestrator.api.roles import ROLE_TO_PROTO
 
     context = _Context(mesh.deadline_s)
     failed = 0

@@ -51,8 +51,8 @@ from libs.connect4.board import (
     winning_cells,
 )
 from libs.connect4.solver import CancelToken, MoveScores, best_moves
-from services.orchestrator.connect_four import ConnectFourProblem, ExactResult
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
+from services.orchestrator.problems.connect_four import ConnectFourProblem, ExactResult
 
 
 def _columns(cells: int) -> list[int]:

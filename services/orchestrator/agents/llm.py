@@ -16,8 +16,8 @@ from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, Unavailable, propagate
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.self_consistency import SampledDraft, Sampling, extract_answer
-from services.orchestrator.text_query import Draft, Passage, TextProblem, grounding_confidence
+from services.orchestrator.text.query import Draft, Passage, TextProblem, grounding_confidence
+from services.orchestrator.text.self_consistency import SampledDraft, Sampling, extract_answer
 
 
 class LlmAgent:

@@ -31,8 +31,8 @@ from mesh.common.v1 import common_pb2
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, Unavailable, propagate
-from services.orchestrator.connect_four import ConnectFourProblem
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
+from services.orchestrator.problems.connect_four import ConnectFourProblem
 
 
 class MctsAgent:

@@ -10,8 +10,8 @@ from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
 from libs.connect4.board import WIDTH
 from libs.errors import DeadlineExceeded, Unavailable, propagate
-from services.orchestrator.connect_four import ConnectFourProblem
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
+from services.orchestrator.problems.connect_four import ConnectFourProblem
 
 
 class NeuralAgent:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.puzzle import Puzzle, Verdict
+from services.orchestrator.problems.puzzle import Puzzle, Verdict
 
 
 class PuzzleCheckerAgent:

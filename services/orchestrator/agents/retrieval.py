@@ -8,7 +8,7 @@ from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, propagate
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.text_query import Passage, TextProblem, grounding_confidence
+from services.orchestrator.text.query import Passage, TextProblem, grounding_confidence
 
 
 class RetrievalAgent:

@@ -12,7 +12,7 @@ import asyncio
 import threading
 
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.puzzle import Puzzle
+from services.orchestrator.problems.puzzle import Puzzle
 
 
 class SolverAgent:

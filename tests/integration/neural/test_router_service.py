@@ -29,8 +29,8 @@ from services.neural.models.connect4_pv import ARCHITECTURE, Connect4PV, Connect
 from services.neural.settings import NeuralSettings
 from services.orchestrator.loop.routing import RoutingState, routing_features
 from services.orchestrator.loop.types import AgentName
-from services.orchestrator.route_predictor import RoutePredictor
-from services.orchestrator.routing import Route
+from services.orchestrator.routing.predictors import RoutePredictor
+from services.orchestrator.routing.rules import Route
 from training.router.connect4 import ROUTES, RouterConfig, load_examples, train_router
 
 TIMEOUT_S = 10

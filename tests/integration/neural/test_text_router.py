@@ -27,11 +27,11 @@ from services.neural.evaluator import PositionEvaluator
 from services.neural.main import build_servicers
 from services.neural.settings import NeuralSettings
 from services.orchestrator.agents.llm import LlmAgent
-from services.orchestrator.route_predictor import TextRoutePredictor
-from services.orchestrator.routing_log import RoutingLog
+from services.orchestrator.routing.log import RoutingLog
+from services.orchestrator.routing.predictors import TextRoutePredictor
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.text_reasoning import RoleServices
+from services.orchestrator.text.reasoning import RoleServices
 from training.router.text import ROLES, TextRouterConfig, load_text_examples, train_text_router
 from training.router.text_workload import (
     NoLanguageModel,

@@ -12,7 +12,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.puzzles.maze import generate_maze
 from libs.puzzles.sudoku import BoxShape, format_grid, generate
-from services.orchestrator.maze import format_rows
+from services.orchestrator.problems.maze import format_rows
 
 
 def sudoku6(seed: int) -> tuple[str, str]:

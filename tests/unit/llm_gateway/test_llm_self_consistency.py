@@ -23,15 +23,15 @@ from services.llm_gateway.servicer import generation_cost
 from services.llm_gateway.settings import LlmGatewaySettings
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.self_consistency import (
+from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.settings import OrchestratorSettings
+from services.orchestrator.text.query import Passage
+from services.orchestrator.text.self_consistency import (
     SampledDraft,
     Sampling,
     SamplingOptions,
     extract_answer,
 )
-from services.orchestrator.servicer import OrchestratorServicer
-from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.text_query import Passage
 
 PRICES = {"llama3.2": (1000.0, 2000.0)}
 """USD per million tokens: one scripted draft (42 + 7 tokens) costs 0.042 + 0.014 = $0.056."""

@@ -21,13 +21,13 @@ from services.llm_gateway.main import build_servicers
 from services.llm_gateway.settings import LlmGatewaySettings
 from services.mcts.main import build_servicers as build_mcts_servicers
 from services.mcts.settings import MctsSettings
-from services.orchestrator import prompts
-from services.orchestrator.arithmetic import NotArithmetic, check_step, evaluate
+from services.orchestrator.problems.arithmetic import NotArithmetic, check_step, evaluate
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.step_search import StepNode, StepTree
-from services.orchestrator.text_query import Passage
-from services.orchestrator.text_reasoning import RoleServices
+from services.orchestrator.text import prompts
+from services.orchestrator.text.query import Passage
+from services.orchestrator.text.reasoning import RoleServices
+from services.orchestrator.text.step_search import StepNode, StepTree
 
 PRICES = {"llama3.2": (1000.0, 2000.0)}
 CALL_TOKENS = 49

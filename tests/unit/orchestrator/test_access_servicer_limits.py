@@ -14,7 +14,7 @@ from libs.errors import DeadlineExceeded
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.text_query import Draft
+from services.orchestrator.text.query import Draft
 
 
 class Drafter:

@@ -14,13 +14,13 @@ from libs.connect4 import Position
 from libs.connect4.solver import CancelToken, MoveScores, Solver
 from libs.data import REPO_DATA
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
-from services.orchestrator.connect_four import (
+from services.orchestrator.loop.types import AgentName, Proposal, Round, Tally
+from services.orchestrator.problems.connect_four import (
     ConnectFourProblem,
     ExactResult,
     Outcome,
     synthesize_connect_four,
 )
-from services.orchestrator.loop.types import AgentName, Proposal, Round, Tally
 
 PONS = REPO_DATA / "connect4-pons" / "Test_L3_R1"
 

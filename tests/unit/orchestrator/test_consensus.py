@@ -10,7 +10,7 @@ import pytest
 from libs.errors import DeadlineExceeded, FailedPrecondition, Unavailable
 from services.orchestrator.loop.consensus import ConsensusLoop, aggregate
 from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role, Round, Tally, Vote
-from services.orchestrator.routing import RuleRouter
+from services.orchestrator.routing.rules import RuleRouter
 
 
 class FakeAgent:

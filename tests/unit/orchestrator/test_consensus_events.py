@@ -17,7 +17,7 @@ from services.orchestrator.loop.events import (
     TallyUpdated,
 )
 from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role
-from services.orchestrator.routing import RuleRouter
+from services.orchestrator.routing.rules import RuleRouter
 
 
 class FakeAgent:

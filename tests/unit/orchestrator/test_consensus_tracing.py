@@ -16,7 +16,7 @@ from libs.errors import Unavailable
 from services.orchestrator.loop import tracing
 from services.orchestrator.loop.consensus import ConsensusLoop
 from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role
-from services.orchestrator.routing import RuleRouter
+from services.orchestrator.routing.rules import RuleRouter
 
 
 class _Agent:

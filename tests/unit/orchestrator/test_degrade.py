@@ -15,7 +15,7 @@ from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.text_query import Passage
+from services.orchestrator.text.query import Passage
 
 
 class Context:

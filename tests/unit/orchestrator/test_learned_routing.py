@@ -13,20 +13,19 @@ import pytest
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-from services.orchestrator import routing_log as routing_log_module
 from services.orchestrator.loop.routing import RoutingState, routing_features
 from services.orchestrator.loop.types import AgentName, Decider, Proposal, Role, Round
-from services.orchestrator.route_predictor import RoutePredictor
-from services.orchestrator.routing import (
+from services.orchestrator.routing import log as routing_log_module
+from services.orchestrator.routing.learned import LearnedRouter, RoutePrediction
+from services.orchestrator.routing.log import RoutingLog
+from services.orchestrator.routing.predictors import RoutePredictor
+from services.orchestrator.routing.rules import (
     CONNECT_FOUR_ROUTES,
-    LearnedRouter,
     Route,
-    RoutePrediction,
     RuleRouter,
     parse_route,
     route_name,
 )
-from services.orchestrator.routing_log import RoutingLog
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
 

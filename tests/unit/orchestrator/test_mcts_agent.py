@@ -10,8 +10,8 @@ from mesh.mcts.v1 import mcts_service_pb2
 
 from libs.connect4.board import Position
 from services.orchestrator.agents.mcts import MctsAgent, merge_at_root, most_visited
-from services.orchestrator.connect_four import ConnectFourProblem
 from services.orchestrator.loop.types import AgentName, Proposal, Round
+from services.orchestrator.problems.connect_four import ConnectFourProblem
 
 
 def statistics(visits: dict[int, int], values: dict[int, float], *, seed: int = 0,

@@ -21,12 +21,12 @@ from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.loop.consensus import ConsensusLoop
 from services.orchestrator.loop.routing import FEATURE_NAMES
 from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role, Round
-from services.orchestrator.maze import format_rows, parse_maze_grid, synthesize_maze
-from services.orchestrator.puzzle import Solved, Verdict
-from services.orchestrator.routing import PuzzleRouter
+from services.orchestrator.problems.maze import format_rows, parse_maze_grid, synthesize_maze
+from services.orchestrator.problems.puzzle import Solved, Verdict
+from services.orchestrator.problems.sudoku import parse_sudoku, synthesize_sudoku
+from services.orchestrator.routing.rules import PuzzleRouter
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.sudoku import parse_sudoku, synthesize_sudoku
 
 NORVIG_FIRST = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
 SIX = "1....." * 6  # 6x6, blank but for column 1: invalid (1 six times in column 1)

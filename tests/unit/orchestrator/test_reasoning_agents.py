@@ -27,10 +27,10 @@ from services.orchestrator.agents.reasoning import (
 )
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.loop.types import AgentName, Round
-from services.orchestrator.maze import format_rows, parse_maze_grid
+from services.orchestrator.problems.maze import format_rows, parse_maze_grid
+from services.orchestrator.problems.sudoku import parse_sudoku
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.sudoku import parse_sudoku
 
 
 def sudoku6(seed: int) -> tuple[str, str]:

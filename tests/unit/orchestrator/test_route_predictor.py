@@ -11,11 +11,11 @@ from mesh.neural.v1 import neural_service_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from services.orchestrator.agents.llm import LlmAgent
-from services.orchestrator.route_predictor import TextRoutePredictor
-from services.orchestrator.routing import CONNECT_FOUR_ROUTES, route_name
+from services.orchestrator.routing.predictors import TextRoutePredictor
+from services.orchestrator.routing.rules import CONNECT_FOUR_ROUTES, route_name
 from services.orchestrator.servicer import OrchestratorServicer
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.text_reasoning import RoleServices
+from services.orchestrator.text.reasoning import RoleServices
 
 MODEL = neural_service_pb2.Model(name="router", version="1")
 

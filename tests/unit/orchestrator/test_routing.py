@@ -7,7 +7,7 @@ import pytest
 
 from services.orchestrator.loop.routing import FEATURE_NAMES, RoutingState, routing_features
 from services.orchestrator.loop.types import AgentName
-from services.orchestrator.routing import RuleRouter
+from services.orchestrator.routing.rules import RuleRouter
 
 GAME_AGENTS = [AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL]
 

@@ -7,7 +7,7 @@ import pytest
 from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
 
 from services.orchestrator.agents.retrieval import search_passages
-from services.orchestrator.text_query import Passage, TextProblem, grounding_confidence
+from services.orchestrator.text.query import Passage, TextProblem, grounding_confidence
 
 
 def passage(score: float, cosine: float | None) -> Passage:

@@ -28,7 +28,7 @@ from libs.puzzles.sudoku import (
     solve,
 )
 from services.orchestrator.loop.types import AgentName, Proposal, Tally
-from services.orchestrator.puzzle import Solved, Verdict, verified
+from services.orchestrator.problems.puzzle import Solved, Verdict, verified
 
 PUZZLE_FIELD = "sudoku.puzzle"
 SUPPORTED_SIZES = tuple(n for n in range(4, MAX_STRING_SIZE + 1)

@@ -45,7 +45,8 @@ class Verdict:
 
 
 class Puzzle(Protocol):
-    """A validated puzzle (see `services.orchestrator.sudoku` and `services.orchestrator.maze`)."""
+    """A validated puzzle (see `services.orchestrator.problems.sudoku` and
+    `services.orchestrator.problems.maze`)."""
 
     @property
     def query_length_norm(self) -> float:

@@ -24,8 +24,8 @@ import grpc
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, propagate
-from services.orchestrator import prompts
-from services.orchestrator.text_query import Passage, grounding_confidence
+from services.orchestrator.text import prompts
+from services.orchestrator.text.query import Passage, grounding_confidence
 
 MAX_PROMPT_CHARS = 10_000
 """The gateway's limit on a prompt (GenerateRequest.prompt)."""

@@ -15,8 +15,9 @@ import grpc
 import numpy as np
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
-from services.orchestrator.routing import Route, RoutePrediction, parse_route
-from services.orchestrator.text_roles import TextRole
+from services.orchestrator.routing.learned import RoutePrediction
+from services.orchestrator.routing.rules import Route, parse_route
+from services.orchestrator.text.roles import TextRole
 
 log = logging.getLogger(__name__)
 

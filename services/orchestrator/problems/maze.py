@@ -25,7 +25,7 @@ from libs.puzzles.maze import (
     solve_maze,
 )
 from services.orchestrator.loop.types import AgentName, Proposal, Tally
-from services.orchestrator.puzzle import Solved, Verdict, verified
+from services.orchestrator.problems.puzzle import Solved, Verdict, verified
 
 GRID_FIELD = "maze.grid"
 QUESTION_CHARS = "# SG"

@@ -35,10 +35,10 @@ from mesh.mcts.v1 import mcts_service_pb2 as mcts_pb
 from mesh.mcts.v1 import mcts_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, propagate
-from services.orchestrator import prompts
-from services.orchestrator.arithmetic import check_step
-from services.orchestrator.text_query import Passage
-from services.orchestrator.text_roles import (
+from services.orchestrator.problems.arithmetic import check_step
+from services.orchestrator.text import prompts
+from services.orchestrator.text.query import Passage
+from services.orchestrator.text.roles import (
     BudgetStop,
     LanguageModel,
     RoleOptions,

@@ -13,9 +13,8 @@ from mesh.llm.v1 import llm_service_pb2_grpc
 from mesh.mcts.v1 import mcts_service_pb2_grpc
 
 from libs.errors import DeadlineExceeded, FailedPrecondition
-from services.orchestrator.step_search import search_steps
-from services.orchestrator.text_query import Passage, TextProblem
-from services.orchestrator.text_roles import (
+from services.orchestrator.text.query import Passage, TextProblem
+from services.orchestrator.text.roles import (
     LanguageModel,
     Ledger,
     RoleOptions,
@@ -24,6 +23,7 @@ from services.orchestrator.text_roles import (
     decompose,
     refine,
 )
+from services.orchestrator.text.step_search import search_steps
 
 RetrieveFor = Callable[[TextProblem, float], Awaitable[tuple[Passage, ...]]]
 """Passages for a problem within a timeout in seconds (`agents.retrieval.search_passages` bound

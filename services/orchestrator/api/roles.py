@@ -6,11 +6,11 @@ from __future__ import annotations
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import InvalidArgument, MeshError
-from services.orchestrator.self_consistency import SamplingOptions
 from services.orchestrator.settings import OrchestratorSettings
-from services.orchestrator.step_search import MAX_BRANCHING, SearchOutcome
-from services.orchestrator.text_query import Passage
-from services.orchestrator.text_roles import Ledger, RoleOptions, RoleResult, TextRole
+from services.orchestrator.text.query import Passage
+from services.orchestrator.text.roles import Ledger, RoleOptions, RoleResult, TextRole
+from services.orchestrator.text.self_consistency import SamplingOptions
+from services.orchestrator.text.step_search import MAX_BRANCHING, SearchOutcome
 
 MAX_STEPS = 20
 MAX_REFINEMENTS = 10
