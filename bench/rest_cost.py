@@ -39,9 +39,10 @@ REQUEST = {"connectFour": {"moves": "121212"}, "agents": ["AGENT_CHECKER"]}
 async def _serve(nagle: bool) -> None:
     import uvicorn
 
+    from libs.rest.app import RestSettings, serve_rest
     from libs.server import start_server
+    from services.orchestrator.api.rest import build_rest_app
     from services.orchestrator.main import Wiring, build_servicers
-    from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
     from services.orchestrator.settings import OrchestratorSettings
 
     settings = OrchestratorSettings(port=0, rest_port=-1)

@@ -20,6 +20,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.channels import Keepalive, MeshChannel, open_channel
+from libs.rest.app import RestSettings, serve_rest
 from libs.server import RunningServer, Servicer, run_service, serve
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
@@ -31,9 +32,9 @@ from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningModels
 from services.orchestrator.agents.retrieval import RetrievalAgent, search_passages
 from services.orchestrator.agents.solver import SolverAgent
+from services.orchestrator.api.rest import build_rest_app
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.loop.types import AgentName
-from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
 from services.orchestrator.routing.log import RoutingLog
 from services.orchestrator.routing.predictors import RoutePredictor, TextRoutePredictor
 from services.orchestrator.routing.rules import QUICK_CHECKER_MAX_NODES

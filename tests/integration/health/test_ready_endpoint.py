@@ -7,9 +7,10 @@ from __future__ import annotations
 import httpx
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 
+from libs.rest.app import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
-from services.orchestrator.rest.app import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.api.rest import build_rest_app
 
 SERVICE = "mesh.orchestrator.v1.OrchestratorService"
 DOWN = [{"name": "mcts", "service": "mesh.mcts.v1.MctsService", "state": "UNKNOWN",

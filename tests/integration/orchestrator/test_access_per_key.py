@@ -30,11 +30,12 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 from redis_server import RedisServer
 
+from libs.rest import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
 from services.orchestrator.access.keys import Budgets, FileKeyStore, Grants, RateLimits
-from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.api.rest import build_rest_app
 from services.orchestrator.settings import OrchestratorSettings
 
 SERVICE = "mesh.orchestrator.v1.OrchestratorService"

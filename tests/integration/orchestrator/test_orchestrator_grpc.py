@@ -20,10 +20,11 @@ from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.connect4 import Position
 from libs.puzzles.sudoku import check_solution, parse_puzzle
+from libs.rest import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
+from services.orchestrator.api.rest import build_rest_app
 from services.orchestrator.main import Wiring, build_servicers
-from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
 from services.orchestrator.settings import OrchestratorSettings
 
 SLOW_MOVES = "1"  # the fake mcts searches this position for 30 s

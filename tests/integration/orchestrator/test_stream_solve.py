@@ -100,7 +100,8 @@ async def test_the_rest_front_streams_the_real_loop_as_ndjson(reasoning_mesh):
 
     import httpx
 
-    from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
+    from libs.rest import RestSettings, serve_rest
+    from services.orchestrator.api.rest import build_rest_app
 
     mesh = await reasoning_mesh()
     rest = await serve_rest(build_rest_app(mesh.server.in_process, RestSettings(port=0)),

@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from libs.errors import InvalidArgument, NotFound, ResourceExhausted, Unimplemented
+from libs.rest import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
-from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.api.rest import build_rest_app
 
 SERVICE = "mesh.orchestrator.v1.OrchestratorService"
 

@@ -17,9 +17,10 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 
 from libs.errors import InvalidArgument, Unavailable
+from libs.rest import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
-from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.api.rest import build_rest_app
 
 SERVICE = "mesh.orchestrator.v1.OrchestratorService"
 LIMIT = 4096

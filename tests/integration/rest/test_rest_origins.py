@@ -13,9 +13,10 @@ import pytest
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 
+from libs.rest import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
-from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.api.rest import build_rest_app
 
 SERVICE = "mesh.orchestrator.v1.OrchestratorService"
 SOLVE = {"connectFour": {"moves": "4"}}

@@ -28,12 +28,13 @@ from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 
+from libs.rest import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from services.orchestrator.access import open_access
 from services.orchestrator.access.control import MISSING_KEY
 from services.orchestrator.access.interceptor import AccessInterceptor
 from services.orchestrator.access.keys import FileKeyStore
-from services.orchestrator.rest import RestSettings, build_rest_app, serve_rest
+from services.orchestrator.api.rest import build_rest_app
 from services.orchestrator.settings import OrchestratorSettings
 
 SERVICE = "mesh.orchestrator.v1.OrchestratorService"

@@ -8,8 +8,8 @@ import logging
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from services.orchestrator.rest.metadata import MAX_CREDENTIAL_CHARS, request_metadata
-from services.orchestrator.rest.status import status_response
+from libs.rest.metadata import MAX_CREDENTIAL_CHARS, request_metadata
+from libs.rest.status import status_response
 
 
 def _pairs(headers):

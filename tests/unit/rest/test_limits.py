@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services.orchestrator.rest.limits import (
+from libs.rest.limits import (
     BodyTooDeep,
     UnsupportedMediaType,
     check_json_depth,

@@ -15,9 +15,9 @@ import pytest
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import InvalidArgument
-from services.orchestrator.rest.limits import BodyTooDeep
-from services.orchestrator.rest.offload import BodyDecoder
-from services.orchestrator.rest.transcoding import MalformedBody
+from libs.rest.limits import BodyTooDeep
+from libs.rest.offload import BodyDecoder
+from libs.rest.transcoding import MalformedBody
 
 DOCUMENTS = json.dumps({"documents": [{"id": f"d{i}", "text": "t" * 50} for i in range(400)]})
 
@@ -58,7 +58,7 @@ def test_the_workers_end_when_the_server_process_is_killed(tmp_path):
     script.write_text(textwrap.dedent("""
         import asyncio, os, signal
         from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
-        from services.orchestrator.rest.offload import BodyDecoder
+        from libs.rest.offload import BodyDecoder
 
         async def main():
             decoder = BodyDecoder(1, 16, workers=2)

@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 from mesh.orchestrator.v1 import orchestrator_service_pb2
 
-from services.orchestrator.rest.bindings import Router, RouteStatus, service_bindings
-from services.orchestrator.rest.path_template import (
-    SegmentKind,
-    TemplateError,
-    parse_template,
-)
+from libs.rest.bindings import Router, RouteStatus, service_bindings
+from libs.rest.path_template import SegmentKind, TemplateError, parse_template
 
 
 def _split(path: str) -> list[str]:

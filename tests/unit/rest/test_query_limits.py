@@ -12,16 +12,11 @@ from google.rpc import error_details_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import to_status
+from libs.rest.limits import QueryTooLong, TooManyQueryParameters, check_query
+from libs.rest.metadata import credential_metadata
+from libs.rest.origins import HostOriginGuard, default_allowed_hosts, is_loopback, split_host
+from libs.rest.transcoding import apply_query, split_map_key
 from services.orchestrator.access.control import MALFORMED, Credential, credential_from_metadata
-from services.orchestrator.rest.limits import QueryTooLong, TooManyQueryParameters, check_query
-from services.orchestrator.rest.metadata import credential_metadata
-from services.orchestrator.rest.origins import (
-    HostOriginGuard,
-    default_allowed_hosts,
-    is_loopback,
-    split_host,
-)
-from services.orchestrator.rest.transcoding import apply_query, split_map_key
 
 GRPC_GATEWAY_MAP_KEY = re.compile(r"^(.*)\[(.*)\]$")  # grpc-gateway's pattern (Go's RE2 there)
 

@@ -13,15 +13,10 @@ from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import InvalidArgument
-from services.orchestrator.rest.bindings import AnnotationError, service_bindings
-from services.orchestrator.rest.metadata import request_metadata, timeout_seconds
-from services.orchestrator.rest.status import http_status, status_json
-from services.orchestrator.rest.transcoding import (
-    MalformedBody,
-    apply_query,
-    build_request,
-    response_json,
-)
+from libs.rest.bindings import AnnotationError, service_bindings
+from libs.rest.metadata import request_metadata, timeout_seconds
+from libs.rest.status import http_status, status_json
+from libs.rest.transcoding import MalformedBody, apply_query, build_request, response_json
 
 SERVICE = pb.DESCRIPTOR.services_by_name["OrchestratorService"]
 BINDINGS = {(b.method.name, b.index): b for b in service_bindings(SERVICE)}

@@ -34,7 +34,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from libs.errors import InvalidArgument, MeshError
-from services.orchestrator.rest.bindings import HttpBinding
+from libs.rest.bindings import HttpBinding
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}

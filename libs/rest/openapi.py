@@ -22,7 +22,7 @@ from google.protobuf.descriptor import (
     ServiceDescriptor,
 )
 
-from services.orchestrator.rest.bindings import HttpBinding, resolve_field_path
+from libs.rest.bindings import HttpBinding, resolve_field_path
 
 _SCALARS: dict[int, dict[str, str]] = {
     FieldDescriptor.TYPE_DOUBLE: {"type": "number", "format": "double"},

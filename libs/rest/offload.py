@@ -28,8 +28,8 @@ from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from libs.errors import InvalidArgument, Unavailable
-from services.orchestrator.rest.limits import BodyTooDeep, check_json_depth
-from services.orchestrator.rest.transcoding import MalformedBody, decode_body
+from libs.rest.limits import BodyTooDeep, check_json_depth
+from libs.rest.transcoding import MalformedBody, decode_body
 
 _DEEP, _MALFORMED, _INVALID, _DECODED = "deep", "malformed", "invalid", "decoded"
 

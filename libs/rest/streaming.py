@@ -13,8 +13,8 @@ from opentelemetry.trace import StatusCode
 from starlette.types import Receive, Scope, Send
 
 from libs.in_process import CallFailed, InProcessStreamCall, InProcessUnaryCall
-from services.orchestrator.rest.status import status_json
-from services.orchestrator.rest.transcoding import response_json
+from libs.rest.status import status_json
+from libs.rest.transcoding import response_json
 
 NDJSON = "application/x-ndjson"
 

@@ -1,4 +1,4 @@
-"""The orchestrator's REST front: a Starlette app generated at start-up from the `google.api.http`
+"""A REST front for a gRPC service: a Starlette app generated at start-up from the `google.api.http`
 annotations of a gRPC service, calling the service in-process like grpc-gateway v2's
 `RegisterXHandlerServer`: through `libs.in_process.InProcessServer`, so every call passes the gRPC
 server's own interceptors (access control, admission, tracing and metrics, error mapping) with no
@@ -83,8 +83,8 @@ import uvicorn
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
+from google.rpc import status_pb2
 from grpc_health.v1 import health_pb2
-from mesh.orchestrator.v1 import orchestrator_service_pb2
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
@@ -100,38 +100,35 @@ from starlette.types import Receive, Scope, Send
 
 from libs.errors import MeshError
 from libs.in_process import CallFailed, InProcessServer
-from services.orchestrator.access.control import Credential, Rejection, credential_from_metadata
-from services.orchestrator.access.interceptor import rejection_status
-from services.orchestrator.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
-from services.orchestrator.rest.limits import check_media_type, check_query, read_body
-from services.orchestrator.rest.metadata import (
+from libs.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
+from libs.rest.limits import check_media_type, check_query, read_body
+from libs.rest.metadata import (
     credential_metadata,
     request_metadata,
     response_headers,
     timeout_seconds,
 )
-from services.orchestrator.rest.offload import BodyDecoder
-from services.orchestrator.rest.openapi import openapi_document
-from services.orchestrator.rest.origins import HostOriginGuard, default_allowed_hosts
-from services.orchestrator.rest.protocol import bounded_protocol
-from services.orchestrator.rest.status import (
+from libs.rest.offload import BodyDecoder
+from libs.rest.openapi import openapi_document
+from libs.rest.origins import HostOriginGuard, default_allowed_hosts
+from libs.rest.protocol import bounded_protocol
+from libs.rest.status import (
     JSON,
     code_status,
     error_response,
     status_response,
 )
-from services.orchestrator.rest.streaming import NdjsonStream, cancel_on_disconnect
-from services.orchestrator.rest.transcoding import apply_path_and_query, response_json
+from libs.rest.streaming import NdjsonStream, cancel_on_disconnect
+from libs.rest.transcoding import apply_path_and_query, response_json
 
 log = logging.getLogger(__name__)
 
-ORCHESTRATOR_SERVICE = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"]
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
 @dataclass(frozen=True)
 class RestSettings:
-    """Settings of the REST front (the launcher fills them from OrchestratorSettings).
+    """Settings of a REST front (the orchestrator's main fills them from its settings).
 
     Attributes:
         host: interface to bind.
@@ -162,6 +159,8 @@ class RestSettings:
         offload_body_bytes: bodies of at least this many bytes are decoded in worker processes,
             off the event loop (see `offload`).
         body_workers: worker processes for those bodies (started on the first one).
+        error_service: the `service` the front's own errors name in their ErrorInfo
+            ("orchestrator-rest" for the orchestrator's).
     """
 
     host: str = "127.0.0.1"
@@ -183,13 +182,16 @@ class RestSettings:
     allowed_origins: tuple[str, ...] = field(default_factory=tuple)
     offload_body_bytes: int = 16 * 1024
     body_workers: int = 2
+    error_service: str = "rest"
 
 
 class Authenticator(Protocol):
-    """What checks a caller's credential (`access.control.AccessControl`): None when it may
-    call, else the rejection (missing or invalid key), with no other effect."""
+    """What checks a caller's credential from its credential metadata (`metadata.
+    credential_metadata`: Authorization, X-Api-Key): None when it may call, else the refusal's
+    `google.rpc.Status` (missing or invalid key), with no other effect. The orchestrator's is
+    `services.orchestrator.access.keycheck.KeyCheck`."""
 
-    def authenticate(self, credential: Credential) -> Rejection | None: ...
+    def refuse(self, metadata: list[tuple[str, str | bytes]]) -> status_pb2.Status | None: ...
 
 
 _UNREAD_BODY_BYTES = 64 * 1024
@@ -267,7 +269,7 @@ class _Gateway:
                 request.client.host if request.client else None)
             message = await self._build_request(request, binding, path_values)
         except MeshError as error:
-            return error_response(error)
+            return error_response(error, self._settings.error_service)
         metadata = _with_trace_context(metadata)
         peer = _peer(request)
         if binding.method.server_streaming:
@@ -294,15 +296,14 @@ class _Gateway:
         The in-process call's interceptor still decides the call (admission, limits)."""
         if self._access is None:
             return None
-        rejection = self._access.authenticate(
-            credential_from_metadata(credential_metadata(request.headers.items())))
-        if rejection is None:
+        refusal = self._access.refuse(credential_metadata(request.headers.items()))
+        if refusal is None:
             return None
         headers = request.headers
         declared = headers.get("content-length", "0").strip()
         unread = "transfer-encoding" in headers or not declared.isdigit() \
             or int(declared) > _UNREAD_BODY_BYTES
-        return status_response(rejection_status(rejection),
+        return status_response(refusal,
                                {"Connection": "close"} if unread else None)
 
     async def _build_request(self, request: Request, binding: HttpBinding,
@@ -383,7 +384,8 @@ def _with_trace_context(metadata: list) -> list:
 def build_rest_app(
     server: InProcessServer,
     settings: RestSettings | None = None,
-    service: ServiceDescriptor = ORCHESTRATOR_SERVICE,
+    *,
+    service: ServiceDescriptor,
     tracer_provider: TracerProvider | None = None,
     dependencies: Callable[[], list[dict[str, object]]] | None = None,
     access: Authenticator | None = None,
@@ -399,7 +401,7 @@ def build_rest_app(
         dependencies: the dependencies' last known states, listed by /ready (the orchestrator
             passes `DependencyWatcher.report`); None lists none.
         access: checks the API key of every API request before its query or body is read
-            (the orchestrator passes its `AccessControl`); None leaves the key to the
+            (the orchestrator passes its `access.keycheck.KeyCheck`); None leaves the key to the
             in-process call's interceptor alone.
     Raises:
         AnnotationError: an annotation that cannot be served (checked here, at start-up).
@@ -476,7 +478,8 @@ def _middleware(settings: RestSettings, bindings: list[HttpBinding]) -> list[Mid
         allowed_hosts = default_allowed_hosts(settings.host)
     middleware = [Middleware(HostOriginGuard, allowed_hosts=allowed_hosts,
                              allowed_origins=settings.allowed_origins
-                             + settings.cors_allowed_origins)]
+                             + settings.cors_allowed_origins,
+                             error_service=settings.error_service)]
     if settings.cors_allowed_origins:
         middleware.append(Middleware(
             _StatusCorsMiddleware, allow_origins=list(settings.cors_allowed_origins),
@@ -606,7 +609,8 @@ async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float 
     config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False,
                             log_config=None,
                             http=bounded_protocol(settings.max_head_bytes, settings.max_headers,
-                                                  settings.head_timeout_s),
+                                                  settings.head_timeout_s,
+                                                  settings.error_service),
                             timeout_graceful_shutdown=drain_grace_s)
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -24,7 +24,7 @@ from google.protobuf.descriptor import (
     ServiceDescriptor,
 )
 
-from services.orchestrator.rest.path_template import PathTemplate, parse_template
+from libs.rest.path_template import PathTemplate, parse_template
 
 
 class AnnotationError(ValueError):

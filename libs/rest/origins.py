@@ -25,7 +25,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from libs.errors import InvalidArgument, MeshError
-from services.orchestrator.rest.status import error_response
+from libs.rest.status import error_response
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
@@ -93,11 +93,13 @@ class HostOriginGuard:
             `default_allowed_hosts` for the usual value.
         allowed_origins: origins ("https://app.example"; "*" any) allowed besides same-origin
             requests; CORS allowed origins belong here too.
+        error_service: names the front in the ErrorInfo of its refusals.
     """
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str],
-                 allowed_origins: Iterable[str] = ()) -> None:
+                 allowed_origins: Iterable[str] = (), error_service: str = "rest") -> None:
         self._app = app
+        self._error_service = error_service
         hosts = {_normal_host(host) for host in allowed_hosts}
         self._any_host = "*" in hosts
         self._hosts = {host for host in hosts if not host.startswith("*.")}
@@ -113,7 +115,7 @@ class HostOriginGuard:
         headers = Headers(scope=scope)
         refusal = self.check(headers.get("host"), headers.get("origin"))
         if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
+            await error_response(refusal, self._error_service)(scope, receive, send)
             return
         await self._app(scope, receive, send)
 

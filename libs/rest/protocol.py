@@ -24,7 +24,7 @@ from google.rpc import status_pb2
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from libs.errors import InvalidArgument, to_status
-from services.orchestrator.rest.status import REST_SERVICE, code_status, status_json
+from libs.rest.status import code_status, status_json
 
 
 class HeadTooLarge(InvalidArgument):
@@ -50,7 +50,8 @@ class _GuardedParser:
             if not isinstance(error.__context__, HeadTooLarge):
                 raise
             refusal = error.__context__
-            self._protocol.refuse(refusal.http_status, to_status(refusal, REST_SERVICE))
+            self._protocol.refuse(refusal.http_status,
+                                  to_status(refusal, self._protocol.error_service))
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._parser, name)
@@ -63,6 +64,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes = 128 * 1024
     max_headers = 100
     head_timeout_s = 10.0
+    error_service = "rest"
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -149,9 +151,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def bounded_protocol(max_head_bytes: int, max_headers: int, head_timeout_s: float = 10.0
-                     ) -> type[BoundedHttpToolsProtocol]:
-    """A BoundedHttpToolsProtocol class with these limits, for `uvicorn.Config(http=...)`."""
+def bounded_protocol(max_head_bytes: int, max_headers: int, head_timeout_s: float = 10.0,
+                     error_service: str = "rest") -> type[BoundedHttpToolsProtocol]:
+    """A BoundedHttpToolsProtocol class with these limits, for `uvicorn.Config(http=...)`;
+    `error_service` names the front in the ErrorInfo of its refusals."""
     return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,),
                 {"max_head_bytes": max_head_bytes, "max_headers": max_headers,
-                 "head_timeout_s": head_timeout_s})
+                 "head_timeout_s": head_timeout_s, "error_service": error_service})

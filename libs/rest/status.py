@@ -17,7 +17,7 @@ from google.rpc import error_details_pb2, status_pb2
 from starlette.responses import Response
 
 from libs.errors import MeshError, to_status
-from services.orchestrator.rest.transcoding import message_to_json_value, response_json
+from libs.rest.transcoding import message_to_json_value, response_json
 
 HTTP_STATUS_FROM_CODE: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.OK: 200,
@@ -40,7 +40,6 @@ HTTP_STATUS_FROM_CODE: dict[grpc.StatusCode, int] = {
 }
 _CODE_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 JSON = "application/json"
-REST_SERVICE = "orchestrator-rest"
 
 
 def http_status(code_number: int) -> int:
@@ -90,13 +89,14 @@ def retry_after_seconds(status: status_pb2.Status) -> int | None:
     return None
 
 
-def error_response(error: MeshError) -> Response:
+def error_response(error: MeshError, service: str) -> Response:
     """The HTTP error response for an error raised by the REST front itself (routing, transcoding,
     headers, body limits), with the same `google.rpc` details the gRPC servers attach. An error
     with an `http_status` attribute (`limits.RequestRefused`) answers with that status, and one
-    with `close` set closes the connection (its body was not read to the end)."""
+    with `close` set closes the connection (its body was not read to the end). `service` names
+    the front in the ErrorInfo (`RestSettings.error_service`)."""
     headers = {"Connection": "close"} if getattr(error, "close", False) else None
-    return status_response(to_status(error, REST_SERVICE), headers,
+    return status_response(to_status(error, service), headers,
                            getattr(error, "http_status", None))
 
 
