@@ -49,13 +49,14 @@ def default_sigint() -> Iterator[None]:
 def bench_script() -> Iterator[Callable[[str], ModuleType]]:
     """`bench_script("load")` imports `bench/load.py` under a name of its own (registered in
     sys.modules, where dataclasses look their module up), with `bench/` on the import path for the
-    script's sibling modules; both are undone at the end of the session."""
+    script's sibling modules; both are undone at the end of the session. A name with a slash is a
+    path from the repository root without `.py`: a study under `experiments/`."""
     loaded: list[str] = []
     sys.path.append(str(BENCH_DIR))
 
     def load(name: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test",
-                                                      BENCH_DIR / f"{name}.py")
+        path = REPO_ROOT / f"{name}.py" if "/" in name else BENCH_DIR / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"bench_{path.stem}_under_test", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         loaded.append(spec.name)

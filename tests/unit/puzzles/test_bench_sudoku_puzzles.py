@@ -1,5 +1,6 @@
-"""bench/sudoku_puzzles.py, the generator independent of the trainer's: full grids are valid,
-puzzles have exactly the blanks asked and one solution, and the output is what `eval` reads."""
+"""experiments/2026-11-24-sudoku-independent-puzzles/sudoku_puzzles.py, the generator independent
+of the trainer's: full grids are valid, puzzles have exactly the blanks asked and one solution,
+and the output is what `eval` reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from libs.puzzles.sudoku import BoxShape, check_solution, parse_puzzle, solve
 
 @pytest.fixture(scope="module")
 def bench(bench_script):
-    return bench_script("sudoku_puzzles")
+    return bench_script("experiments/2026-11-24-sudoku-independent-puzzles/sudoku_puzzles")
 
 
 def test_full_grids_are_valid_and_differ_by_seed(bench):

@@ -10,7 +10,8 @@ neural; `--simulations` MCTS simulations) for early positions of Pons' files (fe
 `--max-moves` moves played) to each orchestrator in turn over one kept-alive gRPC channel and
 prints p50 / p99 latency and requests per second, with the ratio schedule / 2M nodes.
 
-    .venv/bin/python bench/connect4_latency.py [--seconds 10] [--concurrency 1 32]
+    .venv/bin/python experiments/2026-11-24-checker-budget/connect4_latency.py [--seconds 10] \
+        [--concurrency 1 32]
         [--simulations 2000] [--max-moves 10] [--json]
 """
 
@@ -31,11 +32,13 @@ import numpy as np
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
-from procstat import cpu_seconds
 
-from libs.connect4.pons import read_pons
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))  # bench/procstat.py, the benches' /proc reader
+from procstat import cpu_seconds  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from libs.connect4.pons import read_pons  # noqa: E402
+
 FILES = ["Test_L1_R1", "Test_L1_R2", "Test_L1_R3"]
 CONFIGS = {
     "2M nodes": {"ORCHESTRATOR_CHECKER_MIN_MOVES": "0",

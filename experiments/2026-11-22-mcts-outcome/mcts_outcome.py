@@ -4,7 +4,8 @@ For each position the search (in process, no mesh) picks a move;
 `libs.connect4.outcome.keeps_outcome` judges it with the exact solver. Prints one row per file;
 `--json` prints one JSON object last.
 
-    .venv/bin/python bench/mcts_outcome.py --simulations 200000 --limit 100 Test_L3_R1 Test_L2_R1
+    .venv/bin/python experiments/2026-11-22-mcts-outcome/mcts_outcome.py --simulations 200000 \
+        --limit 100 Test_L3_R1 Test_L2_R1
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
 from services.mcts.rollout.connect4 import uct_search
 
-PONS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "connect4-pons"
+PONS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "connect4-pons"
 
 
 def evaluate(path: Path, limit: int | None, simulations: int, exploration: float, seed: int,
