@@ -5,7 +5,7 @@ BUF    := $(VENV)/bin/buf
 STAMP  := $(VENV)/.installed
 EMBEDDER := var/embedder/all-MiniLM-L6-v2-int8.onnx
 
-.PHONY: setup gen lint run test bench check-stubs breaking clean
+.PHONY: setup gen lint run test bench bench-quick check-stubs breaking clean
 
 # A virtual environment with every dependency at the version in requirements.lock, the project
 # installed editable, and the stubs generated.
@@ -54,10 +54,14 @@ run: setup
 test: setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
+# Every maintained benchmark of bench/README.md in full (hours on two cores), or each in its quick
+# mode (a smoke run: tiny sizes, seconds to a minute each).
 bench: setup
 	$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) bench/mcts.py
-	$(PY) bench/retrieval.py
+	$(PY) bench/suite.py
+
+bench-quick: setup
+	$(PY) bench/suite.py --quick
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

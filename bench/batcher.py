@@ -182,7 +182,12 @@ def main() -> None:
     parser.add_argument("--max-wait-ms", nargs="+", type=float, default=[2.0, 0.0],
                         help="the batcher's NEURAL_MAX_WAIT_MS values to run (0 is the default)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.concurrency, args.runtimes = 1.0, 8, args.runtimes[:1]
+        args.cuda_runtimes, args.max_wait_ms = args.cuda_runtimes[:1], [0.0]
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-batcher-") as work:
         for device in args.devices:

@@ -42,7 +42,11 @@ def main() -> None:
     parser.add_argument("files", nargs="*", default=DEFAULT_FILES)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.files, args.limit = args.files[:2], args.limit or 10
     # Compile (or load numba's cache) first, on a position a few moves from the end.
     Solver(table_size=(1 << 18) + 3).solve("2252576253462244111563365343671351441")
     out = []

@@ -707,7 +707,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-every", type=float, default=60.0, help="soak, seconds")
     parser.add_argument("--warmup-minutes", type=float, default=None,
                         help="soak minutes not judged for RSS (default: a fifth, at most 5)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.levels, args.duration, args.warmup_s, args.documents = [1], 1.0, 0.5, 10
     if args.echo:
         _echo_server_main()
         return 0

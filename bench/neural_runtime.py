@@ -91,7 +91,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--passes", type=int, default=300)
     parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], default=["cpu", "cuda"])
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.passes = 1, 5
     if "cpu" in args.devices:
         cpu_table(args.model, args.rounds, args.passes)
     if "cuda" in args.devices:

@@ -217,7 +217,11 @@ def main() -> None:
                         help="ORCHESTRATOR_TRACE_SAMPLE_RATIO of the 'on' orchestrator")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--collector", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.requests, args.warmup = 20, 5
     if args.collector:
         _serve_collector()
         return

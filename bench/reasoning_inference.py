@@ -118,7 +118,11 @@ def main() -> None:
     parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], default=["cpu", "cuda"],
                         help="cuda rows run only where torch sees a GPU")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.batches, args.rounds, args.modes, args.batch1_calls = [1, 8], 1, ["act"], 2
     torch.set_num_threads(args.torch_threads)
     checkpoint = load_checkpoint(args.checkpoint)
     puzzles = _puzzles(checkpoint.metadata, max(args.batches))

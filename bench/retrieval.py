@@ -140,7 +140,11 @@ def main() -> None:
     parser.add_argument("--encoder-sample", type=int, default=64,
                         help="abstracts embedded by both encoders in this process (0: skip)")
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.limit, args.encoder_sample = args.limit or 40, 4
 
     documents = list(read_jsonl(args.data / "corpus.jsonl"))[: args.limit]
     qrels = read_qrels(args.data / "qrels" / f"{args.split}.tsv")

@@ -55,7 +55,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--encoder", choices=("onnx", "hash"), default="onnx")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.documents, args.batch = 32, 16
     documents = list(read_jsonl(args.data / "corpus.jsonl"))[: args.documents]
     settings = RetrievalSettings()
     embedder = (load_embedder(settings.embedder, settings.onnx_path, settings.embed_batch_size,
@@ -74,8 +78,10 @@ def main() -> None:
               "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
               "chunks_per_s": round(chunks / wall, 1),
               "chunks_per_cpu_s": round(chunks / cpu, 1)}
-    print(f"{args.encoder}: {chunks} chunks in {wall:.2f} s ({chunks / wall:.1f} chunks/s), "
-          f"{cpu:.2f} CPU s ({chunks / cpu:.1f} chunks per CPU second)")
+    print(f"{'encoder':<8} {'chunks':>7} {'wall s':>8} {'chunks/s':>9} {'CPU s':>8} "
+          f"{'chunks/CPU-s':>13}")
+    print(f"{args.encoder:<8} {chunks:>7} {wall:>8.2f} {chunks / wall:>9.1f} {cpu:>8.2f} "
+          f"{chunks / cpu:>13.1f}")
     if args.json:
         print(json.dumps(result))
 

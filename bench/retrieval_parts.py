@@ -216,7 +216,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.encoder_texts, args.documents, args.queries, args.rounds = 8, 20, 5, 1
 
     settings = RetrievalSettings()
     documents, claims = load(args)

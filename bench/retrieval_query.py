@@ -92,7 +92,12 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=None, help="abstracts (default: all)")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print a final JSON object")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.documents, args.queries = args.documents or 20, 5
+        args.baseline_ref = "HEAD"  # this commit on both sides: a check that it runs
 
     with (args.data / "queries.jsonl").open(encoding="utf-8") as lines:
         claims = [json.loads(line)["text"] for line in lines][: args.queries]

@@ -71,7 +71,11 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=None,
                         help="serve on consecutive ports from this one (mcts, neural, then the "
                              "orchestrators); default: free ports the system chooses")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.per_file = 2
     positions = mixed_positions(args.split, args.per_file, args.seed)
     cache = Path(args.judge_cache) if args.judge_cache else None
     if cache is not None:

@@ -227,7 +227,11 @@ def main() -> None:
                         help="where our network runs (bf16 autocast on CUDA, as the loop runs "
                              "it); mctx runs on JAX's default backend, printed beside the table")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.games, args.steps, args.simulations = 2, 1, 32
     torch.set_num_threads(args.torch_threads)
     model = load_checkpoint(args.checkpoint).model
     position, mask = openings(args.games, args.opening_plies, 0)

@@ -88,7 +88,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.puzzles, args.concurrency = args.puzzles or 16, 8
 
     with tempfile.TemporaryDirectory() as folder:
         models_dir = Path(folder)

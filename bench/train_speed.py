@@ -119,7 +119,12 @@ def main() -> None:
     parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], default=["cpu", "cuda"],
                         help="cuda rows run only where torch sees a GPU")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.presets, args.data_workers = 1.0, ["trm-mlp-cpu-sudoku6"], [0]
+        args.az_batch_size = 16
     torch.set_num_threads(args.torch_threads)
     devices = [d for d in args.devices if d == "cpu" or torch.cuda.is_available()]
     if args.generation_only:
