@@ -41,7 +41,8 @@ from services.llm_gateway.settings import LlmGatewaySettings
 from services.mcts.main import build_servicers as build_mcts
 from services.mcts.settings import MctsSettings
 from services.orchestrator.agents.llm import LlmAgent
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.api.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.reasoning import RoleServices
 from services.orchestrator.text.self_consistency import extract_answer, normalise_number
@@ -120,7 +121,7 @@ async def run(args, providers: list[str]) -> list[dict]:
     llm = llm_service_pb2_grpc.LlmServiceStub(llm_channel)
     settings = OrchestratorSettings(text_max_iterations=1, max_answer_tokens=args.answer_tokens)
     servicer = OrchestratorServicer(
-        settings, [], [LlmAgent(llm, settings.llm_deadline_s, args.answer_tokens)], None,
+        settings, AgentSet(text=[LlmAgent(llm, settings.llm_deadline_s, args.answer_tokens)]),
         roles=RoleServices(llm=llm, retrieve=no_passages,
                            mcts=mcts_service_pb2_grpc.MctsServiceStub(mcts_channel),
                            llm_deadline_s=settings.llm_deadline_s))

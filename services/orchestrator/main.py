@@ -33,12 +33,13 @@ from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningMode
 from services.orchestrator.agents.retrieval import RetrievalAgent, search_passages
 from services.orchestrator.agents.solver import SolverAgent
 from services.orchestrator.api.rest import build_rest_app
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.loop.types import AgentName
 from services.orchestrator.routing.log import RoutingLog
 from services.orchestrator.routing.predictors import RoutePredictor, TextRoutePredictor
 from services.orchestrator.routing.rules import QUICK_CHECKER_MAX_NODES
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet, Routers
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.reasoning import RoleServices
 
@@ -98,20 +99,9 @@ class Wiring:
             await asyncio.to_thread(self.routing_log.close)
 
 
-async def build_servicers(
-    settings: OrchestratorSettings, wiring: Wiring | None = None
-) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
-    """The orchestrator's servicer over channels to the other services, and its readiness hook.
-
-    The channels connect lazily: the orchestrator is ready once its checker's kernels are loaded;
-    a dependency that comes up later is used from then on, and calls before that fail UNAVAILABLE.
-
-    Args:
-        settings: targets, budgets and deadlines.
-        wiring: the channels (one is opened from `settings` when None; the caller closes it).
-    """
-    wiring = wiring or Wiring(settings)
-    retrieval = retrieval_service_pb2_grpc.RetrievalServiceStub(wiring.channels["retrieval"])
+def _agent_set(settings: OrchestratorSettings, wiring: Wiring,
+               retrieval: retrieval_service_pb2_grpc.RetrievalServiceStub) -> AgentSet:
+    """The agents of games, text queries and puzzles over the wiring's channels."""
     checker_budget = CheckerBudget(max_nodes=settings.checker_max_nodes,
                                    time_budget_s=settings.checker_time_budget_ms / 1e3,
                                    min_moves=settings.checker_min_moves,
@@ -146,23 +136,45 @@ async def build_servicers(
         SolverAgent(settings.solver_time_budget_s),
         PuzzleCheckerAgent(),
     ]
+    return AgentSet(game_agents, text_agents, puzzle_agents, quick_checker)
+
+
+def _routers(settings: OrchestratorSettings,
+             neural: neural_service_pb2_grpc.NeuralServiceStub) -> Routers:
+    """The rule routers, with the neural service's predictors where their models are set."""
     route_predictor = (RoutePredictor(neural, settings.router_model,
                                       settings.router_deadline_ms / 1e3)
                        if settings.router_model else None)
     text_route_predictor = (TextRoutePredictor(neural, settings.text_router_model,
                                                settings.router_deadline_ms / 1e3)
                             if settings.text_router_model else None)
+    return Routers(predictor=route_predictor, text_predictor=text_route_predictor)
+
+
+async def build_servicers(
+    settings: OrchestratorSettings, wiring: Wiring | None = None
+) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
+    """The orchestrator's servicer over channels to the other services, and its readiness hook.
+
+    The channels connect lazily: the orchestrator is ready once its checker's kernels are loaded;
+    a dependency that comes up later is used from then on, and calls before that fail UNAVAILABLE.
+
+    Args:
+        settings: targets, budgets and deadlines.
+        wiring: the channels (one is opened from `settings` when None; the caller closes it).
+    """
+    wiring = wiring or Wiring(settings)
+    retrieval = retrieval_service_pb2_grpc.RetrievalServiceStub(wiring.channels["retrieval"])
+    neural = neural_service_pb2_grpc.NeuralServiceStub(wiring.channels["neural"])
     roles = RoleServices(
         llm=llm_service_pb2_grpc.LlmServiceStub(wiring.channels["llm"]),
         retrieve=functools.partial(search_passages, retrieval),
         mcts=mcts_service_pb2_grpc.MctsServiceStub(wiring.channels["mcts"]),
         llm_deadline_s=settings.llm_deadline_s,
         retrieval_deadline_s=settings.retrieval_deadline_s)
-    servicer = OrchestratorServicer(settings, game_agents, text_agents, retrieval,
-                                    puzzle_agents=puzzle_agents, route_predictor=route_predictor,
-                                    routing_log=wiring.routing_log, roles=roles,
-                                    quick_checker=quick_checker,
-                                    text_route_predictor=text_route_predictor)
+    servicer = OrchestratorServicer(settings, _agent_set(settings, wiring, retrieval),
+                                    _routers(settings, neural), wiring.routing_log, roles,
+                                    retrieval)
 
     async def ready() -> None:
         nodes = await warm_up_solvers(WARM_UP_MOVES, 10_000)

@@ -302,6 +302,10 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
             raise ValueError("checker_first_max_nodes must be >= 0")
         if self.checker_base_nodes < 1 or self.checker_time_budget_ms <= 0:
             raise ValueError("checker_base_nodes must be >= 1, checker_time_budget_ms > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _limits(self) -> OrchestratorSettings:
         if not 1 <= self.default_top_k <= 20:
             raise ValueError("default_top_k must be in 1..20")
         if self.reasoning_max_segments is not None and \

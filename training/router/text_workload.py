@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from libs.data import dataset as data_set
 from libs.errors import FailedPrecondition
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.text.roles import TextRole
 from services.orchestrator.text.self_consistency import (
     extract_answer,
@@ -215,8 +216,8 @@ class _TextMesh:
         from services.mcts.main import build_servicers as build_mcts
         from services.mcts.settings import MctsSettings
         from services.orchestrator.agents.llm import LlmAgent
+        from services.orchestrator.api.servicer import OrchestratorServicer
         from services.orchestrator.routing.log import RoutingLog
-        from services.orchestrator.servicer import OrchestratorServicer
         from services.orchestrator.settings import OrchestratorSettings
         from services.orchestrator.text.reasoning import RoleServices
 
@@ -236,8 +237,9 @@ class _TextMesh:
         routing_log = RoutingLog(log_path, settings.routing_log_max_bytes,
                                  settings.routing_log_backups)
         servicer = OrchestratorServicer(
-            settings, [], [LlmAgent(llm, settings.llm_deadline_s, settings.max_answer_tokens)],
-            None, routing_log=routing_log,
+            settings, AgentSet(text=[LlmAgent(llm, settings.llm_deadline_s,
+                                              settings.max_answer_tokens)]),
+            routing_log=routing_log,
             roles=RoleServices(llm=llm, retrieve=_no_passages,
                                mcts=mcts_service_pb2_grpc.MctsServiceStub(mcts_channel),
                                llm_deadline_s=settings.llm_deadline_s))

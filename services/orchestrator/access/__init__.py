@@ -19,6 +19,8 @@ redis_client)` is the store `mcts-mesh keys` edits.
 
 from __future__ import annotations
 
+import redis.asyncio
+
 from services.orchestrator.access.budgets import MemoryBudgets, RedisBudgets
 from services.orchestrator.access.control import AccessControl
 from services.orchestrator.access.keys import Budgets, FileKeyStore, RateLimits, RedisKeyStore
@@ -37,8 +39,6 @@ def redis_client(settings: OrchestratorSettings):
     """A `redis.asyncio.Redis` for `settings.redis_url`, or None when it is unset."""
     if settings.redis_url is None:
         return None
-    import redis.asyncio
-
     return redis.asyncio.from_url(settings.redis_url.get_secret_value(),
                                   socket_timeout=REDIS_TIMEOUT_S,
                                   socket_connect_timeout=REDIS_TIMEOUT_S)

@@ -23,12 +23,10 @@ out, otherwise the first failure, usually Unavailable).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Generic
 
 import numpy as np
@@ -41,6 +39,15 @@ from services.orchestrator.loop.events import (
     TallyUpdated,
 )
 from services.orchestrator.loop.routing import Router, RoutingState, routing_features
+from services.orchestrator.loop.state import (
+    STEP_NAMES,
+    LoopState,
+    RunState,
+    proves,
+    reconsiders,
+    settles_first,
+)
+from services.orchestrator.loop.tally import aggregate
 from services.orchestrator.loop.tracing import agent_span, step_span
 from services.orchestrator.loop.types import (
     Agent,
@@ -51,7 +58,6 @@ from services.orchestrator.loop.types import (
     Proposal,
     Role,
     Round,
-    RoutingDecision,
     StepTiming,
     Synthesizer,
     Tally,
@@ -63,128 +69,6 @@ log = logging.getLogger(__name__)
 
 MIN_ROUND_S = 0.05
 """A new iteration starts only when at least this many seconds of the deadline are left."""
-
-
-class LoopState(enum.Enum):
-    """States of the consensus loop."""
-
-    RETRIEVE = "retrieve"
-    ROUTE = "route"
-    RUN_AGENTS = "run_agents"
-    VERIFY = "verify"
-    AGGREGATE = "aggregate"
-    CHECK_CONSENSUS = "check_consensus"
-    ITERATE = "iterate"
-    SYNTHESIZE = "synthesize"
-    DONE = "done"
-
-
-STEP_NAMES = {
-    LoopState.RETRIEVE: "retrieve",
-    LoopState.ROUTE: "route",
-    LoopState.RUN_AGENTS: "agents",
-    LoopState.VERIFY: "verify",
-    LoopState.AGGREGATE: "aggregate",
-    LoopState.CHECK_CONSENSUS: "consensus",
-    LoopState.SYNTHESIZE: "synthesize",
-}
-"""The step name reported in StepTiming for each timed state (ITERATE and DONE take no time)."""
-
-
-
-def reconsiders(agent: Agent, proposal: Proposal | None, rivals: frozenset[str]) -> bool:
-    """`agent.reconsiders(proposal, rivals)` for agents with the `Reconsiders` hook and a proposal
-    with an answer; True otherwise."""
-    hook = getattr(agent, "reconsiders", None)
-    if hook is None or proposal is None or proposal.answer is None:
-        return True
-    return bool(hook(proposal, rivals))
-
-
-def _proves(vote: Vote | None, run: _Run) -> bool:
-    """`vote` is this iteration's, verified, and carries the problem's value."""
-    return vote is not None and vote.iteration == run.iteration and vote.verified \
-        and vote.value is not None
-
-
-def settles_first(agent: Agent, problem: Any) -> bool:
-    """`agent.settles_first(problem)` for agents with the `SettlesFirst` hook, else False."""
-    hook = getattr(agent, "settles_first", None)
-    return bool(hook(problem)) if hook is not None else False
-
-
-
-def aggregate(votes: Sequence[Vote], excluded: frozenset[str] = frozenset(),
-              weights: dict[AgentName, float] | None = None) -> Tally:
-    """Tallies votes (the newest per agent): a verified vote wins; otherwise weighted voting, where
-    each vote adds `weight(agent) * confidence` to its answer.
-
-    Votes for an `excluded` answer are set aside unless every vote is for one. Ties go to the answer
-    voted first. `weights` default to 1.0 per agent.
-
-    Raises:
-        ValueError: no votes.
-    """
-    if not votes:
-        raise ValueError("aggregate needs at least one vote")
-    weights = weights or {}
-    counted = [vote for vote in votes if vote.answer not in excluded] or list(votes)
-    for vote in counted:
-        if vote.verified:
-            agreed = all(other.answer == vote.answer for other in counted)
-            return Tally(vote.answer, 1.0, _support_share(counted, vote.answer, weights), agreed,
-                         True)
-    support: dict[str, float] = {}
-    for vote in counted:
-        support[vote.answer] = support.get(vote.answer, 0.0) + _weighted(vote, weights)
-    answer = max(support, key=lambda key: support[key])  # first voted wins ties (dict order)
-    total_weight = sum(weights.get(vote.agent, 1.0) for vote in counted)
-    confidence = support[answer] / total_weight if total_weight > 0 else 0.0
-    return Tally(
-        answer=answer,
-        confidence=min(1.0, max(0.0, confidence)),
-        consensus_score=_support_share(counted, answer, weights),
-        agreed=len(support) == 1,
-        verified=False,
-    )
-
-
-def _weighted(vote: Vote, weights: dict[AgentName, float]) -> float:
-    return weights.get(vote.agent, 1.0) * vote.confidence
-
-
-def _support_share(votes: Sequence[Vote], answer: str, weights: dict[AgentName, float]) -> float:
-    total = sum(_weighted(vote, weights) for vote in votes)
-    if total <= 0:
-        return sum(vote.answer == answer for vote in votes) / len(votes)
-    return sum(_weighted(vote, weights) for vote in votes if vote.answer == answer) / total
-
-
-@dataclass
-class _Run:
-    """Mutable state of one run of the loop (private to `ConsensusLoop.run`)."""
-
-    budget: Budget
-    started: float = field(default_factory=time.monotonic)
-    iteration: int = 1
-    rounds_run: int = 0
-    simulations: int = 1
-    context: tuple = ()
-    routed: list[AgentName] = field(default_factory=list)
-    ran: set[AgentName] = field(default_factory=set)
-    last_agents: list[AgentName] = field(default_factory=list)
-    fresh: list[AgentName] = field(default_factory=list)
-    accepted: set[str] = field(default_factory=set)
-    votes: list[Vote] = field(default_factory=list)
-    latest: dict[AgentName, Vote] = field(default_factory=dict)
-    proposals: dict[AgentName, Proposal] = field(default_factory=dict)
-    failures: list[tuple[AgentName, MeshError]] = field(default_factory=list)
-    failure_iterations: list[int] = field(default_factory=list)
-    degraded: bool = False
-    timings: list[StepTiming] = field(default_factory=list)
-    routes: list[RoutingDecision] = field(default_factory=list)
-    tally: Tally | None = None
-    consensus: bool = False
 
 
 class ConsensusLoop(Generic[AnswerT]):
@@ -237,7 +121,7 @@ class ConsensusLoop(Generic[AnswerT]):
         """
         if budget.max_iterations < 1:
             raise ValueError("max_iterations must be >= 1")
-        run = _Run(budget=budget, simulations=max(1, budget.simulations))
+        run = RunState(budget=budget, simulations=max(1, budget.simulations))
         has_context = any(agent.role is Role.CONTEXT for agent in self._agents.values())
         state = LoopState.RETRIEVE if has_context else LoopState.ROUTE
         answer: Any = None
@@ -263,46 +147,31 @@ class ConsensusLoop(Generic[AnswerT]):
                 run.simulations = min(run.simulations * 2, max(budget.max_simulations, 1))
                 next_state = LoopState.ROUTE
             else:  # SYNTHESIZE
-                # Every path to SYNTHESIZE sets the tally, and only a loop with a fallback degrades.
-                synthesize = self._fallback if run.degraded else self._synthesize
-                if run.tally is None or synthesize is None:
-                    raise RuntimeError("the consensus loop reached SYNTHESIZE without a tally or, "
-                                       "degraded, without a fallback")
-                answer = synthesize(run.tally, dict(run.proposals), run.context)
+                answer = self._synthesized(run)
                 next_state = LoopState.DONE
             if state in STEP_NAMES:
                 run.timings.append(StepTiming(STEP_NAMES[state], run.iteration,
                                               (time.perf_counter() - started) * 1e3))
             state = next_state
-        if run.tally is None:  # DONE follows SYNTHESIZE only, which checked it
-            raise RuntimeError("the consensus loop finished without a tally")
-        agents_used: list[AgentName] = []
-        for vote in run.votes:
-            if vote.agent not in agents_used:
-                agents_used.append(vote.agent)
-        return LoopResult(
-            answer=answer,
-            tally=run.tally,
-            consensus_reached=run.consensus,
-            iterations=max(1, run.rounds_run),
-            votes=tuple(run.votes),
-            agents=tuple(agents_used),
-            timings=tuple(run.timings),
-            routes=tuple(run.routes),
-            proposals=dict(run.proposals),
-            failures=tuple(run.failures),
-            degraded=run.degraded,
-            failure_iterations=tuple(run.failure_iterations),
-        )
+        return _result(run, answer)
 
-    def _round(self, problem: Any, run: _Run,
+    def _synthesized(self, run: RunState) -> Any:
+        """The answer of SYNTHESIZE: the synthesizer's, or the fallback's when degraded."""
+        # Every path to SYNTHESIZE sets the tally, and only a loop with a fallback degrades.
+        synthesize = self._fallback if run.degraded else self._synthesize
+        if run.tally is None or synthesize is None:
+            raise RuntimeError("the consensus loop reached SYNTHESIZE without a tally or, "
+                               "degraded, without a fallback")
+        return synthesize(run.tally, dict(run.proposals), run.context)
+
+    def _round(self, problem: Any, run: RunState,
                candidates: tuple[tuple[AgentName, str], ...] = ()) -> Round:
         return Round(problem=problem, iteration=run.iteration, simulations=run.simulations,
                      seed=(run.budget.seed + run.iteration - 1) % (1 << 64),
                      deadline=run.budget.deadline, context=run.context, candidates=candidates,
                      earlier=dict(run.proposals), started=run.started)
 
-    async def _retrieve(self, problem: Any, run: _Run) -> None:
+    async def _retrieve(self, problem: Any, run: RunState) -> None:
         """Runs every context agent once; their failures end the request (raised as they are)."""
         context: list = []
         for agent in self._agents.values():
@@ -317,7 +186,7 @@ class ConsensusLoop(Generic[AnswerT]):
         run.context = tuple(context)
 
     @step_span("route")
-    def _route(self, run: _Run) -> LoopState:
+    def _route(self, run: RunState) -> LoopState:
         candidates = [name for name, agent in self._agents.items()
                       if agent.role is Role.PROPOSER and (
                           name not in run.ran
@@ -339,7 +208,7 @@ class ConsensusLoop(Generic[AnswerT]):
         return LoopState.RUN_AGENTS
 
     @staticmethod
-    def _reconsiders(agent: Agent, run: _Run) -> bool:
+    def _reconsiders(agent: Agent, run: RunState) -> bool:
         """`reconsiders` on the agent's latest proposal against the other agents' answers."""
         own = run.latest.get(agent.name)
         rivals = frozenset(vote.answer for name, vote in run.latest.items()
@@ -347,7 +216,7 @@ class ConsensusLoop(Generic[AnswerT]):
         return reconsiders(agent, run.proposals.get(agent.name), rivals)
 
     @step_span("agents")
-    async def _run_agents(self, problem: Any, run: _Run) -> None:
+    async def _run_agents(self, problem: Any, run: RunState) -> None:
         if time.monotonic() >= run.budget.deadline:
             if not run.latest:
                 for name in run.routed:
@@ -367,7 +236,7 @@ class ConsensusLoop(Generic[AnswerT]):
         answered: list[AgentName] = []
         if first and len(first) < len(agents):
             answered += await self._run_group(first, round_, run)
-            proof = next((name for name in answered if _proves(run.latest.get(name), run)),
+            proof = next((name for name in answered if proves(run.latest.get(name), run)),
                          None)
             if proof is not None:
                 log.debug("iteration %d settled by %s; not run: %s", run.iteration, proof,
@@ -380,7 +249,7 @@ class ConsensusLoop(Generic[AnswerT]):
             run.last_agents = answered
         run.fresh = answered
 
-    async def _run_group(self, agents: list[Agent], round_: Round, run: _Run
+    async def _run_group(self, agents: list[Agent], round_: Round, run: RunState
                          ) -> list[AgentName]:
         """Runs `agents` side by side on `round_`, records their proposals and failures, and
         returns the names of those that answered."""
@@ -404,7 +273,7 @@ class ConsensusLoop(Generic[AnswerT]):
         return answered
 
     @step_span("verify")
-    async def _verify(self, problem: Any, run: _Run) -> None:
+    async def _verify(self, problem: Any, run: RunState) -> None:
         """Runs the verifiers on the round's new answers, then keeps only the votes for answers a
         verifier accepted (its own verified vote included). A verifier's failure accepts nothing."""
         candidates = tuple((name, run.latest[name].answer) for name in run.fresh
@@ -428,7 +297,7 @@ class ConsensusLoop(Generic[AnswerT]):
                       if vote.answer in run.accepted}
 
     @step_span("aggregate")
-    def _aggregate(self, run: _Run) -> LoopState:
+    def _aggregate(self, run: RunState) -> LoopState:
         if not run.latest:
             if self._verifiers:
                 # Nothing verified yet: CHECK_CONSENSUS asks again while the budget lasts.
@@ -450,7 +319,7 @@ class ConsensusLoop(Generic[AnswerT]):
             self._events(TallyUpdated(run.iteration, run.tally, tuple(run.latest.values())))
         return LoopState.CHECK_CONSENSUS
 
-    def _check_consensus(self, run: _Run) -> LoopState:
+    def _check_consensus(self, run: RunState) -> LoopState:
         if run.tally is None:  # verifier loops only: no answer passed verification yet
             if run.iteration >= run.budget.max_iterations or \
                     run.budget.deadline - time.monotonic() < MIN_ROUND_S:
@@ -468,11 +337,11 @@ class ConsensusLoop(Generic[AnswerT]):
         return LoopState.ITERATE
 
     @staticmethod
-    def _settled(run: _Run) -> bool:
+    def _settled(run: RunState) -> bool:
         """No agent with a vote counted says its own answer is unsettled (`Proposal.settled`)."""
         return all(run.proposals[name].settled for name in run.latest if name in run.proposals)
 
-    def features(self, run: _Run) -> np.ndarray:
+    def features(self, run: RunState) -> np.ndarray:
         """The ten routing features of the run's current state (float32 [10])."""
         confidences = {vote.agent: vote.confidence for vote in run.votes}
         mcts = run.latest.get(AgentName.MCTS)
@@ -501,7 +370,8 @@ class ConsensusLoop(Generic[AnswerT]):
             raise DeadlineExceeded(f"{agent.name}: no answer before the deadline") from error
         return proposal, (time.perf_counter() - started) * 1e3
 
-    def _record(self, run: _Run, name: AgentName, proposal: Proposal, latency_ms: float) -> None:
+    def _record(self, run: RunState, name: AgentName, proposal: Proposal,
+                latency_ms: float) -> None:
         run.proposals[name] = proposal
         if proposal.answer is None:
             # DEBUG: abstaining is the checker's normal answer on early positions (one per request).
@@ -518,21 +388,21 @@ class ConsensusLoop(Generic[AnswerT]):
         if self._agents[name].role is not Role.CONTEXT:
             run.latest[name] = vote
 
-    def _falls_back(self, run: _Run) -> bool:
+    def _falls_back(self, run: RunState) -> bool:
         """The loop has a fallback, the context agents found something, and no proposer voted
         because they failed (not because they abstained)."""
         return self._fallback is not None and bool(run.context) and bool(run.failures)
 
     @staticmethod
-    def _failed(run: _Run, name: AgentName, error: MeshError) -> None:
+    def _failed(run: RunState, name: AgentName, error: MeshError) -> None:
         run.failures.append((name, error))
         run.failure_iterations.append(run.iteration)
 
-    def _check_time(self, run: _Run) -> None:
+    def _check_time(self, run: RunState) -> None:
         if time.monotonic() >= run.budget.deadline:
             raise DeadlineExceeded("the deadline passed before any agent answered")
 
-    def _no_answer(self, run: _Run) -> MeshError:
+    def _no_answer(self, run: RunState) -> MeshError:
         """The error for a run in which no proposer voted."""
         if time.monotonic() >= run.budget.deadline:
             return DeadlineExceeded("the deadline passed before any agent answered")
@@ -548,3 +418,27 @@ class ConsensusLoop(Generic[AnswerT]):
         reasons = "; ".join(f"{name}: {proposal.rationale}"
                             for name, proposal in run.proposals.items())
         return FailedPrecondition(f"no agent proposed an answer ({reasons})")
+
+
+def _result(run: RunState, answer: Any) -> LoopResult:
+    """The LoopResult of a finished run."""
+    if run.tally is None:  # DONE follows SYNTHESIZE only, which checked it
+        raise RuntimeError("the consensus loop finished without a tally")
+    agents_used: list[AgentName] = []
+    for vote in run.votes:
+        if vote.agent not in agents_used:
+            agents_used.append(vote.agent)
+    return LoopResult(
+        answer=answer,
+        tally=run.tally,
+        consensus_reached=run.consensus,
+        iterations=max(1, run.rounds_run),
+        votes=tuple(run.votes),
+        agents=tuple(agents_used),
+        timings=tuple(run.timings),
+        routes=tuple(run.routes),
+        proposals=dict(run.proposals),
+        failures=tuple(run.failures),
+        degraded=run.degraded,
+        failure_iterations=tuple(run.failure_iterations),
+    )

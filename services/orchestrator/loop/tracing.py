@@ -25,8 +25,8 @@ _tracer = trace.get_tracer("mcts_mesh.orchestrator.consensus")
 
 
 def step_span(step: str) -> Callable:
-    """Runs the decorated loop method (sync or async; its last argument is the loop's `_Run`) in a
-    span "consensus <step>" with the iteration as `mesh.consensus.iteration`."""
+    """Runs the decorated loop method (sync or async; its last argument is the loop's
+    `RunState`) in a span "consensus <step>" with the iteration as `mesh.consensus.iteration`."""
 
     def decorate(method):
         name = f"consensus {step}"

@@ -46,10 +46,13 @@ import logging
 import logging.handlers
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from services.orchestrator.problems.connect_four import ConnectFourProblem
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,28 @@ def routing_record(kind: str, query: str, thread_id: str, result: Any,
         "consensus": result.consensus_reached, "iterations": result.iterations,
         "latency_ms": round(latency_ms, 3),
     }
+
+
+def problem_text(problem: Any) -> str:
+    """The problem as the routing log writes it: the move string of a Connect Four position, the
+    grid of a Sudoku or a maze."""
+    if isinstance(problem, ConnectFourProblem):
+        return problem.position.moves
+    for attribute in ("puzzle", "grid"):
+        value = getattr(problem, attribute, None)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def log_loop(routing_log: RoutingLog | None, kind: str, query: str, thread_id: str, result: Any,
+             started: float, extra: dict[str, Any] | None = None) -> None:
+    """Appends a finished loop's `routing_record` (with `extra` fields; `started` is its
+    `time.perf_counter()` start) to `routing_log`, when there is one."""
+    if routing_log is not None:
+        routing_log.write({**routing_record(
+            kind, query, thread_id, result, (time.perf_counter() - started) * 1e3),
+            **(extra or {})})
 
 
 def text_fields(role: str, decided_by: str, confidence: float | None, provider: str,

@@ -27,9 +27,10 @@ from services.neural.evaluator import PositionEvaluator
 from services.neural.main import build_servicers
 from services.neural.settings import NeuralSettings
 from services.orchestrator.agents.llm import LlmAgent
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.routing.log import RoutingLog
 from services.orchestrator.routing.predictors import TextRoutePredictor
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet, Routers
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.reasoning import RoleServices
 from training.router.text import ROLES, TextRouterConfig, load_text_examples, train_text_router
@@ -203,9 +204,9 @@ def orchestrator(stub, threshold: float, gateway: FakeGateway,
     settings = OrchestratorSettings(text_router_model="router-text",
                                     text_router_threshold=threshold, text_sample_count=1)
     return OrchestratorServicer(
-        settings, [], [LlmAgent(gateway, 5.0, 64)], None, routing_log=log,
-        roles=RoleServices(llm=gateway, retrieve=no_passages),
-        text_route_predictor=TextRoutePredictor(stub, "router-text", 30.0))
+        settings, AgentSet(text=[LlmAgent(gateway, 5.0, 64)]),
+        Routers(text_predictor=TextRoutePredictor(stub, "router-text", 30.0)), routing_log=log,
+        roles=RoleServices(llm=gateway, retrieve=no_passages))
 
 
 async def test_the_orchestrator_follows_the_text_router_above_the_threshold(neural, tmp_path):

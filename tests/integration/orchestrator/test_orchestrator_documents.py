@@ -23,7 +23,7 @@ from libs.server import start_server
 from services.orchestrator.api.rest import build_rest_app
 from services.orchestrator.main import Wiring
 from services.orchestrator.main import build_servicers as orchestrator_servicers
-from services.orchestrator.servicer import validate_documents
+from services.orchestrator.api.requests import validate_documents
 from services.orchestrator.settings import OrchestratorSettings
 from services.retrieval.embedder import load_embedder
 from services.retrieval.main import build_servicers as retrieval_servicers

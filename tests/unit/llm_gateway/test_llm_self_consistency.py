@@ -22,8 +22,9 @@ from services.llm_gateway.providers.provider import Generation
 from services.llm_gateway.servicer import generation_cost
 from services.llm_gateway.settings import LlmGatewaySettings
 from services.orchestrator.agents.llm import LlmAgent
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.query import Passage
 from services.orchestrator.text.self_consistency import (
@@ -85,8 +86,9 @@ async def gateway(wire):
 def servicer_for(stub, **settings) -> tuple[OrchestratorServicer, LlmAgent]:
     settings.setdefault("text_max_iterations", 3)
     llm = LlmAgent(stub, 10.0, 64)
-    servicer = OrchestratorServicer(OrchestratorSettings(**settings), [], [Retrieval(), llm],
-                                    FakeRetrievalStub())
+    servicer = OrchestratorServicer(OrchestratorSettings(**settings),
+                                    AgentSet(text=[Retrieval(), llm]),
+                                    retrieval=FakeRetrievalStub())
     return servicer, llm
 
 

@@ -21,8 +21,9 @@ from services.llm_gateway.main import build_servicers
 from services.llm_gateway.settings import LlmGatewaySettings
 from services.mcts.main import build_servicers as build_mcts_servicers
 from services.mcts.settings import MctsSettings
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.problems.arithmetic import NotArithmetic, check_step, evaluate
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text import prompts
 from services.orchestrator.text.query import Passage
@@ -78,7 +79,7 @@ async def mesh(wire):
         roles = RoleServices(llm=llm_service_pb2_grpc.LlmServiceStub(channels[0]),
                              retrieve=retrieval,
                              mcts=mcts_service_pb2_grpc.MctsServiceStub(channels[1]))
-        servicer = OrchestratorServicer(OrchestratorSettings(**orchestrator), [], [], None,
+        servicer = OrchestratorServicer(OrchestratorSettings(**orchestrator), AgentSet(),
                                         roles=roles)
         return servicer, retrieval
 

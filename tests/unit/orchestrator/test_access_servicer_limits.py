@@ -11,8 +11,9 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from test_running_solves import Context, Gated, _until, request, waiting
 
 from libs.errors import DeadlineExceeded
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.query import Draft
 
@@ -36,7 +37,7 @@ class Drafter:
 
 def servicer(solver: Gated, drafter: Drafter, limit: int = 1) -> OrchestratorServicer:
     return OrchestratorServicer(OrchestratorSettings(max_running_solves=limit, text_sample_count=1),
-                                [solver], [drafter], None)
+                                AgentSet([solver], [drafter]))
 
 
 QUERY = pb.AnswerQueryRequest(query="what is six times seven?")
@@ -95,7 +96,7 @@ class _Retrieval:
 async def test_stream_ingest_forwards_with_a_deadline_when_the_caller_set_none():
     retrieval = _Retrieval()
     settings = OrchestratorSettings(ingest_deadline_s=123.0)
-    front = OrchestratorServicer(settings, [], [], retrieval)
+    front = OrchestratorServicer(settings, AgentSet(), retrieval=retrieval)
 
     async def documents():
         yield pb.StreamIngestDocumentsRequest(collection="docs")

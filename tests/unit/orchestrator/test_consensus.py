@@ -8,7 +8,8 @@ import time
 import pytest
 
 from libs.errors import DeadlineExceeded, FailedPrecondition, Unavailable
-from services.orchestrator.loop.consensus import ConsensusLoop, aggregate
+from services.orchestrator.loop.consensus import ConsensusLoop
+from services.orchestrator.loop.tally import aggregate
 from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role, Round, Tally, Vote
 from services.orchestrator.routing.rules import RuleRouter
 

@@ -12,8 +12,9 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import DeadlineExceeded, Unavailable
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.query import Passage
 
@@ -69,7 +70,8 @@ def retrieval() -> Fixed:
 
 
 def servicer(game_agents=(), text_agents=()) -> OrchestratorServicer:
-    return OrchestratorServicer(OrchestratorSettings(), list(game_agents), list(text_agents), None)
+    return OrchestratorServicer(OrchestratorSettings(),
+                                AgentSet(list(game_agents), list(text_agents)))
 
 
 async def test_connect_four_with_mcts_down_is_answered_by_the_network_and_the_checker():

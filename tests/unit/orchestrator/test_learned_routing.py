@@ -13,6 +13,7 @@ import pytest
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.routing import RoutingState, routing_features
 from services.orchestrator.loop.types import AgentName, Decider, Proposal, Role, Round
 from services.orchestrator.routing import log as routing_log_module
@@ -26,7 +27,7 @@ from services.orchestrator.routing.rules import (
     parse_route,
     route_name,
 )
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet, Routers
 from services.orchestrator.settings import OrchestratorSettings
 
 ALL = (AgentName.CHECKER, AgentName.MCTS, AgentName.NEURAL)
@@ -164,9 +165,8 @@ def servicer(threshold: float, predictor, log: RoutingLog | None = None,
     agents[AgentName.MCTS].repeatable = True  # a larger budget can change the search's answer
     settings = OrchestratorSettings(router_threshold=threshold,
                                     router_network_check_below=network_check_below)
-    front = OrchestratorServicer(settings, list(agents.values()), [], None,
-                                 route_predictor=predictor, routing_log=log,
-                                 quick_checker=quick)
+    front = OrchestratorServicer(settings, AgentSet(list(agents.values()), quick_checker=quick),
+                                 Routers(predictor=predictor), routing_log=log)
     return front, agents
 
 

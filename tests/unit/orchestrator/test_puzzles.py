@@ -18,6 +18,7 @@ from libs.puzzles.maze import generate_maze
 from libs.puzzles.sudoku import BoxShape, check_solution, generate, parse_puzzle
 from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.solver import SolverAgent
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.consensus import ConsensusLoop
 from services.orchestrator.loop.routing import FEATURE_NAMES
 from services.orchestrator.loop.types import AgentName, Budget, Proposal, Role, Round
@@ -25,7 +26,7 @@ from services.orchestrator.problems.maze import format_rows, parse_maze_grid, sy
 from services.orchestrator.problems.puzzle import Solved, Verdict
 from services.orchestrator.problems.sudoku import parse_sudoku, synthesize_sudoku
 from services.orchestrator.routing.rules import PuzzleRouter
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 
 NORVIG_FIRST = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
@@ -339,8 +340,8 @@ class FakeContext:
 
 @pytest.fixture
 def servicer():
-    return OrchestratorServicer(OrchestratorSettings(), [], [], None,
-                                puzzle_agents=[SolverAgent(10.0), PuzzleCheckerAgent()])
+    return OrchestratorServicer(OrchestratorSettings(),
+                                AgentSet(puzzle=[SolverAgent(10.0), PuzzleCheckerAgent()]))
 
 
 @pytest.mark.parametrize("agents", [[pb.AGENT_MCTS], [pb.AGENT_SOLVER, pb.AGENT_LLM],

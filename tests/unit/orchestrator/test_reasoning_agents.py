@@ -26,10 +26,11 @@ from services.orchestrator.agents.reasoning import (
     trained_on,
 )
 from services.orchestrator.agents.solver import SolverAgent
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.types import AgentName, Round
 from services.orchestrator.problems.maze import format_rows, parse_maze_grid
 from services.orchestrator.problems.sudoku import parse_sudoku
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 
 
@@ -303,8 +304,8 @@ class FakeContext:
 def servicer_with(stub) -> OrchestratorServicer:
     models = ReasoningModels(stub, 5.0, 30.0)
     agents = [ReasoningAgent(name, stub, models, 5.0) for name in (AgentName.HRM, AgentName.TRM)]
-    return OrchestratorServicer(OrchestratorSettings(), [], [], None,
-                                puzzle_agents=[*agents, SolverAgent(10.0), PuzzleCheckerAgent()])
+    return OrchestratorServicer(OrchestratorSettings(), AgentSet(
+        puzzle=[*agents, SolverAgent(10.0), PuzzleCheckerAgent()]))
 
 
 async def test_default_agents_are_the_models_for_the_grid_then_the_solver():

@@ -11,9 +11,10 @@ from mesh.neural.v1 import neural_service_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from services.orchestrator.agents.llm import LlmAgent
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.routing.predictors import TextRoutePredictor
 from services.orchestrator.routing.rules import CONNECT_FOUR_ROUTES, route_name
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet, Routers
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.reasoning import RoleServices
 
@@ -90,9 +91,9 @@ async def test_the_servicer_asks_the_text_router_it_was_given_and_follows_it():
     settings = OrchestratorSettings(text_router_model="router", text_router_threshold=0.5,
                                     text_sample_count=1)
     servicer = OrchestratorServicer(
-        settings, [], [LlmAgent(gateway, 5.0, 64)], None,
-        roles=RoleServices(llm=gateway, retrieve=no_passages),
-        text_route_predictor=TextRoutePredictor(neural, "router", 2.0))
+        settings, AgentSet(text=[LlmAgent(gateway, 5.0, 64)]),
+        Routers(text_predictor=TextRoutePredictor(neural, "router", 2.0)),
+        roles=RoleServices(llm=gateway, retrieve=no_passages))
     response = await servicer.AnswerQuery(pb.AnswerQueryRequest(query="How many?"), Context())
     assert len(neural.timeouts) == 1
     assert response.role == pb.TEXT_ROLE_REFINE

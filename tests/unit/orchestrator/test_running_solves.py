@@ -11,9 +11,10 @@ from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import DeadlineExceeded
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.metrics import SOLVES_WAITING
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 
 
@@ -49,7 +50,7 @@ def request(moves: str) -> pb.SolveProblemRequest:
 
 
 def front(agent: Gated, limit: int) -> OrchestratorServicer:
-    return OrchestratorServicer(OrchestratorSettings(max_running_solves=limit), [agent], [], None)
+    return OrchestratorServicer(OrchestratorSettings(max_running_solves=limit), AgentSet([agent]))
 
 
 async def _until(condition) -> None:

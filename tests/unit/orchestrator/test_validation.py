@@ -9,8 +9,9 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.retrieval.v1 import retrieval_service_pb2
 
 from libs.errors import FailedPrecondition, InvalidArgument
+from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.servicer import OrchestratorServicer
+from services.orchestrator.routing.selection import AgentSet
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.query import Draft
 
@@ -54,7 +55,8 @@ def parts():
             CountingAgent(AgentName.LLM, "an answer",
                           detail=Draft("an answer", "offline", "extractive", True))]
     retrieval = FakeRetrievalStub()
-    servicer = OrchestratorServicer(OrchestratorSettings(), agents, text, retrieval)
+    servicer = OrchestratorServicer(OrchestratorSettings(), AgentSet(agents, text),
+                                    retrieval=retrieval)
     return servicer, agents + text, retrieval
 
 
