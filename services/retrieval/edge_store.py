@@ -30,6 +30,7 @@ from services.retrieval.store import (
     RRF_K,
     SEARCH_MODES,
     SEQ_KEY,
+    SERVED_KEYS,
     SPARSE_VECTOR,
     VERSION_KEY,
     ChunkRecord,
@@ -282,18 +283,22 @@ class EdgeStore:
                                  with_payload=True, with_vector=False)
         return {r.payload["document_id"]: r.payload.get("fingerprint", "") for r in records}
 
-    def heads(self, collection: str, document_ids: Sequence[str]) -> dict[str, DocumentHead]:
+    def heads(self, collection: str, document_ids: Sequence[str],
+              served_only: bool = False) -> dict[str, DocumentHead]:
         shard = self._shard(collection)
         if not document_ids:
             return {}
-        found = {r.payload["document_id"]: DocumentHead.from_payload(r.payload)
+        selected = SERVED_KEYS if served_only else True
+        heads = [DocumentHead.from_payload(r.payload)  # (each .payload access converts)
                  for r in shard.retrieve([head_point_id(collection, d) for d in document_ids],
-                                         with_payload=True, with_vector=False)}
+                                         with_payload=selected, with_vector=False)]
+        found = {head.document_id: head for head in heads}
         rest = [d for d in document_ids if d not in found]
         if rest:  # documents written before heads: their first chunk's payload
-            found.update({r.payload["document_id"]: DocumentHead.from_payload(r.payload)
-                          for r in shard.retrieve([point_id(collection, d, 0) for d in rest],
-                                                  with_payload=True, with_vector=False)})
+            found.update({head.document_id: head for head in (
+                DocumentHead.from_payload(r.payload)
+                for r in shard.retrieve([point_id(collection, d, 0) for d in rest],
+                                        with_payload=selected, with_vector=False))})
         return found
 
     def commit_heads(self, collection: str, heads: Sequence[DocumentHead]) -> None:

@@ -21,6 +21,7 @@ from services.retrieval.store import (
     RRF_K,
     SEARCH_MODES,
     SEQ_KEY,
+    SERVED_KEYS,
     SPARSE_VECTOR,
     VERSION_KEY,
     ChunkRecord,
@@ -246,20 +247,22 @@ class ServerStore:
             with_payload=True, with_vectors=False)
         return {r.payload["document_id"]: r.payload.get("fingerprint", "") for r in records}
 
-    def heads(self, collection: str, document_ids: Sequence[str]) -> dict[str, DocumentHead]:
+    def heads(self, collection: str, document_ids: Sequence[str],
+              served_only: bool = False) -> dict[str, DocumentHead]:
         self._require(collection)
         if not document_ids:
             return {}
+        selected = SERVED_KEYS if served_only else True
         found = {r.payload["document_id"]: DocumentHead.from_payload(r.payload)
                  for r in self._client.retrieve(
                      collection, ids=[head_point_id(collection, d) for d in document_ids],
-                     with_payload=True, with_vectors=False)}
+                     with_payload=selected, with_vectors=False)}
         rest = [d for d in document_ids if d not in found]
         if rest:  # documents written before heads: their first chunk's payload
             found.update({r.payload["document_id"]: DocumentHead.from_payload(r.payload)
                           for r in self._client.retrieve(
                               collection, ids=[point_id(collection, d, 0) for d in rest],
-                              with_payload=True, with_vectors=False)})
+                              with_payload=selected, with_vectors=False)})
         return found
 
     def commit_heads(self, collection: str, heads: Sequence[DocumentHead]) -> None:

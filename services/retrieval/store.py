@@ -17,6 +17,7 @@ by an earlier version holds one unnamed dense vector: it serves dense search onl
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,8 @@ conditions, which compare as float64, order every pair exactly."""
 KIND_KEY = "kind"
 """Payload key that marks a document's head point ("document"); chunks have none."""
 HEAD_KIND = "document"
+SERVED_KEYS = ["document_id", VERSION_KEY, KIND_KEY, "title", "source"]
+"""Payload keys of a head (or an old first chunk) that a search reads."""
 KEYWORD_INDEXES = (*FILTER_KEYS, VERSION_KEY, KIND_KEY)
 """Payload keys both backends index as keywords."""
 
@@ -77,8 +80,10 @@ def point_id(collection: str, document_id: str, chunk_index: int, version: str =
     return str(uuid.uuid5(_POINT_NAMESPACE, f"{key}@{version}" if version else key))
 
 
+@functools.lru_cache(maxsize=65_536)
 def head_point_id(collection: str, document_id: str) -> str:
-    """Id of a document's head point (UUIDv5): one per document, whatever its version."""
+    """Id of a document's head point (UUIDv5): one per document, whatever its version. Cached:
+    every search computes the ids of its hits' heads."""
     return str(uuid.uuid5(_POINT_NAMESPACE, f"{collection}/{document_id}#head"))
 
 
@@ -148,6 +153,13 @@ class Hit:
     version: str = ""
     """The version (write id) the chunk belongs to; "" for a chunk written before versions."""
 
+    def with_head(self, title: str, source: str) -> Hit:
+        """This hit with its document's title and source (from the head); cheaper than
+        `dataclasses.replace`, which a search would call for every hit."""
+        return Hit(self.chunk_id, self.document_id, self.chunk_index, title, self.text, source,
+                   self.score, self.start_offset, self.end_offset, self.cosine_similarity,
+                   self.version)
+
     @classmethod
     def from_payload(cls, chunk_id: str, score: float, payload: Mapping[str, Any],
                      cosine_similarity: float | None = None) -> Hit:
@@ -194,8 +206,8 @@ class DocumentHead:
         if payload.get(KIND_KEY) != HEAD_KIND:  # the first chunk of a document without a head
             return cls(payload["document_id"], "", 0, 0, payload.get("fingerprint", ""),
                        payload.get("title", ""), payload.get("source", ""), legacy=True)
-        return cls(payload["document_id"], payload[VERSION_KEY], int(payload[SEQ_KEY]),
-                   int(payload["chunk_count"]), payload.get("fingerprint", ""),
+        return cls(payload["document_id"], payload[VERSION_KEY], int(payload.get(SEQ_KEY, 0)),
+                   int(payload.get("chunk_count", 0)), payload.get("fingerprint", ""),
                    payload.get("title", ""), payload.get("source", ""))
 
 
@@ -257,9 +269,12 @@ class VectorStore(Protocol):
         """Deletes every point of `document_id`, head included (no error when there is none)."""
         ...
 
-    def heads(self, collection: str, document_ids: Sequence[str]) -> dict[str, DocumentHead]:
+    def heads(self, collection: str, document_ids: Sequence[str],
+              served_only: bool = False) -> dict[str, DocumentHead]:
         """The head of each of `document_ids` that has one; for a document written before heads
-        existed, a `legacy` pseudo-head read from its first chunk; absent ids are left out."""
+        existed, a `legacy` pseudo-head read from its first chunk; absent ids are left out.
+        `served_only` reads only what a search needs (SERVED_KEYS: version, title, source): the
+        heads' seq, chunk_count and fingerprint are then 0 and ""."""
         ...
 
     def commit_heads(self, collection: str, heads: Sequence[DocumentHead]) -> None:

@@ -123,7 +123,7 @@ def current_hits(hits: Sequence[Hit], heads: Mapping[str, DocumentHead]) -> list
             if head is None or head.legacy:
                 kept.append(hit)
         elif head is not None and head.version == hit.version:
-            kept.append(replace(hit, title=head.title, source=head.source))
+            kept.append(hit.with_head(head.title, head.source))
     return kept
 
 
@@ -137,7 +137,8 @@ def search_current(search: Callable[[int], list[Hit]], store: VectorStore, colle
     for _ in range(MAX_SEARCH_ROUNDS):
         hits = search(limit)
         documents = sorted({hit.document_id for hit in hits})
-        kept = current_hits(hits, store.heads(collection, documents) if documents else {})
+        kept = current_hits(hits, store.heads(collection, documents, served_only=True)
+                            if documents else {})
         if len(kept) >= top_k or len(hits) < limit:
             break
         limit *= 4
