@@ -8,6 +8,7 @@ every address a manifest sets names a Service (and port) that exists.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -246,6 +247,9 @@ def test_compose_publishes_on_loopback_and_gives_every_service_the_runs_token(re
     for port in published:
         assert str(port).startswith("${MESH_BIND:-127.0.0.1}:"), port
     assert "secrets.token_urlsafe" in " ".join(services["mesh-token"]["entrypoint"])
+    # The front binds 0.0.0.0 in its container, so compose names the Hosts it answers: loopback.
+    allowed = services["orchestrator"]["environment"]["ORCHESTRATOR_REST_ALLOWED_HOSTS"]
+    assert set(json.loads(allowed)) == {"localhost", "127.0.0.1", "[::1]"}
     for name, settings_class in SETTINGS.items():
         spec = services[name]
         prefix = settings_class.model_config["env_prefix"]
