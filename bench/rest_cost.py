@@ -39,7 +39,7 @@ REQUEST = {"connectFour": {"moves": "121212"}, "agents": ["AGENT_CHECKER"]}
 async def _serve(nagle: bool) -> None:
     import uvicorn
 
-    from libs.rest.app import RestSettings, serve_rest
+    from libs.rest import RestSettings, serve_rest
     from libs.server import start_server
     from services.orchestrator.api.rest import build_rest_app
     from services.orchestrator.main import Wiring, build_servicers

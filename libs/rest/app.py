@@ -73,34 +73,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import grpc
-import uvicorn
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from google.rpc import status_pb2
-from grpc_health.v1 import health_pb2
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from libs.errors import MeshError
 from libs.in_process import CallFailed, InProcessServer
 from libs.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
+from libs.rest.endpoints import Endpoints
 from libs.rest.limits import check_media_type, check_query, read_body
 from libs.rest.metadata import (
     credential_metadata,
@@ -108,10 +102,10 @@ from libs.rest.metadata import (
     response_headers,
     timeout_seconds,
 )
+from libs.rest.middleware import GetOnly, http_exception, middleware, unexpected_exception
 from libs.rest.offload import BodyDecoder
 from libs.rest.openapi import openapi_document
-from libs.rest.origins import HostOriginGuard, default_allowed_hosts
-from libs.rest.protocol import bounded_protocol
+from libs.rest.settings import RestSettings
 from libs.rest.status import (
     JSON,
     code_status,
@@ -123,66 +117,8 @@ from libs.rest.transcoding import apply_path_and_query, response_json
 
 log = logging.getLogger(__name__)
 
-HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
-@dataclass(frozen=True)
-class RestSettings:
-    """Settings of a REST front (the orchestrator's main fills them from its settings).
-
-    Attributes:
-        host: interface to bind.
-        port: HTTP port; 0 binds a free port (tests).
-        default_deadline_s: deadline of a call when the request has no Grpc-Timeout header.
-        ready_timeout_s: deadline of the health check behind /ready.
-        metrics: serve the process's Prometheus registry at /metrics (the orchestrator's metrics
-            are on); when False /metrics answers 404 saying they are off.
-        max_deadline_s: a longer Grpc-Timeout is cut to this many seconds (gRPC allows up to
-            99999999 hours, which no call needs and which overflows a deadline).
-        max_body_bytes: largest request body read; a larger one is answered 413.
-        max_json_depth: deepest nesting of JSON arrays and objects accepted in a body (400
-            beyond).
-        cors_allowed_origins: origins ("https://app.example") whose browsers may call the API
-            cross-site; "*" allows any; empty (the default) turns CORS off.
-        cors_max_age_s: how long a browser may cache a preflight's answer, in seconds.
-        max_query_bytes: longest query string accepted (414 beyond, not parsed).
-        max_query_parameters: most `&`-separated query parameters accepted (400 beyond).
-        max_head_bytes: most bytes of request target and headers together (414 or 431 beyond,
-            answered by the HTTP protocol before the request reaches the app).
-        max_headers: most headers of a request (431 beyond).
-        head_timeout_s: a request head not complete this many seconds after its first byte (or
-            after the connection opened) is answered 408; a connection silent so long is closed.
-        allowed_hosts: Host names answered ("*.example.com" its subdomains, "*" any); None: the
-            loopback names when `host` is loopback, any otherwise (see `origins`).
-        allowed_origins: origins whose cross-site requests are served besides same-origin ones
-            and `cors_allowed_origins`; others are refused 403.
-        offload_body_bytes: bodies of at least this many bytes are decoded in worker processes,
-            off the event loop (see `offload`).
-        body_workers: worker processes for those bodies (started on the first one).
-        error_service: the `service` the front's own errors name in their ErrorInfo
-            ("orchestrator-rest" for the orchestrator's).
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    default_deadline_s: float = 30.0
-    ready_timeout_s: float = 2.0
-    metrics: bool = False
-    max_deadline_s: float = 3600.0
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_json_depth: int = 64
-    cors_allowed_origins: tuple[str, ...] = field(default_factory=tuple)
-    cors_max_age_s: int = 600
-    max_query_bytes: int = 8 * 1024
-    max_query_parameters: int = 64
-    max_head_bytes: int = 128 * 1024
-    max_headers: int = 100
-    head_timeout_s: float = 10.0
-    allowed_hosts: tuple[str, ...] | None = None
-    allowed_origins: tuple[str, ...] = field(default_factory=tuple)
-    offload_body_bytes: int = 16 * 1024
-    body_workers: int = 2
-    error_service: str = "rest"
 
 
 class Authenticator(Protocol):
@@ -412,48 +348,13 @@ def build_rest_app(
     decoder = BodyDecoder(settings.offload_body_bytes, settings.max_json_depth,
                           settings.body_workers)
     gateway = _Gateway(server, service, bindings, settings, tracer, access, decoder)
-    document = openapi_document(service, bindings)
-
-    async def health(_: Request) -> Response:
-        return JSONResponse({"status": "SERVING"})
-
-    async def own_status() -> tuple[str, str]:
-        """The service's own health: (ServingStatus name, why it is not SERVING)."""
-        call = server.unary_unary(HEALTH_CHECK, health_pb2.HealthCheckRequest(
-            service=service.full_name), settings.ready_timeout_s)
-        try:
-            reply = await call
-        except CallFailed as error:
-            return "UNKNOWN", f"health check failed: {error}"
-        status_name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-        return status_name, status_name
-
-    async def ready(_: Request) -> Response:
-        status_name, reason = await own_status()
-        body: dict[str, object] = {"status": status_name}
-        if dependencies is not None:
-            body["dependencies"] = dependencies()
-        if status_name == "SERVING":
-            return JSONResponse(body)
-        body.update(code=grpc.StatusCode.UNAVAILABLE.value[0],
-                    message=f"{service.full_name}: {reason}", details=[])
-        return JSONResponse(body, status_code=503)
-
-    async def openapi(_: Request) -> Response:
-        return JSONResponse(document)
-
-    async def metrics(_: Request) -> Response:
-        if not settings.metrics:
-            return status_response(code_status(
-                grpc.StatusCode.NOT_FOUND,
-                "metrics are off: set ORCHESTRATOR_METRICS_PORT (0 or a port) to turn them on"))
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
-
+    endpoints = Endpoints(server, service, settings, openapi_document(service, bindings),
+                          dependencies)
     routes = [
-        Route("/health", _GetOnly(health)),
-        Route("/ready", _GetOnly(ready)),
-        Route("/openapi.json", _GetOnly(openapi)),
-        Route("/metrics", _GetOnly(metrics)),
+        Route("/health", GetOnly(endpoints.health)),
+        Route("/ready", GetOnly(endpoints.ready)),
+        Route("/openapi.json", GetOnly(endpoints.openapi)),
+        Route("/metrics", GetOnly(endpoints.metrics)),
         Route("/{path:path}", gateway),
     ]
 
@@ -464,161 +365,8 @@ def build_rest_app(
         finally:
             decoder.close()
 
-    app = Starlette(routes=routes, middleware=_middleware(settings, bindings), lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_exception,
-                                        Exception: _unexpected_exception})
+    app = Starlette(routes=routes, middleware=middleware(settings, bindings), lifespan=lifespan,
+                    exception_handlers={HTTPException: http_exception,
+                                        Exception: unexpected_exception})
     app.state.rest_settings = settings
     return app
-
-
-def _middleware(settings: RestSettings, bindings: list[HttpBinding]) -> list[Middleware]:
-    """The Host/Origin guard, outermost, then CORS when origins are configured."""
-    allowed_hosts = settings.allowed_hosts
-    if allowed_hosts is None:
-        allowed_hosts = default_allowed_hosts(settings.host)
-    middleware = [Middleware(HostOriginGuard, allowed_hosts=allowed_hosts,
-                             allowed_origins=settings.allowed_origins
-                             + settings.cors_allowed_origins,
-                             error_service=settings.error_service)]
-    if settings.cors_allowed_origins:
-        middleware.append(Middleware(
-            _StatusCorsMiddleware, allow_origins=list(settings.cors_allowed_origins),
-            allow_methods=sorted({b.http_method for b in bindings} | {"GET"}),
-            allow_headers=list(CORS_ALLOWED_HEADERS), expose_headers=list(CORS_EXPOSED_HEADERS),
-            max_age=settings.cors_max_age_s))
-    return middleware
-
-
-class _GetOnly:
-    """An ASGI app serving `endpoint` for GET and HEAD; 405 with `Allow` and a google.rpc.Status
-    body for any other method (a Starlette route limited to GET would let other methods fall
-    through to the gateway's catch-all, a 404)."""
-
-    def __init__(self, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
-        self._endpoint = endpoint
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        if request.method in ("GET", "HEAD"):
-            response = await self._endpoint(request)
-        else:
-            response = status_response(
-                code_status(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed"),
-                {"Allow": "GET, HEAD"}, status_code=405)
-        await response(scope, receive, send)
-
-
-CORS_ALLOWED_HEADERS = ("Content-Type", "Authorization", "X-Api-Key", "Grpc-Timeout",
-                        "Traceparent", "Tracestate")
-"""Request headers a browser may send cross-site (when CORS is on)."""
-CORS_EXPOSED_HEADERS = ("Retry-After", "Grpc-Metadata-X-Served-By")
-"""Response headers a cross-site script may read besides the CORS-safelisted ones."""
-
-
-class _StatusCorsMiddleware(CORSMiddleware):
-    """Starlette's CORSMiddleware, whose refused preflight (a plain-text 400) becomes a 403 with a
-    `google.rpc.Status` body (PERMISSION_DENIED) like every other error of the front."""
-
-    def preflight_response(self, request_headers) -> Response:  # type: ignore[no-untyped-def]
-        response = super().preflight_response(request_headers)
-        if response.status_code < 400:
-            return response
-        headers = {key: value for key, value in response.headers.items()
-                   if key.lower() not in ("content-length", "content-type")}
-        reason = bytes(response.body).decode("utf-8", "replace")
-        return status_response(
-            code_status(grpc.StatusCode.PERMISSION_DENIED, f"CORS preflight refused: {reason}"),
-            headers, status_code=403)
-
-
-async def _http_exception(_: Request, error: Exception) -> Response:
-    """Starlette's own HTTP errors (405 on /health, /ready, /openapi.json) as google.rpc.Status.
-
-    Raises:
-        TypeError: `error` is not an HTTPException (the handler is registered for that type only).
-    """
-    if not isinstance(error, HTTPException):
-        raise TypeError(f"the HTTPException handler got a {type(error).__name__}")
-    codes = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}
-    code = codes.get(error.status_code, grpc.StatusCode.INVALID_ARGUMENT)
-    return status_response(code_status(code, str(error.detail)), dict(error.headers or {}),
-                           status_code=error.status_code)
-
-
-async def _unexpected_exception(request: Request, error: Exception) -> Response:
-    """A bug: logged with its traceback, answered 500 INTERNAL without it."""
-    log.error("REST %s %s failed", request.method, request.url.path, exc_info=error)
-    return status_response(code_status(grpc.StatusCode.INTERNAL,
-                                       "internal error in the REST front"))
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the process that embeds it owns SIGTERM/SIGINT."""
-
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-
-class RunningRest:
-    """A started REST server: `port` is the bound port, `stop()` drains and stops it."""
-
-    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], port: int) -> None:
-        self.port = port
-        self._server = server
-        self._task = task
-
-    def connection_sockets(self) -> list[socket.socket]:
-        """The sockets of the connections open now (their options can be read; for tests and
-        diagnostics)."""
-        sockets = []
-        for connection in list(self._server.server_state.connections):
-            transport = getattr(connection, "transport", None)
-            sock = transport.get_extra_info("socket") if transport is not None else None
-            if sock is not None:
-                sockets.append(sock)
-        return sockets
-
-    async def stop(self) -> None:
-        """Stops accepting and lets in-flight requests finish."""
-        self._server.should_exit = True
-        await self._task
-
-
-async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float = 5.0
-                     ) -> RunningRest:
-    """Starts `app` on uvicorn at host:port (0 binds a free port) and returns once it listens.
-
-    `RunningRest.stop()` gives in-flight requests `drain_grace_s` seconds before cancelling them.
-
-    Raises:
-        RuntimeError: the server did not start (port taken, app start-up failed).
-    """
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when their protocol
-    # says TCP (accepted sockets inherit the listening socket's), see the module docstring.
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
-                         socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        raise RuntimeError(f"REST: could not bind {host}:{port}: {error}") from error
-    bound_port = sock.getsockname()[1]
-    # log_config=None: uvicorn's records propagate to the root handler (the service's JSON lines).
-    settings = getattr(app.state, "rest_settings", None) or RestSettings()
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False,
-                            log_config=None,
-                            http=bounded_protocol(settings.max_head_bytes, settings.max_headers,
-                                                  settings.head_timeout_s,
-                                                  settings.error_service),
-                            timeout_graceful_shutdown=drain_grace_s)
-    server = _EmbeddedServer(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            sock.close()
-            error = task.exception() if not task.cancelled() else None
-            raise RuntimeError(f"REST: server on {host}:{bound_port} failed to start") from error
-        await asyncio.sleep(0.01)
-    log.info("REST front listening on http://%s:%d", host, bound_port)
-    return RunningRest(server, task, bound_port)

@@ -20,7 +20,8 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from libs.channels import Keepalive, MeshChannel, open_channel
-from libs.rest.app import RestSettings, serve_rest
+from libs.rest.serving import serve_rest
+from libs.rest.settings import RestSettings
 from libs.server import RunningServer, Servicer, run_service, serve
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
@@ -57,7 +58,7 @@ DEPENDENCY_SERVICES = {
     "mcts": mcts_service_pb2.DESCRIPTOR.services_by_name["MctsService"].full_name,
     "neural": neural_service_pb2.DESCRIPTOR.services_by_name["NeuralService"].full_name,
     "retrieval": retrieval_service_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
-    "llm_gateway": llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"].full_name,
+    "llm": llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"].full_name,
 }
 """The services the orchestrator depends on: word -> full proto service name (the name its health
 service reports each one under)."""
@@ -88,7 +89,7 @@ class Wiring:
     def dependencies(self) -> list[Dependency]:
         """Each dependency with the channel its agents use (health is checked over it)."""
         channel_of = {"mcts": "mcts", "neural": "neural", "retrieval": "retrieval",
-                      "llm_gateway": "llm"}
+                      "llm": "llm"}
         return [Dependency(name, service, self.channels[channel_of[name]])
                 for name, service in DEPENDENCY_SERVICES.items()]
 

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from libs.puzzles import maze as maze_lib
 from libs.puzzles import sudoku as sudoku_lib
+from libs.puzzles.sudoku_augment import random_augmentation
 from services.neural.models.reasoning_tokens import (
     SUDOKU_TOKEN_OFFSET,
     encode_maze,
@@ -93,7 +94,7 @@ class SudokuTask:
                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """The same random validity-preserving relabelling (`random_augmentation`) applied to
         both arrays."""
-        augmentation = sudoku_lib.random_augmentation(self.shape, rng)
+        augmentation = random_augmentation(self.shape, rng)
         n = self.size
         grids = [(a - SUDOKU_TOKEN_OFFSET).reshape(n, n).astype(np.int8) for a in (inputs, labels)]
         puzzle, solution = (encode_sudoku(augmentation.apply(grid)) for grid in grids)

@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette
 
 from libs.in_process import InProcessServer
-from libs.rest.app import RestSettings
 from libs.rest.app import build_rest_app as build_gateway
+from libs.rest.settings import RestSettings
 from services.orchestrator.access.control import AccessControl
 from services.orchestrator.access.keycheck import KeyCheck
 

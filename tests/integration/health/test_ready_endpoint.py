@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc as pb_grpc
 
-from libs.rest.app import RestSettings, serve_rest
+from libs.rest import RestSettings, serve_rest
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
 from services.orchestrator.api.rest import build_rest_app

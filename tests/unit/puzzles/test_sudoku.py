@@ -16,9 +16,9 @@ from libs.puzzles.sudoku import (
     format_grid,
     generate,
     parse_puzzle,
-    random_augmentation,
     solve,
 )
+from libs.puzzles.sudoku_augment import random_augmentation
 
 DATA = Path("/work/shared/data")
 NORVIG = DATA / "sudoku-norvig"
