@@ -36,8 +36,8 @@ from mesh.mcts.v1 import mcts_service_pb2_grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.server import start_server
-from services.llm_gateway.main import build_servicers as build_llm
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.main import build_servicers as build_llm
+from services.llm.settings import LlmSettings
 from services.mcts.main import build_servicers as build_mcts
 from services.mcts.settings import MctsSettings
 from services.orchestrator.agents.llm import LlmAgent
@@ -83,7 +83,7 @@ class Tally:
         }
 
 
-def configured_providers(settings: LlmGatewaySettings) -> list[str]:
+def configured_providers(settings: LlmSettings) -> list[str]:
     """The providers of the fallback order that can answer: a key (or a local URL); never
     offline."""
     ready = {"openai": settings.openai_api_key is not None,
@@ -109,9 +109,9 @@ async def no_passages(problem, timeout_s: float) -> tuple:
 
 
 async def run(args, providers: list[str]) -> list[dict]:
-    llm_settings = LlmGatewaySettings(port=0, fallback_order=providers, offline_enabled=False)
+    llm_settings = LlmSettings(port=0, fallback_order=providers, offline_enabled=False)
     servicers, ready = await build_llm(llm_settings)
-    gateway = await start_server("llm_gateway", llm_settings, servicers, ready)
+    gateway = await start_server("llm", llm_settings, servicers, ready)
     mcts_settings = MctsSettings(port=0, neural_target="127.0.0.1:1")
     neural_channel = grpc.aio.insecure_channel("127.0.0.1:1")
     mcts_servicers, mcts_ready = await build_mcts(mcts_settings, neural_channel)
@@ -186,7 +186,7 @@ def main() -> int:
     parser.add_argument("--answer-tokens", type=int, default=512)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    providers = configured_providers(LlmGatewaySettings())
+    providers = configured_providers(LlmSettings())
     if not providers:
         print("not measured: no key. No language-model provider is configured "
               "(LLM_OPENAI_API_KEY, LLM_ANTHROPIC_API_KEY or LLM_LOCAL_BASE_URL); the offline "

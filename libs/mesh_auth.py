@@ -1,6 +1,6 @@
 """The mesh authenticates its own hops: the gRPC side of `libs.settings.MeshAuth`.
 
-A backend (mcts, neural, retrieval, llm_gateway) answers only callers that hold the mesh's
+A backend (mcts, neural, retrieval, llm) answers only callers that hold the mesh's
 credential; the orchestrator's public API is not a backend (its callers hold API keys instead).
 
 - Mutual TLS (`server_credentials`, `channel_credentials`): the server requires a client

@@ -64,7 +64,7 @@ def _read(setting: str, path: str) -> bytes:
 class MeshAuthSettings(BaseSettings):
     """How the backends authenticate each other's calls (the trust boundary of the mesh), shared
     by every service under its own prefix (`MCTS_MESH_TOKEN`, `ORCHESTRATOR_MESH_TLS_CA_FILE`,
-    ...). A backend (mcts, neural, retrieval, llm_gateway) refuses every call but health without
+    ...). A backend (mcts, neural, retrieval, llm) refuses every call but health without
     the credential; the orchestrator presents it on its channels (its public API uses API keys).
 
     - Mutual TLS: `mesh_tls_ca_file`, `mesh_tls_cert_file` and `mesh_tls_key_file` (PEM) all set:

@@ -31,8 +31,7 @@ SERVICE_ENTRY = {
     "mcts": ("services.mcts.settings:MctsSettings", "services.mcts.main"),
     "neural": ("services.neural.settings:NeuralSettings", "services.neural.main"),
     "retrieval": ("services.retrieval.settings:RetrievalSettings", "services.retrieval.main"),
-    "llm_gateway": ("services.llm_gateway.settings:LlmGatewaySettings",
-                    "services.llm_gateway.main"),
+    "llm": ("services.llm.settings:LlmSettings", "services.llm.main"),
     "orchestrator": ("services.orchestrator.settings:OrchestratorSettings",
                      "services.orchestrator.main"),
 }
@@ -546,7 +545,7 @@ def cmd_up(args) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
-    print("starting mcts, neural, retrieval, llm_gateway, orchestrator on loopback ...", flush=True)
+    print("starting mcts, neural, retrieval, llm, orchestrator on loopback ...", flush=True)
     started = time.perf_counter()
     try:
         mesh = start_mesh(port_base=args.port_base, rest_port=args.rest_port,

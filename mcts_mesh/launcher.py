@@ -44,17 +44,17 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # Start order: the orchestrator needs the others' addresses.
-SERVICES = ("mcts", "neural", "retrieval", "llm_gateway", "orchestrator")
+SERVICES = ("mcts", "neural", "retrieval", "llm", "orchestrator")
 ENV_PREFIX = {
     "mcts": "MCTS_",
     "neural": "NEURAL_",
     "retrieval": "RETRIEVAL_",
-    "llm_gateway": "LLM_",
+    "llm": "LLM_",
     "orchestrator": "ORCHESTRATOR_",
 }
 # Offsets from the port base: orchestrator 50051, mcts 50052, neural 50053, retrieval 50054,
-# llm_gateway 50055.
-PORT_OFFSET = {"orchestrator": 0, "mcts": 1, "neural": 2, "retrieval": 3, "llm_gateway": 4}
+# llm 50055.
+PORT_OFFSET = {"orchestrator": 0, "mcts": 1, "neural": 2, "retrieval": 3, "llm": 4}
 METRICS_PORT_OFFSET = 10
 """Metrics ports follow the gRPC ports 10 higher: orchestrator 50061, mcts 50062, ... 50065."""
 DEFAULT_PORT_BASE = 50051
@@ -316,14 +316,14 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
                 child_env["ORCHESTRATOR_MCTS_TARGET"] = f"127.0.0.1:{ports['mcts']}"
                 child_env["ORCHESTRATOR_NEURAL_TARGET"] = f"127.0.0.1:{ports['neural']}"
                 child_env["ORCHESTRATOR_RETRIEVAL_TARGET"] = f"127.0.0.1:{ports['retrieval']}"
-                child_env["ORCHESTRATOR_LLM_TARGET"] = f"127.0.0.1:{ports['llm_gateway']}"
+                child_env["ORCHESTRATOR_LLM_TARGET"] = f"127.0.0.1:{ports['llm']}"
                 child_env["ORCHESTRATOR_REST_PORT"] = "-1" if rest_port is None else str(rest_port)
             mesh.envs[name] = child_env
             mesh.logs[name] = log_dir / f"{name}.log"
             mesh.launch(name)
             # Start the four backends together; wait for them before the orchestrator.
-            if name == "llm_gateway" or name == "orchestrator":
-                waiting = ["mcts", "neural", "retrieval", "llm_gateway"] if name == "llm_gateway" \
+            if name == "llm" or name == "orchestrator":
+                waiting = ["mcts", "neural", "retrieval", "llm"] if name == "llm" \
                     else ["orchestrator"]
                 for waited in waiting:
                     info = _wait_for_port_file(waited, mesh.port_file(waited),

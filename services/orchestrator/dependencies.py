@@ -1,6 +1,6 @@
 """The orchestrator's view of its dependencies' health, kept apart from its own readiness.
 
-Every `interval_s` seconds each dependency (mcts, neural, retrieval, llm_gateway) is asked
+Every `interval_s` seconds each dependency (mcts, neural, retrieval, llm) is asked
 `grpc.health.v1.Health/Check` for its service name with a `timeout_s` deadline, over the same
 channel the agents use. A Check with a deadline, not a Watch stream: a frozen process (SIGSTOP)
 keeps its TCP connection open, so a stream would stay silent and look healthy.

@@ -20,16 +20,16 @@ import yaml
 
 from libs.server import LIVENESS
 from libs.settings import ChannelSettings
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.settings import LlmSettings
 from services.mcts.settings import MctsSettings
 from services.neural.settings import NeuralSettings
 from services.orchestrator.settings import OrchestratorSettings
 from services.retrieval.settings import RetrievalSettings
 
 K8S_VERSION = "1.31.0"
-SERVICES = ("mcts", "neural", "retrieval", "llm-gateway", "orchestrator")
+SERVICES = ("mcts", "neural", "retrieval", "llm", "orchestrator")
 SETTINGS = {"mcts": MctsSettings, "neural": NeuralSettings, "retrieval": RetrievalSettings,
-            "llm-gateway": LlmGatewaySettings, "orchestrator": OrchestratorSettings}
+            "llm": LlmSettings, "orchestrator": OrchestratorSettings}
 KUBECTL = shutil.which("kubectl")
 
 
@@ -159,7 +159,7 @@ def test_qdrant_statefulset_secrets_and_api_keys(repo_root):
     orchestrator = deployments["orchestrator"]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in orchestrator["env"]}
     assert env["ORCHESTRATOR_REQUIRE_API_KEY"] == "true"
-    llm = deployments["llm-gateway"]["spec"]["template"]["spec"]["containers"][0]
+    llm = deployments["llm"]["spec"]["template"]["spec"]["containers"][0]
     assert {"secretRef": {"name": "llm-provider-keys"}} in llm["envFrom"]
 
 

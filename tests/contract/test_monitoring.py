@@ -15,10 +15,10 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-SERVICES = ("mcts", "neural", "retrieval", "llm_gateway", "orchestrator")
+SERVICES = ("mcts", "neural", "retrieval", "llm", "orchestrator")
 GRPC_SERVICE = {"mcts": "mesh.mcts.v1.MctsService", "neural": "mesh.neural.v1.NeuralService",
                 "retrieval": "mesh.retrieval.v1.RetrievalService",
-                "llm_gateway": "mesh.llm.v1.LlmService",
+                "llm": "mesh.llm.v1.LlmService",
                 "orchestrator": "mesh.orchestrator.v1.OrchestratorService"}
 PROMQL_WORDS = {"sum", "rate", "irate", "increase", "histogram_quantile", "max", "min", "avg",
                 "count", "by", "without", "and", "or", "unless", "bool", "on", "ignoring"}

@@ -10,7 +10,6 @@ from mcts_mesh.cli import SERVICE_ENTRY, _import
 from mcts_mesh.launcher import ENV_PREFIX
 
 STANDARD = {"OTEL_EXPORTER_OTLP_ENDPOINT"}
-K8S_NAME = {"llm-gateway": "llm_gateway"}
 
 
 def _fields(service: str) -> set[str]:
@@ -28,7 +27,7 @@ def test_compose_variables_are_settings(repo_root):
     compose = yaml.safe_load((repo_root / "deploy" / "compose.yaml").read_text())
     checked = set()
     for name, spec in compose["services"].items():
-        service = K8S_NAME.get(name, name)
+        service = name
         if service in SERVICE_ENTRY:
             _check(service, set(spec.get("environment", {})))
             checked.add(service)
@@ -40,7 +39,7 @@ def test_k8s_variables_are_settings(repo_root):
     for path in sorted((repo_root / "deploy" / "k8s").rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "Deployment":
-                service = K8S_NAME.get(doc["metadata"]["name"], doc["metadata"]["name"])
+                service = doc["metadata"]["name"]
                 if service not in SERVICE_ENTRY:
                     continue
                 for container in doc["spec"]["template"]["spec"]["containers"]:
@@ -57,6 +56,6 @@ def test_launcher_variables_are_settings():
         assert f"ORCHESTRATOR_{target}_TARGET" in _fields("orchestrator")
     assert "ORCHESTRATOR_REST_PORT" in _fields("orchestrator")
     assert "RETRIEVAL_DATA_DIR" in _fields("retrieval")
-    assert "LLM_FALLBACK_ORDER" in _fields("llm_gateway")
+    assert "LLM_FALLBACK_ORDER" in _fields("llm")
     assert "MCTS_NEURAL_TARGET" in _fields("mcts")
     assert "NEURAL_PORT" in _fields("neural")

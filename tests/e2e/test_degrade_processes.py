@@ -122,10 +122,10 @@ def test_downstreams_that_are_down_cost_a_connect_timeout_not_the_deadline(servi
         silent.close()
 
 
-def test_a_frozen_llm_gateway_gives_the_passages_before_the_deadline(services, tmp_path):
+def test_a_frozen_llm_gives_the_passages_before_the_deadline(services, tmp_path):
     retrieval, retrieval_port = services("retrieval", {
         "RETRIEVAL_PORT": "0", "RETRIEVAL_DATA_DIR": str(tmp_path / "retrieval")})
-    gateway, gateway_port = services("llm_gateway", {
+    gateway, gateway_port = services("llm", {
         "LLM_PORT": "0", "LLM_FALLBACK_ORDER": '["offline"]'})
     _, port = services("orchestrator", {
         "ORCHESTRATOR_PORT": "0", "ORCHESTRATOR_REST_PORT": "-1",

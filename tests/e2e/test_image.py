@@ -91,7 +91,7 @@ def test_image_builds_and_the_composed_mesh_solves(podman, repo_root):
     env = {**os.environ, "MESH_GRPC_PORT": str(grpc_port), "MESH_REST_PORT": str(_free_port())}
     compose = ["podman-compose", "-f", "deploy/compose.yaml", "-p", f"mesh{grpc_port}"]
     # The five services (Jaeger's image may not be reachable; the services export to it when it is).
-    up = _run(*compose, "up", "-d", "--no-build", "mcts", "neural", "retrieval", "llm-gateway",
+    up = _run(*compose, "up", "-d", "--no-build", "mcts", "neural", "retrieval", "llm",
               "orchestrator", cwd=repo_root, env=env, timeout=600)
     try:
         assert up.returncode == 0, up.stderr[-3000:]

@@ -98,7 +98,7 @@ def _backend_calls():
             neural_service_pb2.ListModelsRequest(), timeout=30)),
         ("retrieval", lambda channel: retrieval_service_pb2_grpc.RetrievalServiceStub(
             channel).ListCollections(retrieval_service_pb2.ListCollectionsRequest(), timeout=30)),
-        ("llm_gateway", lambda channel: llm_service_pb2_grpc.LlmServiceStub(channel).Generate(
+        ("llm", lambda channel: llm_service_pb2_grpc.LlmServiceStub(channel).Generate(
             llm_service_pb2.GenerateRequest(prompt="Say hello."), timeout=30)),
     ]
 
@@ -208,7 +208,7 @@ async def test_text_query_is_one_trace_across_orchestrator_retrieval_and_gateway
         await stub.AnswerQuery(pb.AnswerQueryRequest(query="What does Qdrant store?",
                                                      collection="trace"), timeout=60)
     await channel.close()
-    expected = {"orchestrator", "retrieval", "llm_gateway"}
+    expected = {"orchestrator", "retrieval", "llm"}
     deadline = time.monotonic() + 30
     services: set[str] = set()
     while time.monotonic() < deadline and not expected <= services:
@@ -279,7 +279,7 @@ METRICS_MODULES = {
     "mcts": "services.mcts.metrics",
     "neural": "services.neural.metrics",
     "retrieval": "services.retrieval.metrics",
-    "llm_gateway": "services.llm_gateway.metrics",
+    "llm": "services.llm.metrics",
     "orchestrator": "services.orchestrator.metrics",
 }
 
@@ -359,9 +359,9 @@ def test_every_service_exports_every_declared_metric_and_the_counters_move(mesh)
     assert moved("retrieval", "mesh_retrieval_query_seconds_count", collection="metrics")
     assert _total(after["retrieval"], "mesh_retrieval_collection_points",
                   collection="metrics") >= 1
-    assert moved("llm_gateway", "mesh_llm_calls_total", provider="offline", outcome="ok")
-    assert moved("llm_gateway", "mesh_llm_tokens_total", provider="offline")
-    assert _total(after["llm_gateway"], "mesh_llm_circuit_state", provider="offline",
+    assert moved("llm", "mesh_llm_calls_total", provider="offline", outcome="ok")
+    assert moved("llm", "mesh_llm_tokens_total", provider="offline")
+    assert _total(after["llm"], "mesh_llm_circuit_state", provider="offline",
                   state="closed") == 1
     for kind in ("connect_four", "sudoku", "text_query"):
         assert moved("orchestrator", "mesh_orchestrator_consensus_iterations_count", kind=kind)
@@ -478,12 +478,12 @@ async def test_traces_show_the_work_the_loop_steps_and_the_real_status(mesh, col
             "agent checker"} <= {span.name for _, span in puzzle}
 
     query = _spans_of(receiver, await _traced(mesh, "text", text),
-                      {"orchestrator", "retrieval", "llm_gateway"})
+                      {"orchestrator", "retrieval", "llm"})
     retrieval = _attributes([span for service, span in query if service == "retrieval"
                              and span.kind == SERVER and span.name.endswith("SearchDocuments")][0])
     assert retrieval["mesh.retrieval.collection"] == "traced"
     assert retrieval["mesh.retrieval.top_k"] == 3
-    llm = _attributes(_server_span(query, "llm_gateway"))
+    llm = _attributes(_server_span(query, "llm"))
     assert llm["mesh.llm.provider"] == "offline" and llm["mesh.llm.model"]
     assert llm["mesh.llm.prompt_tokens"] > 0 and llm["mesh.llm.completion_tokens"] > 0
     answer = [span for service, span in query if service == "orchestrator" and span.kind == SERVER

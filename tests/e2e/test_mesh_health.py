@@ -31,7 +31,7 @@ MCTS = "mesh.mcts.v1.MctsService"
 ORCHESTRATOR = "mesh.orchestrator.v1.OrchestratorService"
 DEPENDENCIES = {"mcts": MCTS, "neural": "mesh.neural.v1.NeuralService",
                 "retrieval": "mesh.retrieval.v1.RetrievalService",
-                "llm_gateway": "mesh.llm.v1.LlmService"}
+                "llm": "mesh.llm.v1.LlmService"}
 STATUS = health_pb2.HealthCheckResponse
 
 

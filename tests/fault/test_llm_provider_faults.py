@@ -1,4 +1,4 @@
-"""The LLM gateway as a real process (`mcts-mesh serve llm_gateway`) in front of a scripted
+"""The LLM gateway as a real process (`mcts-mesh serve llm`) in front of a scripted
 OpenAI-compatible provider that returns 429, 500, hangs before the first byte, or cuts its answer
 off in the middle.
 
@@ -57,7 +57,7 @@ def _gateway_env(provider: ScriptedOpenAI, offline: bool) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def gateway(provider, tmp_path_factory):
-    process, port = spawn_service("llm_gateway", _gateway_env(provider, offline=False),
+    process, port = spawn_service("llm", _gateway_env(provider, offline=False),
                                   tmp_path_factory.mktemp("llm-faults"))
     yield f"127.0.0.1:{port}"
     stop_process(process)
@@ -65,7 +65,7 @@ def gateway(provider, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gateway_with_offline(provider, tmp_path_factory):
-    process, port = spawn_service("llm_gateway", _gateway_env(provider, offline=True),
+    process, port = spawn_service("llm", _gateway_env(provider, offline=True),
                                   tmp_path_factory.mktemp("llm-faults-offline"))
     yield f"127.0.0.1:{port}"
     stop_process(process)

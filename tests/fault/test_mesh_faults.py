@@ -1,7 +1,7 @@
 """The whole mesh as real processes on loopback, under a steady load, with one backend at a time
 frozen (SIGSTOP past the caller's deadline) or killed (SIGKILL).
 
-For each of mcts, neural, retrieval and llm_gateway, requests that need that service run back to
+For each of mcts, neural, retrieval and llm, requests that need that service run back to
 back (Connect Four requests name the one agent backed by the service; text queries need retrieval
 and the LLM gateway). Frozen: the requests end by their deadline with a clear status, and after
 SIGCONT the success rate returns to 100%. With the LLM gateway frozen the orchestrator should
@@ -63,7 +63,7 @@ NEURAL_DEADLINE_S = 1.0
 DELAY_S = 3.0
 SLOW_DEADLINE_S = 8.0
 POSITION = common_pb2.ConnectFourPosition(moves="4453")
-BACKENDS = ("mcts", "neural", "retrieval", "llm_gateway")
+BACKENDS = ("mcts", "neural", "retrieval", "llm")
 # Neural frozen under a long agent deadline: the orchestrator would wait this long for a neural call
 # without keepalive; keepalive (1 s pings, 2 s timeout) plus a 1 s reconnection should end one in
 # about 4 s at most.
@@ -152,7 +152,7 @@ async def test_a_frozen_service_costs_a_request_its_deadline_and_no_more(mesh, n
 
 
 async def test_with_the_llm_frozen_a_query_gets_the_retrieved_passages_before_its_deadline(mesh):
-    pid = mesh.processes["llm_gateway"].pid
+    pid = mesh.processes["llm"].pid
     channel = grpc.aio.insecure_channel(mesh.target)
     stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
     os.kill(pid, signal.SIGSTOP)
@@ -177,7 +177,7 @@ async def proxied(mesh, tmp_path):
         "ORCHESTRATOR_NEURAL_TARGET": proxy.target,
         "ORCHESTRATOR_MESH_TOKEN": mesh.token,
         "ORCHESTRATOR_RETRIEVAL_TARGET": f"127.0.0.1:{mesh.ports['retrieval']}",
-        "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm_gateway']}",
+        "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm']}",
         "ORCHESTRATOR_NEURAL_DEADLINE_S": str(NEURAL_DEADLINE_S),
     }
     orchestrator, port = await asyncio.to_thread(spawn_service, "orchestrator", env,
@@ -207,7 +207,7 @@ async def patient(mesh, tmp_path):
         "ORCHESTRATOR_MCTS_TARGET": f"127.0.0.1:{mesh.ports['mcts']}",
         "ORCHESTRATOR_NEURAL_TARGET": f"127.0.0.1:{mesh.ports['neural']}",
         "ORCHESTRATOR_RETRIEVAL_TARGET": f"127.0.0.1:{mesh.ports['retrieval']}",
-        "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm_gateway']}",
+        "ORCHESTRATOR_LLM_TARGET": f"127.0.0.1:{mesh.ports['llm']}",
         "ORCHESTRATOR_NEURAL_DEADLINE_S": str(LONG_NEURAL_DEADLINE_S),
         "ORCHESTRATOR_MESH_TOKEN": mesh.token,
     }
@@ -426,7 +426,7 @@ async def test_the_launcher_restarts_a_killed_service_on_its_port(mesh, name):
         await asyncio.sleep(0.2)
     channel = grpc.aio.insecure_channel(mesh.target)
     try:
-        call = request_needing("llm_gateway" if name == "orchestrator" else name,
+        call = request_needing("llm" if name == "orchestrator" else name,
                                orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel))
         await wait_for_full_success(call, DEADLINE_S, needed=5)
     finally:

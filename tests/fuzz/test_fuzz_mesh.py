@@ -47,7 +47,7 @@ SERVICES = {
     "mcts": mcts_service_pb2.DESCRIPTOR.services_by_name["MctsService"],
     "neural": neural_service_pb2.DESCRIPTOR.services_by_name["NeuralService"],
     "retrieval": retrieval_service_pb2.DESCRIPTOR.services_by_name["RetrievalService"],
-    "llm_gateway": llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"],
+    "llm": llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"],
     "orchestrator": orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"],
 }
 METHODS = [(name, method) for name, service in SERVICES.items() for method in service.methods]

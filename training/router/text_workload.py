@@ -137,11 +137,11 @@ def require_language_model(settings) -> list[str]:
     never the offline one.
 
     Args:
-        settings: `services.llm_gateway.settings.LlmGatewaySettings`.
+        settings: `services.llm.settings.LlmSettings`.
     Raises:
         NoLanguageModel: none is configured.
     """
-    from services.llm_gateway.gateway import configured_providers
+    from services.llm.gateway import configured_providers
 
     providers = [provider.name for provider in configured_providers(
         settings.model_copy(update={"offline_enabled": False}))]
@@ -165,9 +165,9 @@ def generate(log_path: Path, labels_path: Path, data_dir: Path | None, per_datas
         NoLanguageModel: no language model is configured (checked before anything starts), or
             the offline provider answered a request.
     """
-    from services.llm_gateway.settings import LlmGatewaySettings
+    from services.llm.settings import LlmSettings
 
-    providers = require_language_model(LlmGatewaySettings())
+    providers = require_language_model(LlmSettings())
     questions = sample_questions(data_dir, datasets, per_dataset, seed)
     return asyncio.run(_generate(log_path, labels_path, questions, providers, seed, roles,
                                  simulations))
@@ -211,8 +211,8 @@ class _TextMesh:
 
         from libs.channels import Keepalive, open_channel
         from libs.server import start_server
-        from services.llm_gateway.main import build_servicers as build_llm
-        from services.llm_gateway.settings import LlmGatewaySettings
+        from services.llm.main import build_servicers as build_llm
+        from services.llm.settings import LlmSettings
         from services.mcts.main import build_servicers as build_mcts
         from services.mcts.settings import MctsSettings
         from services.orchestrator.agents.llm import LlmAgent
@@ -221,8 +221,8 @@ class _TextMesh:
         from services.orchestrator.settings import OrchestratorSettings
         from services.orchestrator.text.reasoning import RoleServices
 
-        llm_settings = LlmGatewaySettings(port=0, fallback_order=providers, offline_enabled=False)
-        gateway = await start_server("llm_gateway", llm_settings, *await build_llm(llm_settings))
+        llm_settings = LlmSettings(port=0, fallback_order=providers, offline_enabled=False)
+        gateway = await start_server("llm", llm_settings, *await build_llm(llm_settings))
         mcts_settings = MctsSettings(port=0, neural_target="127.0.0.1:1")
         # The channels the served mcts and orchestrator would open (services/*/main.py).
         no_neural = open_channel(mcts_settings.neural_target,

@@ -1,7 +1,7 @@
 """Every prompt template of the text roles, in one place.
 
 The LLM gateway wraps each prompt in its own system prompt (grounded with [n] citations when
-passages are given, see `services/llm_gateway/providers/prompt.py`); these templates are the
+passages are given, see `services/llm/providers/prompt.py`); these templates are the
 user-side instruction. Sources:
 
 - decompose: least-to-most prompting (Zhou et al. 2022, arXiv:2205.10625): the question reduced to

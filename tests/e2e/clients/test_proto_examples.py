@@ -193,10 +193,10 @@ def _route_name(mesh, example):
 
 
 def _provider(mesh, example):
-    from services.llm_gateway.settings import LlmGatewaySettings
+    from services.llm.settings import LlmSettings
 
     names = set(typing.get_args(typing.get_args(
-        LlmGatewaySettings.model_fields["fallback_order"].annotation)[0]))
+        LlmSettings.model_fields["fallback_order"].annotation)[0]))
     assert example in names, names
 
 

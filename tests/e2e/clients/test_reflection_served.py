@@ -35,7 +35,7 @@ def test_every_service_lists_its_services_under_both_reflection_names(mesh, serv
     expected = {"orchestrator": "mesh.orchestrator.v1.OrchestratorService",
                 "mcts": "mesh.mcts.v1.MctsService", "neural": "mesh.neural.v1.NeuralService",
                 "retrieval": "mesh.retrieval.v1.RetrievalService",
-                "llm_gateway": "mesh.llm.v1.LlmService"}
+                "llm": "mesh.llm.v1.LlmService"}
     for name, port in mesh.ports.items():
         reply = _reflect(port, service, reflection_pb2.ServerReflectionRequest(list_services=""),
                          mesh.token)

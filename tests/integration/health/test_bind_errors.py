@@ -31,13 +31,13 @@ def _free(port: int) -> bool:
 
 
 def test_serve_names_the_port_it_cannot_bind(held_port, tmp_path):
-    port_file = tmp_path / "llm_gateway.json"
+    port_file = tmp_path / "llm.json"
     done = subprocess.run(
-        [sys.executable, "-m", "mcts_mesh.cli", "serve", "llm_gateway", "--port-file",
+        [sys.executable, "-m", "mcts_mesh.cli", "serve", "llm", "--port-file",
          str(port_file)],
         env={**os.environ, "LLM_PORT": str(held_port)}, capture_output=True, text=True,
         timeout=120)
-    expected = f"llm_gateway: cannot bind 127.0.0.1:{held_port}: address already in use"
+    expected = f"llm: cannot bind 127.0.0.1:{held_port}: address already in use"
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == expected
     assert "Traceback" not in done.stderr

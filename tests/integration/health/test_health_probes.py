@@ -1,5 +1,5 @@
 """Each service's health follows its readiness probe while it runs (real grpc.aio servers on port
-0, probed every 0.1 s): llm_gateway NOT_SERVING while every provider's circuit is open and SERVING
+0, probed every 0.1 s): llm NOT_SERVING while every provider's circuit is open and SERVING
 again once a trial call would be let through; retrieval NOT_SERVING with an unreachable Qdrant
 server or a closed embedded store; neural NOT_SERVING until it has a model."""
 
@@ -17,9 +17,9 @@ from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
 from libs.server import LIVENESS, start_server
-from services.llm_gateway import main as llm_main
-from services.llm_gateway.gateway import build_gateway
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm import main as llm_main
+from services.llm.gateway import build_gateway
+from services.llm.settings import LlmSettings
 from services.neural import main as neural_main
 from services.neural.checkpoint import save_checkpoint
 from services.neural.evaluator import PositionEvaluator
@@ -61,14 +61,14 @@ def refused_port() -> int:
         return probe.getsockname()[1]
 
 
-async def test_llm_gateway_is_not_serving_while_every_circuit_is_open():
-    settings = LlmGatewaySettings(
+async def test_llm_is_not_serving_while_every_circuit_is_open():
+    settings = LlmSettings(
         port=0, local_base_url=f"http://127.0.0.1:{refused_port()}/v1", local_model="m",
         fallback_order=["local"], offline_enabled=False, max_retries=0, breaker_threshold=2,
         breaker_ttl_s=1.5, **FAST)
     gateway = build_gateway(settings)
     servicers, ready = await llm_main.build_servicers(settings, gateway)
-    running = await start_server("llm_gateway", settings, servicers, ready,
+    running = await start_server("llm", settings, servicers, ready,
                                  probe=gateway.readiness)
     try:
         assert await status(running.port, llm_main.SERVICE_NAME) == SERVING
@@ -89,11 +89,11 @@ async def test_llm_gateway_is_not_serving_while_every_circuit_is_open():
         await gateway.aclose()
 
 
-async def test_llm_gateway_without_any_provider_runs_not_serving():
-    settings = LlmGatewaySettings(port=0, offline_enabled=False, **FAST)
+async def test_llm_without_any_provider_runs_not_serving():
+    settings = LlmSettings(port=0, offline_enabled=False, **FAST)
     gateway = build_gateway(settings)
     servicers, ready = await llm_main.build_servicers(settings, gateway)
-    running = await start_server("llm_gateway", settings, servicers, ready,
+    running = await start_server("llm", settings, servicers, ready,
                                  probe=gateway.readiness)
     try:
         assert await status(running.port, llm_main.SERVICE_NAME) == NOT_SERVING

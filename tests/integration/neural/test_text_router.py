@@ -21,7 +21,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.server import start_server
 from mcts_mesh import cli
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.settings import LlmSettings
 from services.neural.checkpoint import load_checkpoint
 from services.neural.evaluator import PositionEvaluator
 from services.neural.main import build_servicers
@@ -282,8 +282,8 @@ def test_the_workload_refuses_without_a_language_model(monkeypatch, tmp_path, ca
     for name in ("LLM_OPENAI_API_KEY", "LLM_ANTHROPIC_API_KEY", "LLM_LOCAL_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(NoLanguageModel):
-        require_language_model(LlmGatewaySettings())
-    assert require_language_model(LlmGatewaySettings(local_base_url="http://127.0.0.1:9")) \
+        require_language_model(LlmSettings())
+    assert require_language_model(LlmSettings(local_base_url="http://127.0.0.1:9")) \
         == ["local"]
     with pytest.raises(SystemExit) as caught:
         cli.main(["train", "router", "--text", "--generate", "2", "--router-dir",

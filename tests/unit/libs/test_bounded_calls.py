@@ -69,7 +69,7 @@ async def serve():
     async def start(servicer, extra=()) -> int:
         items = [Servicer(llm_service_pb2_grpc.add_LlmServiceServicer_to_server, servicer,
                           "mesh.llm.v1.LlmService"), *extra]
-        server = await start_server("llm_gateway", ServiceSettings(port=0), items)
+        server = await start_server("llm", ServiceSettings(port=0), items)
         running.append(server)
         return server.port
 

@@ -71,7 +71,7 @@ async def test_a_long_call_keeps_its_connection_through_the_pings():
     # Six pings without a data frame: gRPC's default server policy answers the third one with
     # GOAWAY "too_many_pings", and the call is retried on a new connection.
     servicer = _Peers()
-    server = await start_server("llm_gateway", ServiceSettings(port=0), [Servicer(
+    server = await start_server("llm", ServiceSettings(port=0), [Servicer(
         llm_service_pb2_grpc.add_LlmServiceServicer_to_server, servicer,
         "mesh.llm.v1.LlmService")])
     channel = open_channel(f"127.0.0.1:{server.port}")

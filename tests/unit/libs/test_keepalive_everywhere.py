@@ -116,7 +116,7 @@ async def _frozen_mid_call():
     """(relay target, servicer) of a slow LlmService behind a relay, and a coroutine function
     that waits for a call to arrive, then freezes the relay and returns the time it did."""
     servicer = _Slow()
-    server = await start_server("llm_gateway", ServiceSettings(port=0), [Servicer(
+    server = await start_server("llm", ServiceSettings(port=0), [Servicer(
         llm_service_pb2_grpc.add_LlmServiceServicer_to_server, servicer,
         "mesh.llm.v1.LlmService")])
     relay = _Relay(server.port)

@@ -24,7 +24,7 @@ async def _start(reason: list[str | None]):
         return reason[0]
 
     return await start_server(
-        "llm_gateway", ServiceSettings(port=0, health_interval_s=0.05),
+        "llm", ServiceSettings(port=0, health_interval_s=0.05),
         [Servicer(llm_service_pb2_grpc.add_LlmServiceServicer_to_server,
                   llm_service_pb2_grpc.LlmServiceServicer(), SERVICE)], probe=probe)
 
@@ -49,7 +49,7 @@ async def test_states_follow_the_dependency_and_changes_are_reported(black_hole)
     live = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
     frozen = grpc.aio.insecure_channel(black_hole)
     watcher = DependencyWatcher(
-        [Dependency("llm_gateway", SERVICE, live), Dependency("mcts", "mesh.mcts.v1.MctsService",
+        [Dependency("llm", SERVICE, live), Dependency("mcts", "mesh.mcts.v1.MctsService",
                                                               frozen)],
         interval_s=0.05, timeout_s=0.3, on_change=on_change)
     try:
@@ -75,7 +75,7 @@ async def test_states_follow_the_dependency_and_changes_are_reported(black_hole)
         assert watcher.states()[0].state == "NOT_SERVING"
         assert watcher.states()[0].detail == "unreachable (UNAVAILABLE)"
         report = watcher.report()
-        assert report[0]["name"] == "llm_gateway" and report[0]["service"] == SERVICE
+        assert report[0]["name"] == "llm" and report[0]["service"] == SERVICE
         assert report[0]["state"] == "NOT_SERVING" and report[0]["for_s"] >= 0
         assert changes[-1] == (SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
     finally:
@@ -89,7 +89,7 @@ async def test_the_periodic_loop_picks_up_a_change():
     reason: list[str | None] = [None]
     running = await _start(reason)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
-    watcher = DependencyWatcher([Dependency("llm_gateway", SERVICE, channel)], interval_s=0.05,
+    watcher = DependencyWatcher([Dependency("llm", SERVICE, channel)], interval_s=0.05,
                                 timeout_s=1.0)
     watcher.start()
     try:

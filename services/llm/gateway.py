@@ -8,18 +8,18 @@ import time
 from dataclasses import dataclass
 
 from libs.errors import DeadlineExceeded, Unavailable
-from services.llm_gateway import metrics
-from services.llm_gateway.providers.anthropic_provider import AnthropicProvider
-from services.llm_gateway.providers.offline_provider import OfflineProvider
-from services.llm_gateway.providers.openai_provider import OpenAIProvider
-from services.llm_gateway.providers.provider import Generation, GenerationRequest, Provider
-from services.llm_gateway.resilience import (
+from services.llm import metrics
+from services.llm.providers.anthropic_provider import AnthropicProvider
+from services.llm.providers.offline_provider import OfflineProvider
+from services.llm.providers.openai_provider import OpenAIProvider
+from services.llm.providers.provider import Generation, GenerationRequest, Provider
+from services.llm.resilience import (
     Attempt,
     ResilientProvider,
     RetryPolicy,
     new_breakers,
 )
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.settings import LlmSettings
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ async def _observe(provider: ResilientProvider, attempt: Attempt) -> None:
     metrics.set_circuit_state(provider.name, await provider.circuit_state())
 
 
-def configured_providers(settings: LlmGatewaySettings) -> list[Provider]:
+def configured_providers(settings: LlmSettings) -> list[Provider]:
     """The providers in `settings.fallback_order` that are configured, offline last if enabled.
 
     "openai" and "anthropic" need their API key, "local" its base URL; the others are skipped
@@ -144,7 +144,7 @@ def configured_providers(settings: LlmGatewaySettings) -> list[Provider]:
     return providers
 
 
-def build_gateway(settings: LlmGatewaySettings) -> Gateway:
+def build_gateway(settings: LlmSettings) -> Gateway:
     """The gateway for `settings`: configured providers in order, one policy, one breaker each.
 
     With no provider configured and the offline provider disabled the gateway still starts (so

@@ -1,4 +1,4 @@
-"""Every Prometheus metric of the llm_gateway (the shared RPC metrics are in `libs.metrics`).
+"""Every Prometheus metric of the llm (the shared RPC metrics are in `libs.metrics`).
 
 Labels are the provider's name ("openai", "offline", ...) and an outcome word; never a key, a
 prompt or a model response.

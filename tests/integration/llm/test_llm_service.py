@@ -13,8 +13,8 @@ from grpc_status import rpc_status
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.server import start_server
-from services.llm_gateway.main import build_servicers
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.main import build_servicers
+from services.llm.settings import LlmSettings
 
 PASSAGES = [
     llm_service_pb2.ContextPassage(
@@ -48,10 +48,10 @@ async def start():
     running = []
 
     async def start_with(**values) -> llm_service_pb2_grpc.LlmServiceStub:
-        settings = LlmGatewaySettings(port=0, fallback_order=["local"], max_retries=1,
+        settings = LlmSettings(port=0, fallback_order=["local"], max_retries=1,
                                       backoff_initial_s=0.001, backoff_max_s=0.002, **values)
         servicers, ready = await build_servicers(settings)
-        server = await start_server("llm_gateway", settings, servicers, ready)
+        server = await start_server("llm", settings, servicers, ready)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
         running.append((server, channel))
         return llm_service_pb2_grpc.LlmServiceStub(channel)

@@ -1,4 +1,4 @@
-"""Entry point of the LLM gateway: `mcts-mesh serve llm_gateway` calls `main()`."""
+"""Entry point of the LLM gateway: `mcts-mesh serve llm` calls `main()`."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ from collections.abc import Awaitable, Callable
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.server import Servicer, run_service, serve
-from services.llm_gateway.gateway import Gateway, build_gateway
-from services.llm_gateway.redaction import install_log_redaction
-from services.llm_gateway.servicer import LlmServicer
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.gateway import Gateway, build_gateway
+from services.llm.redaction import install_log_redaction
+from services.llm.servicer import LlmServicer
+from services.llm.settings import LlmSettings
 
-NAME = "llm_gateway"
+NAME = "llm"
 SERVICE_NAME = llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"].full_name
 
 log = logging.getLogger(__name__)
 
 
 async def build_servicers(
-    settings: LlmGatewaySettings, gateway: Gateway | None = None
+    settings: LlmSettings, gateway: Gateway | None = None
 ) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
     """The gateway's servicer and its readiness hook. Its probe is `gateway.readiness` (NOT_SERVING
     while no provider is configured or every circuit is open).
@@ -41,12 +41,12 @@ async def build_servicers(
                      SERVICE_NAME)], ready
 
 
-def main(settings: LlmGatewaySettings | None = None,
+def main(settings: LlmSettings | None = None,
          on_listening: Callable[[dict[str, int]], None] | None = None) -> None:
     """Reads `LLM_*` settings (unless given), logs them with secrets masked, and serves until
     SIGTERM; every log line is redacted of the providers' keys and URL credentials
     (`redaction.install_log_redaction`)."""
-    settings = settings or LlmGatewaySettings()
+    settings = settings or LlmSettings()
 
     async def run() -> None:
         install_log_redaction(settings)  # before any provider is called

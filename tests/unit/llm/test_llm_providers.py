@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from llm_wire import ProviderWire, Reply
 
-from services.llm_gateway.providers.anthropic_provider import AnthropicProvider
-from services.llm_gateway.providers.errors import ProviderError, RequestRejected, retry_after_s
-from services.llm_gateway.providers.openai_provider import OpenAIProvider
-from services.llm_gateway.providers.provider import GenerationRequest, Passage
+from services.llm.providers.anthropic_provider import AnthropicProvider
+from services.llm.providers.errors import ProviderError, RequestRejected, retry_after_s
+from services.llm.providers.openai_provider import OpenAIProvider
+from services.llm.providers.provider import GenerationRequest, Passage
 
 REQUEST = GenerationRequest(
     prompt="What does aspirin inhibit?",

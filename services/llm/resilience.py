@@ -31,13 +31,13 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from services.llm_gateway.providers.errors import (
+from services.llm.providers.errors import (
     CircuitOpen,
     Outcome,
     ProviderError,
     RequestRejected,
 )
-from services.llm_gateway.providers.provider import Generation, GenerationRequest, Provider
+from services.llm.providers.provider import Generation, GenerationRequest, Provider
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import anthropic
 
-from services.llm_gateway.providers.errors import ProviderError, status_error
-from services.llm_gateway.providers.prompt import system_prompt, user_message
-from services.llm_gateway.providers.provider import Generation, GenerationRequest
-from services.llm_gateway.redaction import scrub, url_secrets
+from services.llm.providers.errors import ProviderError, status_error
+from services.llm.providers.prompt import system_prompt, user_message
+from services.llm.providers.provider import Generation, GenerationRequest
+from services.llm.redaction import scrub, url_secrets
 
 
 class AnthropicProvider:

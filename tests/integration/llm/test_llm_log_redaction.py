@@ -1,7 +1,7 @@
 """The LLM service keeps its credentials out of its log (issue 29, point 8): a provider that echoes
 the API key it was sent in its error body (in full, in a header echo, in JSON), and a base URL with
 credentials (`http://user:pass@host/v1`), leave none of them in the lines the real service
-(`mcts-mesh serve llm_gateway`, a child process) writes while its providers fail."""
+(`mcts-mesh serve llm`, a child process) writes while its providers fail."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_provider_keys_and_url_credentials_never_reach_the_log(provider, tmp_pat
            "LLM_MAX_RETRIES": "1", "LLM_BACKOFF_INITIAL_S": "0", "LLM_BACKOFF_MAX_S": "0.01"}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mcts_mesh.cli", "serve", "llm_gateway", "--port-file",
+            [sys.executable, "-m", "mcts_mesh.cli", "serve", "llm", "--port-file",
              str(port_file)], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120

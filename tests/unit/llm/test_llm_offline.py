@@ -3,7 +3,7 @@ says what it is, and says plainly when it has no context."""
 
 from __future__ import annotations
 
-from services.llm_gateway.providers.offline_provider import (
+from services.llm.providers.offline_provider import (
     LABEL,
     MODEL,
     NO_CONTEXT,
@@ -11,7 +11,7 @@ from services.llm_gateway.providers.offline_provider import (
     count_tokens,
     truncate_tokens,
 )
-from services.llm_gateway.providers.provider import GenerationRequest, Passage
+from services.llm.providers.provider import GenerationRequest, Passage
 
 PASSAGES = (
     Passage("The Eiffel Tower is in Paris. It was finished in 1889.", "doc-1", "Eiffel Tower"),

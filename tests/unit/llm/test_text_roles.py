@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY
 
 from libs.errors import FailedPrecondition, InvalidArgument
 from libs.server import start_server
-from services.llm_gateway.main import build_servicers
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.main import build_servicers
+from services.llm.settings import LlmSettings
 from services.mcts.main import build_servicers as build_mcts_servicers
 from services.mcts.settings import MctsSettings
 from services.orchestrator.api.servicer import OrchestratorServicer
@@ -63,11 +63,11 @@ async def mesh(wire):
 
     async def start(fallback_order=("local",), offline_enabled=True,
                     **orchestrator) -> tuple[OrchestratorServicer, Retrieval]:
-        settings = LlmGatewaySettings(port=0, local_base_url=f"{wire.url}/v1", max_retries=0,
+        settings = LlmSettings(port=0, local_base_url=f"{wire.url}/v1", max_retries=0,
                                       prices=PRICES, fallback_order=list(fallback_order),
                                       offline_enabled=offline_enabled)
         servicers, ready = await build_servicers(settings)
-        server = await start_server("llm_gateway", settings, servicers, ready)
+        server = await start_server("llm", settings, servicers, ready)
         mcts_settings = MctsSettings(port=0, neural_target="127.0.0.1:1")
         neural_channel = grpc.aio.insecure_channel("127.0.0.1:1")
         mcts_servicers, mcts_ready = await build_mcts_servicers(mcts_settings, neural_channel)

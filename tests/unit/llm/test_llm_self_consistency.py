@@ -17,10 +17,10 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import InvalidArgument
 from libs.server import start_server
-from services.llm_gateway.main import build_servicers
-from services.llm_gateway.providers.provider import Generation
-from services.llm_gateway.servicer import generation_cost
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.main import build_servicers
+from services.llm.providers.provider import Generation
+from services.llm.servicer import generation_cost
+from services.llm.settings import LlmSettings
 from services.orchestrator.agents.llm import LlmAgent
 from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
@@ -69,10 +69,10 @@ async def gateway(wire):
 
     async def start(**values) -> llm_service_pb2_grpc.LlmServiceStub:
         values.setdefault("fallback_order", ["local"])
-        settings = LlmGatewaySettings(port=0, local_base_url=f"{wire.url}/v1", max_retries=0,
+        settings = LlmSettings(port=0, local_base_url=f"{wire.url}/v1", max_retries=0,
                                       prices=PRICES, **values)
         servicers, ready = await build_servicers(settings)
-        server = await start_server("llm_gateway", settings, servicers, ready)
+        server = await start_server("llm", settings, servicers, ready)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
         running.append((server, channel))
         return llm_service_pb2_grpc.LlmServiceStub(channel)
@@ -210,7 +210,7 @@ async def test_the_gateway_prices_a_generation_from_its_reported_usage(gateway, 
     offline = Generation("x", "offline-extractive", 10, 5, offline=True)
     assert generation_cost(offline, PRICES) == 0.0
     with pytest.raises(ValueError, match="finite"):
-        LlmGatewaySettings(prices={"m": (-1.0, 1.0)})
+        LlmSettings(prices={"m": (-1.0, 1.0)})
 
 
 @pytest.mark.parametrize(("fields", "field"), [

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from libs.redaction import redact
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.settings import LlmSettings
 
 MAX_ERROR_CHARS = 500
 """Longest provider error message kept (a provider's HTML error page is not a log line)."""
@@ -40,7 +40,7 @@ def url_secrets(url: str | None) -> list[str]:
     return [part for part in (parts.username, parts.password) if part]
 
 
-def gateway_secrets(settings: LlmGatewaySettings) -> tuple[str, ...]:
+def gateway_secrets(settings: LlmSettings) -> tuple[str, ...]:
     """Every credential of the gateway's settings: the providers' API keys and the user
     information of their base URLs."""
     keys = [key.get_secret_value() for key in (settings.openai_api_key,
@@ -71,7 +71,7 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def install_log_redaction(settings: LlmGatewaySettings) -> RedactingFilter:
+def install_log_redaction(settings: LlmSettings) -> RedactingFilter:
     """Adds a `RedactingFilter` with the gateway's secrets to every handler of the root logger
     (set up by `libs.logs.setup_logging`); returns it."""
     redacting = RedactingFilter(gateway_secrets(settings))

@@ -11,8 +11,8 @@ from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 from prometheus_client import REGISTRY
 
 from libs.server import start_server
-from services.llm_gateway.main import build_servicers
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.main import build_servicers
+from services.llm.settings import LlmSettings
 
 
 def _value(name: str, **labels: str) -> float:
@@ -23,7 +23,7 @@ async def test_fallback_is_counted_per_provider():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         refused = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
-    settings = LlmGatewaySettings(port=0, fallback_order=["local"], max_retries=1,
+    settings = LlmSettings(port=0, fallback_order=["local"], max_retries=1,
                                   backoff_initial_s=0.001, backoff_max_s=0.002,
                                   local_base_url=refused)
     before = {
@@ -33,7 +33,7 @@ async def test_fallback_is_counted_per_provider():
         "tokens": _value("mesh_llm_tokens_total", provider="offline", direction="completion"),
     }
     servicers, ready = await build_servicers(settings)
-    server = await start_server("llm_gateway", settings, servicers, ready)
+    server = await start_server("llm", settings, servicers, ready)
     try:
         for provider in ("local", "offline"):
             assert _value("mesh_llm_circuit_state", provider=provider, state="closed") == 1

@@ -4,7 +4,7 @@ question."""
 
 from __future__ import annotations
 
-from services.llm_gateway.providers.provider import GenerationRequest
+from services.llm.providers.provider import GenerationRequest
 
 SYSTEM_PROMPT = (
     "You answer questions using only the numbered passages given with the question. "

@@ -10,8 +10,8 @@ from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
 
 from libs.errors import InvalidArgument
 from libs.telemetry import set_work_attributes
-from services.llm_gateway.gateway import Answer, Gateway
-from services.llm_gateway.providers.provider import Generation, GenerationRequest, Passage
+from services.llm.gateway import Answer, Gateway
+from services.llm.providers.provider import Generation, GenerationRequest, Passage
 
 MAX_PROMPT_CHARS = 10_000
 MAX_TOKENS_LIMIT = 32_768

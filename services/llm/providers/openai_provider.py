@@ -11,10 +11,10 @@ from typing import Literal
 
 import openai
 
-from services.llm_gateway.providers.errors import ProviderError, status_error
-from services.llm_gateway.providers.prompt import system_prompt, user_message
-from services.llm_gateway.providers.provider import Generation, GenerationRequest
-from services.llm_gateway.redaction import scrub, url_secrets
+from services.llm.providers.errors import ProviderError, status_error
+from services.llm.providers.prompt import system_prompt, user_message
+from services.llm.providers.provider import Generation, GenerationRequest
+from services.llm.redaction import scrub, url_secrets
 
 TokenLimitField = Literal["max_completion_tokens", "max_tokens"]
 

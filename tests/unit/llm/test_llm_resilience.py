@@ -9,9 +9,9 @@ import pytest
 from llm_wire import ProviderWire, Reply
 
 from libs.errors import DeadlineExceeded, Unavailable
-from services.llm_gateway.gateway import Gateway, build_gateway, configured_providers
-from services.llm_gateway.providers.provider import GenerationRequest, Passage
-from services.llm_gateway.settings import LlmGatewaySettings
+from services.llm.gateway import Gateway, build_gateway, configured_providers
+from services.llm.providers.provider import GenerationRequest, Passage
+from services.llm.settings import LlmSettings
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
@@ -19,7 +19,7 @@ REQUEST = GenerationRequest(
     "What does aspirin inhibit?", (Passage("Aspirin inhibits COX-1.", "doc-7"),), max_tokens=32)
 
 
-def settings_for(wire: ProviderWire, **overrides) -> LlmGatewaySettings:
+def settings_for(wire: ProviderWire, **overrides) -> LlmSettings:
     """OpenAI and Anthropic at the wire server, tiny backoff, generous per-call timeout."""
     values = dict(
         openai_api_key="sk-test", openai_base_url=f"{wire.url}/v1", openai_model="gpt-test",
@@ -29,7 +29,7 @@ def settings_for(wire: ProviderWire, **overrides) -> LlmGatewaySettings:
         backoff_max_s=0.004, breaker_threshold=5, breaker_ttl_s=30.0,
     )
     values.update(overrides)
-    return LlmGatewaySettings(**values)
+    return LlmSettings(**values)
 
 
 @pytest.fixture
@@ -189,16 +189,16 @@ async def test_the_callers_deadline_bounds_every_try(wire, make_gateway):
 
 
 def test_unconfigured_providers_are_skipped_and_offline_comes_last(wire):
-    names = [p.name for p in configured_providers(LlmGatewaySettings(
+    names = [p.name for p in configured_providers(LlmSettings(
         anthropic_api_key="k", fallback_order=["offline", "openai", "local", "anthropic"]))]
     assert names == ["anthropic", "offline"]
-    names = [p.name for p in configured_providers(LlmGatewaySettings(
+    names = [p.name for p in configured_providers(LlmSettings(
         openai_api_key="k", local_base_url=f"{wire.url}/v1", offline_enabled=False))]
     assert names == ["openai", "local"]
 
 
 async def test_nothing_configured_and_offline_disabled_is_not_ready_and_unavailable():
-    gateway = build_gateway(LlmGatewaySettings(offline_enabled=False))
+    gateway = build_gateway(LlmSettings(offline_enabled=False))
     assert "no LLM provider is configured" in await gateway.readiness()
     with pytest.raises(Unavailable, match="no LLM provider is configured"):
         await gateway.generate(REQUEST, timeout_s=None)
@@ -227,7 +227,7 @@ async def test_offline_provider_keeps_the_gateway_ready(wire, make_gateway):
 
 
 def test_secrets_are_masked_when_printed():
-    settings = LlmGatewaySettings(openai_api_key="sk-very-secret", anthropic_api_key="sk-ant-x")
+    settings = LlmSettings(openai_api_key="sk-very-secret", anthropic_api_key="sk-ant-x")
     assert "sk-very-secret" not in repr(settings) and "sk-very-secret" not in str(
         settings.masked())
     assert settings.openai_api_key.get_secret_value() == "sk-very-secret"

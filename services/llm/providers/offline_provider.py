@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from services.llm_gateway.providers.provider import Generation, GenerationRequest
+from services.llm.providers.provider import Generation, GenerationRequest
 
 MODEL = "offline-extractive"
 LABEL = "Offline extractive answer (no language model was used; sentences quoted from the sources):"

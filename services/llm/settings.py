@@ -20,7 +20,7 @@ from libs.settings import ServiceSettings
 ProviderName = Literal["openai", "anthropic", "local", "offline"]
 
 
-class LlmGatewaySettings(ServiceSettings):
+class LlmSettings(ServiceSettings):
     """The gateway's one frozen settings object (env prefix `LLM_`); secrets are `SecretStr`."""
 
     model_config = SettingsConfigDict(
@@ -83,7 +83,7 @@ class LlmGatewaySettings(ServiceSettings):
         return prices
 
     @model_validator(mode="after")
-    def _positive(self) -> LlmGatewaySettings:
+    def _positive(self) -> LlmSettings:
         if self.timeout_s <= 0 or self.breaker_ttl_s <= 0:
             raise ValueError("timeout_s and breaker_ttl_s must be positive")
         if self.max_retries < 0 or self.breaker_threshold < 1:
