@@ -45,6 +45,7 @@ from mesh.retrieval.v1 import retrieval_service_pb2 as rpb
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 from procstat import cpu_seconds
 
+from libs.mesh_auth import with_token
 from mcts_mesh.launcher import start_mesh
 from services.retrieval.embedder import Embedder, OnnxEmbedder
 from services.retrieval.ingest import read_jsonl
@@ -149,7 +150,7 @@ def main() -> None:
     documents = list(read_jsonl(args.data / "corpus.jsonl"))[: args.limit]
     qrels = read_qrels(args.data / "qrels" / f"{args.split}.tsv")
     queries = read_queries(args.data / "queries.jsonl", set(qrels))
-    queries = dict(sorted(queries.items()))
+    queries = dict(sorted(queries.items())[: 20 if args.quick else None])
 
     sample = [f"{d.title} {d.text}".strip() for d in documents[: args.encoder_sample]]
     rates = encoder_rates(sample) if sample else {}
@@ -165,7 +166,9 @@ def main() -> None:
             log = mesh.logs["retrieval"].read_text(errors="replace")
             backend = "onnx-int8" if "onnx-int8" in log else "torch"
             with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['retrieval']}") as channel:
-                stub = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
+                # A backend answers only calls that carry the run's mesh token.
+                stub = retrieval_service_pb2_grpc.RetrievalServiceStub(
+                    with_token(channel, mesh.token))
                 rankings(stub, dict(list(queries.items())[:10]), *MODES["hybrid"], 10)  # warm up
                 rows = {}
                 for name, (mode, fusion) in MODES.items():
