@@ -92,7 +92,7 @@ def main() -> None:
                         help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
     if args.quick:
-        args.puzzles, args.concurrency = args.puzzles or 16, 8
+        args.puzzles, args.concurrency = args.puzzles or 4, 4
 
     with tempfile.TemporaryDirectory() as folder:
         models_dir = Path(folder)
