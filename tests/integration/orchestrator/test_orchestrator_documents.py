@@ -20,10 +20,10 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 from libs.errors import InvalidArgument
 from libs.rest import RestSettings, serve_rest
 from libs.server import start_server
+from services.orchestrator.api.requests import validate_documents
 from services.orchestrator.api.rest import build_rest_app
 from services.orchestrator.main import Wiring
 from services.orchestrator.main import build_servicers as orchestrator_servicers
-from services.orchestrator.api.requests import validate_documents
 from services.orchestrator.settings import OrchestratorSettings
 from services.retrieval.embedder import load_embedder
 from services.retrieval.main import build_servicers as retrieval_servicers
