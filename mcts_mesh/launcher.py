@@ -41,20 +41,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libs.services import BACKENDS, BY_NAME, NAMES, ORCHESTRATOR
+
 log = logging.getLogger(__name__)
 
-# Start order: the orchestrator needs the others' addresses.
-SERVICES = ("mcts", "neural", "retrieval", "llm", "orchestrator")
-ENV_PREFIX = {
-    "mcts": "MCTS_",
-    "neural": "NEURAL_",
-    "retrieval": "RETRIEVAL_",
-    "llm": "LLM_",
-    "orchestrator": "ORCHESTRATOR_",
-}
-# Offsets from the port base: orchestrator 50051, mcts 50052, neural 50053, retrieval 50054,
-# llm 50055.
-PORT_OFFSET = {"orchestrator": 0, "mcts": 1, "neural": 2, "retrieval": 3, "llm": 4}
 METRICS_PORT_OFFSET = 10
 """Metrics ports follow the gRPC ports 10 higher: orchestrator 50061, mcts 50062, ... 50065."""
 DEFAULT_PORT_BASE = 50051
@@ -291,18 +281,18 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     descriptor = os.open(mesh.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as out:
         out.write(mesh.token)
-    if port_base:
-        ports = {name: port_base + PORT_OFFSET[name] for name in SERVICES}
+    if port_base:  # the registry's offsets (libs.services)
+        ports = {name: port_base + BY_NAME[name].port_offset for name in NAMES}
         metrics_ports = {name: port + METRICS_PORT_OFFSET for name, port in ports.items()}
     else:
-        free = reserve_ports(2 * len(SERVICES) + 1)
-        ports = dict(zip(SERVICES, free[:len(SERVICES)], strict=True))
-        metrics_ports = dict(zip(SERVICES, free[len(SERVICES):-1], strict=True))
+        free = reserve_ports(2 * len(NAMES) + 1)
+        ports = dict(zip(NAMES, free[:len(NAMES)], strict=True))
+        metrics_ports = dict(zip(NAMES, free[len(NAMES):-1], strict=True))
         if rest_port == 0:
             rest_port = free[-1]
     try:
-        for name in SERVICES:
-            prefix = ENV_PREFIX[name]
+        for name in NAMES:  # start order: the backends, then the orchestrator
+            prefix = BY_NAME[name].env_prefix
             child_env = dict(base_env)
             child_env[f"{prefix}PORT"] = str(ports[name])
             child_env[f"{prefix}MESH_TOKEN"] = mesh.token
@@ -312,19 +302,18 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
                 child_env[f"{prefix}METRICS_PORT"] = str(metrics_ports[name])
             if log_format is not None:
                 child_env[f"{prefix}LOG_FORMAT"] = log_format
-            if name == "orchestrator":
-                child_env["ORCHESTRATOR_MCTS_TARGET"] = f"127.0.0.1:{ports['mcts']}"
-                child_env["ORCHESTRATOR_NEURAL_TARGET"] = f"127.0.0.1:{ports['neural']}"
-                child_env["ORCHESTRATOR_RETRIEVAL_TARGET"] = f"127.0.0.1:{ports['retrieval']}"
-                child_env["ORCHESTRATOR_LLM_TARGET"] = f"127.0.0.1:{ports['llm']}"
-                child_env["ORCHESTRATOR_REST_PORT"] = "-1" if rest_port is None else str(rest_port)
+            if name == ORCHESTRATOR:  # ORCHESTRATOR_MCTS_TARGET, ..., ORCHESTRATOR_LLM_TARGET
+                for backend in BACKENDS:
+                    child_env[f"{prefix}{backend.env_prefix}TARGET"] = \
+                        f"127.0.0.1:{ports[backend.name]}"
+                child_env[f"{prefix}REST_PORT"] = "-1" if rest_port is None else str(rest_port)
             mesh.envs[name] = child_env
             mesh.logs[name] = log_dir / f"{name}.log"
             mesh.launch(name)
             # Start the four backends together; wait for them before the orchestrator.
-            if name == "llm" or name == "orchestrator":
-                waiting = ["mcts", "neural", "retrieval", "llm"] if name == "llm" \
-                    else ["orchestrator"]
+            if name == BACKENDS[-1].name or name == ORCHESTRATOR:
+                waiting = [backend.name for backend in BACKENDS] if name != ORCHESTRATOR \
+                    else [ORCHESTRATOR]
                 for waited in waiting:
                     info = _wait_for_port_file(waited, mesh.port_file(waited),
                                                mesh.processes[waited], mesh.logs[waited],
@@ -332,7 +321,7 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
                     mesh.ports[waited] = int(info["grpc"])
                     if "metrics" in info:
                         mesh.metrics_ports[waited] = int(info["metrics"])
-                    if waited == "orchestrator":
+                    if waited == ORCHESTRATOR:
                         mesh.rest_port = int(info.get("rest", 0))
     except BaseException:
         mesh.stop()

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import yaml
 
-from mcts_mesh.cli import SERVICE_ENTRY, _import
-from mcts_mesh.launcher import ENV_PREFIX
+from libs.services import BY_NAME
+from mcts_mesh.cli.serve import SERVICE_ENTRY, load
 
 STANDARD = {"OTEL_EXPORTER_OTLP_ENDPOINT"}
 
 
 def _fields(service: str) -> set[str]:
-    settings_cls = _import(SERVICE_ENTRY[service][0])
-    prefix = ENV_PREFIX[service]
+    settings_cls = load(SERVICE_ENTRY[service][0])
+    prefix = BY_NAME[service].env_prefix
     return {prefix + name.upper() for name in settings_cls.model_fields}
 
 
@@ -49,7 +49,7 @@ def test_k8s_variables_are_settings(repo_root):
 
 
 def test_launcher_variables_are_settings():
-    for service, prefix in ENV_PREFIX.items():
+    for service, prefix in ((name, s.env_prefix) for name, s in BY_NAME.items()):
         assert f"{prefix}PORT" in _fields(service)
         assert f"{prefix}MESH_TOKEN" in _fields(service)  # the run's token (issue 29)
     for target in ("MCTS", "NEURAL", "RETRIEVAL", "LLM"):

@@ -25,8 +25,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from libs.services import BY_NAME
 from mcts_mesh import launcher
-from mcts_mesh.launcher import ENV_PREFIX, Mesh, start_mesh
+from mcts_mesh.launcher import Mesh, start_mesh
 
 # Codes a caller may get when a service is down or frozen: anything else is not a clear failure.
 DOWN_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -123,7 +124,7 @@ def restart_by_hand(mesh: Mesh, name: str, old_env: dict[str, str], tmp: Path) -
     """Starts `name` again on the port it had, with the environment it had (what a supervisor
     does), and puts the new process in `mesh.processes`."""
     env = dict(old_env)
-    env[f"{ENV_PREFIX[name]}PORT"] = str(mesh.ports[name])
+    env[f"{BY_NAME[name].env_prefix}PORT"] = str(mesh.ports[name])
     process, port = spawn_service(name, env, tmp)
     assert port == mesh.ports[name]
     mesh.processes[name] = process

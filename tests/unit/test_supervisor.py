@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from mcts_mesh.cli import _supervise, build_parser
+from mcts_mesh.cli import build_parser
+from mcts_mesh.cli.serve import supervise
 from mcts_mesh.launcher import GaveUp, Mesh, RestartPolicy, Supervisor
 
 SERVICE = '''
@@ -139,12 +140,12 @@ def test_fail_fast_stops_at_the_first_exit_and_supervision_reports_giving_up(mes
     mesh.start("mcts", 50052)
     mesh.start("retrieval", 50054, mode="crash")
     args = build_parser().parse_args(["up", "--fail-fast"])
-    assert _supervise(mesh, args) == 1
+    assert supervise(mesh, args) == 1
     assert "service exited: retrieval; stopping the mesh (--fail-fast)" in capsys.readouterr().err
     assert len(starts(mesh, "retrieval")) == 1, "--fail-fast restarts nothing"
 
     args = build_parser().parse_args(["up", "--max-restarts", "1", "--restart-backoff", "0.01"])
-    assert _supervise(mesh, args) == 1
+    assert supervise(mesh, args) == 1
     assert capsys.readouterr().err.startswith(
         "retrieval exited 2 times in a row; giving up after 1 restarts. Last: retrieval exited "
         "with code 3")

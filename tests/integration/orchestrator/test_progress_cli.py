@@ -13,7 +13,7 @@ from rich.console import Console
 
 from libs.puzzles.sudoku import BoxShape, format_grid, generate
 from mcts_mesh import cli
-from mcts_mesh.progress import eval_progress
+from mcts_mesh.cli.progress import eval_progress
 
 
 async def test_solve_progress_shows_each_step_and_prints_the_same_answer(reasoning_mesh, capsys):
@@ -76,7 +76,7 @@ def test_eval_progress_off_a_terminal_is_a_line_every_n_items():
 def test_solve_progress_on_a_terminal_draws_a_live_table():
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    from mcts_mesh.progress import StreamingSolveStub
+    from mcts_mesh.cli.progress import StreamingSolveStub
 
     answer = pb.SolveProblemResponse(connect_four=pb.ConnectFourAnswer(column=3), iterations=1)
     events = [

@@ -1,4 +1,4 @@
-"""How `train connect4-az` and `selfplay-actor` take SIGINT and SIGTERM (mcts_mesh.az_commands.
+"""How `train connect4-az` and `selfplay-actor` take SIGINT and SIGTERM (mcts_mesh.cli.az.
 StopSignals): the first one interrupts, later ones do not break into the stop, SIGTERM waits like
 Ctrl-C for a checkpoint's renames, and the previous handlers come back."""
 
@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from mcts_mesh.az_commands import StopSignals
+from mcts_mesh.cli.az import StopSignals
 from training.az import learner
 
 NETWORK = {"channels": 8, "blocks": 1, "value_hidden": 8}

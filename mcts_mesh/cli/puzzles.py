@@ -17,23 +17,46 @@ from pathlib import Path
 
 import grpc
 
+from mcts_mesh.cli.common import agent_name, agents, fail
+from mcts_mesh.cli.progress import eval_progress
+
+
+def register(sub) -> None:
+    """Adds `puzzles` and its subcommand `heldout` to the command line's subparsers."""
+    puzzles = sub.add_parser("puzzles", help="write puzzle files (no orchestrator involved)")
+    puzzles_sub = puzzles.add_subparsers(dest="puzzles_command", required=True)
+    heldout = puzzles_sub.add_parser(
+        "heldout", help="write the trainer's held-out set, held_out_set(task, count, seed), for "
+                        "`eval sudoku|maze` (a training run with --seed T evaluates on seed T+1)")
+    heldout.add_argument("kind", choices=["sudoku", "maze"])
+    heldout.add_argument("--count", type=int, default=1000)
+    heldout.add_argument("--seed", type=int, default=1,
+                         help="held_out_set's seed (default 1: the set of `train --seed 0`)")
+    heldout.add_argument("--size", type=int, default=6, help="sudoku: N")
+    heldout.add_argument("--blanks", type=int, default=16, help="sudoku: blanks per puzzle")
+    heldout.add_argument("--rows", type=int, default=4, help="maze: lattice rows (grid 2r+1)")
+    heldout.add_argument("--cols", type=int, default=4, help="maze: lattice columns (grid 2c+1)")
+    heldout.add_argument("--extra-openings", type=int, default=0,
+                         help="maze: walls removed after carving (0: a perfect maze, one path)")
+    heldout.add_argument("--min-path-length", type=int, default=4, help="maze: S-G steps")
+    heldout.add_argument("--format", choices=["csv", "lines"], default="csv",
+                         help="csv: HRM CSV with answers (default); lines: one puzzle a line")
+    heldout.add_argument("--output", default=None, help="file to write (default stdout)")
+    heldout.set_defaults(func=held_out)
+
 
 def _request(problem: dict, args):
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    from mcts_mesh.cli import _agents
-
-    request = pb.SolveProblemRequest(agents=_agents(args.agents), seed=args.seed, **problem)
+    request = pb.SolveProblemRequest(agents=agents(args.agents), seed=args.seed, **problem)
     return request
 
 
 def _record(response, latency_ms: float) -> dict:
-    from mcts_mesh.cli import _agent_name
-
     return {
-        "agents": [_agent_name(a) for a in response.agents],
-        "answered_by": _agent_name(response.answered_by),
-        "votes": [{"agent": _agent_name(v.agent), "rationale": v.rationale}
+        "agents": [agent_name(a) for a in response.agents],
+        "answered_by": agent_name(response.answered_by),
+        "votes": [{"agent": agent_name(v.agent), "rationale": v.rationale}
                   for v in response.votes],
         "iterations": response.iterations,
         "latency_ms": round(latency_ms, 2),
@@ -43,14 +66,12 @@ def _record(response, latency_ms: float) -> dict:
 def solve_sudoku(stub, args) -> int:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    from mcts_mesh.cli import _fail
-
     started = time.perf_counter()
     try:
         problem = {"sudoku": pb.SudokuProblem(puzzle=args.problem)}
         response = stub.SolveProblem(_request(problem, args), timeout=args.deadline)
     except grpc.RpcError as error:
-        return _fail(error)
+        return fail(error)
     record = {"puzzle": args.problem, "solution": response.sudoku.solution,
               "valid": response.sudoku.valid,
               **_record(response, (time.perf_counter() - started) * 1e3)}
@@ -68,8 +89,6 @@ def solve_sudoku(stub, args) -> int:
 def solve_maze(stub, args) -> int:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-    from mcts_mesh.cli import _fail
-
     grid = Path(args.problem).read_text() if Path(args.problem).is_file() else args.problem
     if "\n" not in grid.strip("\n") and "/" in grid:  # one line of a maze file: rows joined by '/'
         grid = grid.strip("\n").replace("/", "\n")
@@ -78,7 +97,7 @@ def solve_maze(stub, args) -> int:
         response = stub.SolveProblem(_request({"maze": pb.MazeProblem(grid=grid)}, args),
                                      timeout=args.deadline)
     except grpc.RpcError as error:
-        return _fail(error)
+        return fail(error)
     record = {"grid": response.maze.grid, "path_length": response.maze.path_length,
               "optimal": response.maze.optimal,
               **_record(response, (time.perf_counter() - started) * 1e3)}
@@ -132,8 +151,6 @@ def _summary(args, records: list[dict], latencies: list[float]) -> dict:
 def _evaluate(stub, args, items, problem_of, judge) -> tuple[list[dict], list[float]] | int:
     """Sends each item through the orchestrator; `judge(item, response)` checks the answer here.
     Returns the records and latencies, or the exit code of a failure that ends the run."""
-    from mcts_mesh.progress import eval_progress
-
     records, latencies = [], []
     with eval_progress(len(items), Path(args.file).name, every=100,
                        lines=not args.json) as progress:
@@ -145,8 +162,6 @@ def _evaluate(stub, args, items, problem_of, judge) -> tuple[list[dict], list[fl
 def _evaluate_items(stub, args, items, problem_of, judge, records: list[dict],
                     latencies: list[float], progress) -> int | None:
     """`_evaluate`'s loop: fills `records` and `latencies`; returns an exit code to end early."""
-    from mcts_mesh.cli import _fail
-
     valid = 0
     for index, item in enumerate(items, 1):
         started = time.perf_counter()
@@ -154,7 +169,7 @@ def _evaluate_items(stub, args, items, problem_of, judge, records: list[dict],
             response = stub.SolveProblem(_request(problem_of(item), args), timeout=args.deadline)
         except grpc.RpcError as error:
             if error.code() not in CONTINUE_CODES:
-                return _fail(error)
+                return fail(error)
             response = None
             outcome = _error_record(error)
         latency_ms = (time.perf_counter() - started) * 1e3

@@ -40,7 +40,7 @@ def az_settings(args: argparse.Namespace):
     Raises:
         SystemExit: a malformed --set or an invalid value (the message names the field).
     """
-    # Imported here, not at the top: every CLI command builds the parser that imports this module.
+    # Imported here, not at the top: every command line imports this module to build its parser.
     from pydantic import ValidationError
 
     from training.az.settings import AZSettings
@@ -153,8 +153,8 @@ def cmd_train_connect4_az(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub) -> None:
-    """`selfplay-actor` and `plot-history`."""
+def register(sub) -> None:
+    """Adds `selfplay-actor` and `plot-history` to the command line's subparsers."""
     actor = sub.add_parser("selfplay-actor", help="play self-play games with a run's best "
                                                   "network and write replay shards")
     actor.add_argument("--run-dir", default="runs/connect4-az")

@@ -24,11 +24,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-
-def _agent(value: int) -> str:
-    from mcts_mesh.cli import _agent_name
-
-    return _agent_name(value)
+from mcts_mesh.cli.common import agent_name
 
 
 def describe(event) -> str:
@@ -38,13 +34,13 @@ def describe(event) -> str:
     head = f"[{event.elapsed_ms:6.0f} ms] iteration {event.iteration}:"
     if kind == "iteration_started":
         started = event.iteration_started
-        agents = ", ".join(_agent(agent) for agent in started.agents)
+        agents = ", ".join(agent_name(agent) for agent in started.agents)
         return f"{head} asking {agents} ({started.simulations} simulations; {started.reason})"
     if kind == "agent_started":
-        return f"{head} {_agent(event.agent_started.agent)} started"
+        return f"{head} {agent_name(event.agent_started.agent)} started"
     if kind == "agent_finished":
         done = event.agent_finished
-        name = _agent(done.agent)
+        name = agent_name(done.agent)
         if done.error_code:
             return f"{head} {name} failed after {done.latency_ms:.0f} ms: {done.error_code}: " \
                    f"{done.error_message}"
@@ -80,12 +76,12 @@ class SolveView:
         kind = event.WhichOneof("event")
         if kind == "agent_started":
             key = (event.iteration, event.agent_started.agent)
-            self._rows[key] = [str(event.iteration), _agent(event.agent_started.agent),
+            self._rows[key] = [str(event.iteration), agent_name(event.agent_started.agent),
                                "running", "", "", "", ""]
         elif kind == "agent_finished":
             done = event.agent_finished
             row = self._rows.setdefault((event.iteration, done.agent),
-                                        [str(event.iteration), _agent(done.agent)] + [""] * 5)
+                                        [str(event.iteration), agent_name(done.agent)] + [""] * 5)
             row[5] = f"{done.latency_ms:.0f}"
             if done.error_code:
                 row[2], row[6] = "failed", f"{done.error_code}: {done.error_message}"

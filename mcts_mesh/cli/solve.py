@@ -1,0 +1,211 @@
+"""`solve` and `eval`: clients of the orchestrator's SolveProblem RPC. Connect Four is answered
+here; Sudoku and mazes in `mcts_mesh.cli.puzzles`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import grpc
+from rich.console import Console
+
+from mcts_mesh.cli import puzzles
+from mcts_mesh.cli.common import agent_name, agents, fail, failure_records, stub
+from mcts_mesh.cli.progress import StreamingSolveStub, eval_progress
+
+AGENTS_HELP = ("comma list: mcts,neural,checker (connect4); hrm,trm,solver (puzzles; default: the "
+               "models served for the grid, then solver)")
+
+
+def register(sub) -> None:
+    """Adds `solve` and `eval` to the command line's subparsers."""
+    solve = sub.add_parser("solve", help="ask the orchestrator to solve a problem")
+    solve.add_argument("game", choices=["connect4", "sudoku", "maze"])
+    solve.add_argument("problem", help="connect4: columns 1-7 played from the empty board, e.g. "
+                       "4453; sudoku: N*N characters, '.' or '0' blank; maze: a file (or text) of "
+                       "rows of '#', ' ', 'S', 'G', or one line with the rows joined by '/'")
+    solve.add_argument("--agents", default=None, help=AGENTS_HELP)
+    solve.add_argument("--simulations", type=int, default=None)
+    solve.add_argument("--seed", type=int, default=0)
+    solve.add_argument("--json", action="store_true")
+    solve.add_argument("--progress", action="store_true",
+                       help="watch the consensus loop live on stderr (StreamSolveProblem)")
+    solve.set_defaults(func=cmd_solve)
+
+    evaluate = sub.add_parser("eval", help="evaluate the mesh on a benchmark file (Pons positions; "
+                              "Sudoku: one puzzle per line or HRM CSV; maze: one maze per line, "
+                              "rows joined by '/', or HRM CSV)")
+    evaluate.add_argument("game", choices=["connect4", "sudoku", "maze"])
+    evaluate.add_argument("file")
+    evaluate.add_argument("--limit", type=int, default=None)
+    evaluate.add_argument("--agents", default=None, help=AGENTS_HELP)
+    evaluate.add_argument("--simulations", type=int, default=None)
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--json", action="store_true")
+    evaluate.set_defaults(func=cmd_eval)
+
+
+def _solve_request(moves: str, args) -> object:
+    from mesh.common.v1 import common_pb2
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    request = pb.SolveProblemRequest(
+        connect_four=common_pb2.ConnectFourPosition(moves=moves),
+        agents=agents(args.agents), seed=args.seed,
+    )
+    if args.simulations is not None:
+        request.simulations = args.simulations
+    return request
+
+
+def _answer_record(moves: str, response, latency_ms: float) -> dict:
+    answer = response.connect_four
+    stats = response.search_statistics
+    return {
+        "moves": moves,
+        "move": answer.column,
+        "value": round(answer.value, 4),
+        "outcome": _outcome_name(answer.outcome),
+        "confidence": round(response.confidence, 4),
+        "agents": [agent_name(a) for a in response.agents],
+        "votes": [{"agent": agent_name(v.agent), "proposal": v.proposal,
+                   "confidence": round(v.confidence, 4), "rationale": v.rationale}
+                  for v in response.votes],
+        "simulations": stats.simulations,
+        "simulations_per_second": round(stats.simulations_per_second, 1),
+        "iterations": response.iterations,
+        "consensus": response.consensus_reached,
+        "latency_ms": round(latency_ms, 2),
+        "failures": failure_records(response),
+    }
+
+
+def _outcome_name(value: int) -> str:
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    return pb.Outcome.Name(value).removeprefix("OUTCOME_").lower()
+
+
+def cmd_solve(args) -> int:
+    """`solve GAME PROBLEM`: one SolveProblem call (StreamSolveProblem with `--progress`); prints
+    the answer, each vote and each failed agent, or one JSON record with `--json`."""
+    channel, orchestrator = stub(args.target, args.api_key)
+    if args.progress:  # the same answer, through StreamSolveProblem, with the loop shown live
+        orchestrator = StreamingSolveStub(orchestrator, Console(stderr=True))
+    started = time.perf_counter()
+    try:
+        if args.game == "sudoku":
+            return puzzles.solve_sudoku(orchestrator, args)
+        if args.game == "maze":
+            return puzzles.solve_maze(orchestrator, args)
+        response = orchestrator.SolveProblem(_solve_request(args.problem, args),
+                                             timeout=args.deadline)
+    except grpc.RpcError as error:
+        return fail(error)
+    finally:
+        channel.close()
+    record = _answer_record(args.problem, response, (time.perf_counter() - started) * 1e3)
+    if args.json:
+        print(json.dumps(record))
+    else:
+        _print_answer(record)
+    return 0
+
+
+def _print_answer(record: dict) -> None:
+    search = (f"{record['simulations']} simulations at "
+              f"{record['simulations_per_second']:.0f}/s, " if record["simulations"] else "")
+    print(f"play column {record['move']}  (value {record['value']:+.3f}, outcome "
+          f"{record['outcome']}, confidence {record['confidence']:.2f}, agents "
+          f"{','.join(record['agents'])}, {search}{record['latency_ms']:.0f} ms)")
+    for vote in record["votes"]:
+        print(f"  {vote['agent']:>8}: {vote['proposal']:>2}  conf {vote['confidence']:.2f}  "
+              f"{vote['rationale']}")
+    for failure in record["failures"]:
+        print(f"  {failure['agent']:>8}: failed ({failure['code']}: {failure['message']})")
+
+
+def cmd_eval(args) -> int:
+    """Sends every position of a Pons file to the orchestrator and judges the move it returns.
+
+    A move keeps the outcome when the position after it has the same game-theoretic result for the
+    player who moved as the position before it (the file's score); the judging uses the exact solver
+    on this side, the answer comes only from the mesh.
+    """
+    from libs.connect4.pons import read_pons
+
+    if args.game in ("sudoku", "maze"):
+        channel, orchestrator = stub(args.target, args.api_key)
+        try:
+            return (puzzles.eval_sudoku if args.game == "sudoku" else puzzles.eval_maze)(
+                orchestrator, args)
+        finally:
+            channel.close()
+    rows = read_pons(Path(args.file), args.limit)
+    channel, orchestrator = stub(args.target, args.api_key)
+    latencies: list[float] = []
+    rates: list[float] = []
+    progress_bar = contextlib.ExitStack()
+    try:
+        progress = progress_bar.enter_context(
+            eval_progress(len(rows), Path(args.file).name, every=25, lines=not args.json))
+        kept = _eval_positions(orchestrator, args, rows, progress, latencies, rates)
+        if isinstance(kept, grpc.RpcError):
+            return fail(kept)
+    finally:
+        progress_bar.close()
+        channel.close()
+    _print_summary(args, rows, kept, latencies, rates)
+    return 0
+
+
+def _eval_positions(orchestrator, args, rows, progress, latencies: list[float],
+                    rates: list[float]) -> int | grpc.RpcError:
+    """`cmd_eval`'s loop over the Pons rows: fills `latencies` and `rates`, prints each record
+    with `--json`; returns the number of moves that keep the outcome, or the failed call's
+    error, which ends the run."""
+    from libs.connect4.outcome import keeps_outcome
+
+    kept = 0
+    for index, (moves, score) in enumerate(rows, 1):
+        started = time.perf_counter()
+        try:
+            response = orchestrator.SolveProblem(_solve_request(moves, args),
+                                                 timeout=args.deadline)
+        except grpc.RpcError as error:
+            return error
+        latency_ms = (time.perf_counter() - started) * 1e3
+        record = _answer_record(moves, response, latency_ms)
+        record["score"] = score
+        record["keeps_outcome"] = bool(keeps_outcome(moves, record["move"], score))
+        kept += record["keeps_outcome"]
+        latencies.append(latency_ms)
+        if record["simulations_per_second"]:
+            rates.append(record["simulations_per_second"])
+        if args.json:
+            print(json.dumps(record), flush=True)
+        progress(index, f"kept {kept} ({kept / index:.1%})")
+    return kept
+
+
+def _print_summary(args, rows, kept: int, latencies: list[float], rates: list[float]) -> None:
+    latencies.sort()
+    summary = {
+        "summary": True,
+        "file": str(args.file),
+        "positions": len(rows),
+        "kept": kept,
+        "keeps_outcome_rate": round(kept / len(rows), 4) if rows else 0.0,
+        "agents": args.agents or "all",
+        "median_latency_ms": round(latencies[len(latencies) // 2], 2) if latencies else 0.0,
+        "mean_simulations_per_second": round(sum(rates) / len(rates), 1) if rates else 0.0,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{Path(args.file).name}: {kept}/{len(rows)} moves keep the outcome "
+              f"({summary['keeps_outcome_rate']:.1%}); median latency "
+              f"{summary['median_latency_ms']:.0f} ms; MCTS "
+              f"{summary['mean_simulations_per_second']:.0f} simulations/s")
