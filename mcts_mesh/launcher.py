@@ -253,6 +253,72 @@ def reserve_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+@dataclass(frozen=True)
+class _LaunchPlan:
+    """What `start_mesh` gives each service: its ports, the run's token, the shared settings."""
+
+    base_env: dict[str, str]
+    token: str
+    ports: dict[str, int]
+    metrics_ports: dict[str, int]
+    rest_port: int | None
+    metrics: bool
+    log_format: str | None
+
+    @classmethod
+    def of(cls, port_base: int, rest_port: int | None, base_env: dict[str, str], token: str,
+           metrics: bool, log_format: str | None) -> _LaunchPlan:
+        """The registry's offsets from `port_base` (libs.services), or concrete free ports when
+        it is 0 (the REST port too when `rest_port` is 0)."""
+        if port_base:
+            ports = {name: port_base + BY_NAME[name].port_offset for name in NAMES}
+            metrics_ports = {name: port + METRICS_PORT_OFFSET for name, port in ports.items()}
+        else:
+            free = reserve_ports(2 * len(NAMES) + 1)
+            ports = dict(zip(NAMES, free[:len(NAMES)], strict=True))
+            metrics_ports = dict(zip(NAMES, free[len(NAMES):-1], strict=True))
+            if rest_port == 0:
+                rest_port = free[-1]
+        return cls(base_env, token, ports, metrics_ports, rest_port, metrics, log_format)
+
+    def env(self, name: str) -> dict[str, str]:
+        """Service `name`'s environment: its port, the token, its metrics port and log format,
+        and for the orchestrator every backend's address and the REST port."""
+        prefix = BY_NAME[name].env_prefix
+        child_env = dict(self.base_env)
+        child_env[f"{prefix}PORT"] = str(self.ports[name])
+        child_env[f"{prefix}MESH_TOKEN"] = self.token
+        if name == "mcts":
+            child_env["MCTS_NEURAL_TARGET"] = f"127.0.0.1:{self.ports['neural']}"
+        if self.metrics:
+            child_env[f"{prefix}METRICS_PORT"] = str(self.metrics_ports[name])
+        if self.log_format is not None:
+            child_env[f"{prefix}LOG_FORMAT"] = self.log_format
+        if name == ORCHESTRATOR:  # ORCHESTRATOR_MCTS_TARGET, ..., ORCHESTRATOR_LLM_TARGET
+            for backend in BACKENDS:
+                child_env[f"{prefix}{backend.env_prefix}TARGET"] = \
+                    f"127.0.0.1:{self.ports[backend.name]}"
+            child_env[f"{prefix}REST_PORT"] = "-1" if self.rest_port is None \
+                else str(self.rest_port)
+        return child_env
+
+
+def _wait_until_ready(mesh: Mesh, names: list[str], ready_timeout_s: float) -> None:
+    """Waits for each service's port file and records its ports in `mesh`.
+
+    Raises:
+        LaunchError: one exited or was not ready within `ready_timeout_s`.
+    """
+    for name in names:
+        info = _wait_for_port_file(name, mesh.port_file(name), mesh.processes[name],
+                                   mesh.logs[name], ready_timeout_s)
+        mesh.ports[name] = int(info["grpc"])
+        if "metrics" in info:
+            mesh.metrics_ports[name] = int(info["metrics"])
+        if name == ORCHESTRATOR:
+            mesh.rest_port = int(info.get("rest", 0))
+
+
 def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAULT_REST_PORT,
                env: dict[str, str] | None = None, log_dir: Path | None = None,
                ready_timeout_s: float = 300.0, metrics: bool = True,
@@ -275,54 +341,23 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     """
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="mcts-mesh-logs-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    base_env = {**os.environ, **(env or {})}
     mesh = Mesh(token=secrets.token_urlsafe(32))
     # For a person who calls a backend directly (grpcurl -H "x-mesh-token: $(cat FILE)").
     descriptor = os.open(mesh.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as out:
         out.write(mesh.token)
-    if port_base:  # the registry's offsets (libs.services)
-        ports = {name: port_base + BY_NAME[name].port_offset for name in NAMES}
-        metrics_ports = {name: port + METRICS_PORT_OFFSET for name, port in ports.items()}
-    else:
-        free = reserve_ports(2 * len(NAMES) + 1)
-        ports = dict(zip(NAMES, free[:len(NAMES)], strict=True))
-        metrics_ports = dict(zip(NAMES, free[len(NAMES):-1], strict=True))
-        if rest_port == 0:
-            rest_port = free[-1]
+    plan = _LaunchPlan.of(port_base, rest_port, {**os.environ, **(env or {})}, mesh.token,
+                          metrics, log_format)
     try:
         for name in NAMES:  # start order: the backends, then the orchestrator
-            prefix = BY_NAME[name].env_prefix
-            child_env = dict(base_env)
-            child_env[f"{prefix}PORT"] = str(ports[name])
-            child_env[f"{prefix}MESH_TOKEN"] = mesh.token
-            if name == "mcts":
-                child_env["MCTS_NEURAL_TARGET"] = f"127.0.0.1:{ports['neural']}"
-            if metrics:
-                child_env[f"{prefix}METRICS_PORT"] = str(metrics_ports[name])
-            if log_format is not None:
-                child_env[f"{prefix}LOG_FORMAT"] = log_format
-            if name == ORCHESTRATOR:  # ORCHESTRATOR_MCTS_TARGET, ..., ORCHESTRATOR_LLM_TARGET
-                for backend in BACKENDS:
-                    child_env[f"{prefix}{backend.env_prefix}TARGET"] = \
-                        f"127.0.0.1:{ports[backend.name]}"
-                child_env[f"{prefix}REST_PORT"] = "-1" if rest_port is None else str(rest_port)
-            mesh.envs[name] = child_env
+            mesh.envs[name] = plan.env(name)
             mesh.logs[name] = log_dir / f"{name}.log"
             mesh.launch(name)
             # Start the four backends together; wait for them before the orchestrator.
-            if name == BACKENDS[-1].name or name == ORCHESTRATOR:
-                waiting = [backend.name for backend in BACKENDS] if name != ORCHESTRATOR \
-                    else [ORCHESTRATOR]
-                for waited in waiting:
-                    info = _wait_for_port_file(waited, mesh.port_file(waited),
-                                               mesh.processes[waited], mesh.logs[waited],
-                                               ready_timeout_s)
-                    mesh.ports[waited] = int(info["grpc"])
-                    if "metrics" in info:
-                        mesh.metrics_ports[waited] = int(info["metrics"])
-                    if waited == ORCHESTRATOR:
-                        mesh.rest_port = int(info.get("rest", 0))
+            if name == BACKENDS[-1].name:
+                _wait_until_ready(mesh, [backend.name for backend in BACKENDS], ready_timeout_s)
+            elif name == ORCHESTRATOR:
+                _wait_until_ready(mesh, [ORCHESTRATOR], ready_timeout_s)
     except BaseException:
         mesh.stop()
         raise

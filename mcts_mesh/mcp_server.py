@@ -111,6 +111,13 @@ def build_server(target: str, deadline_s: float = 120.0,
     each call with a deadline of `deadline_s` seconds and `api_key` (if any) as x-api-key."""
     orchestrator = _Orchestrator(target, deadline_s, api_key)
     server = MCPServer(name="mcts-mesh", instructions=INSTRUCTIONS)
+    _add_solve_and_query(server, orchestrator)
+    _add_run_mcts_and_health(server, orchestrator, target)
+    return server
+
+
+def _add_solve_and_query(server: MCPServer, orchestrator: _Orchestrator) -> None:
+    """The tools `solve` and `query` (listed in this order, first)."""
 
     @server.tool()
     async def solve(kind: Literal["connect4", "sudoku", "maze"], problem: str,
@@ -145,6 +152,10 @@ def build_server(target: str, deadline_s: float = 120.0,
             request.top_k = top_k
         return await orchestrator.call("AnswerQuery", request)
 
+
+def _add_run_mcts_and_health(server: MCPServer, orchestrator: _Orchestrator, target: str) -> None:
+    """The tools `run_mcts` and `health` (listed after `solve` and `query`)."""
+
     @server.tool()
     async def run_mcts(moves: str, simulations: int = 20_000, seed: int = 0) -> dict[str, Any]:
         """Runs Monte Carlo Tree Search alone (UCT with random rollouts, the mcts service) on a
@@ -173,8 +184,6 @@ def build_server(target: str, deadline_s: float = 120.0,
             return {"target": target, "status": "UNREACHABLE", "error": describe_error(error)}
         return {"target": target,
                 "status": health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}
-
-    return server
 
 
 def serve(target: str, transport: Literal["stdio", "http"], host: str = "127.0.0.1",
