@@ -13,16 +13,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
-from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
-from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
+from mesh.llm.v1 import llm_service_pb2_grpc
+from mesh.mcts.v1 import mcts_service_pb2_grpc
+from mesh.neural.v1 import neural_service_pb2_grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
-from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
+from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
 from libs.channels import Keepalive, MeshChannel, open_channel
 from libs.rest.serving import serve_rest
 from libs.rest.settings import RestSettings
 from libs.server import RunningServer, Servicer, run_service, serve
+from libs.services import BACKENDS
 from services.orchestrator.access import open_access
 from services.orchestrator.access.interceptor import AccessInterceptor
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget, warm_up_solvers
@@ -54,14 +55,9 @@ solver's kernels before the service reports SERVING."""
 log = logging.getLogger(__name__)
 
 
-DEPENDENCY_SERVICES = {
-    "mcts": mcts_service_pb2.DESCRIPTOR.services_by_name["MctsService"].full_name,
-    "neural": neural_service_pb2.DESCRIPTOR.services_by_name["NeuralService"].full_name,
-    "retrieval": retrieval_service_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
-    "llm": llm_service_pb2.DESCRIPTOR.services_by_name["LlmService"].full_name,
-}
-"""The services the orchestrator depends on: word -> full proto service name (the name its health
-service reports each one under)."""
+DEPENDENCY_SERVICES = {backend.name: backend.grpc_service for backend in BACKENDS}
+"""The services the orchestrator depends on (the registry's backends, `libs.services`): word ->
+full proto service name (the name its health service reports each one under)."""
 
 
 class Wiring:
@@ -75,12 +71,9 @@ class Wiring:
             return open_channel(target, connect_timeout_s=settings.connect_timeout_s,
                                 keepalive=Keepalive.of(settings), auth=auth)
 
-        self.channels = {
-            "mcts": channel(settings.mcts_target),
-            "neural": channel(settings.neural_target),
-            "retrieval": channel(settings.retrieval_target),
-            "llm": channel(settings.llm_target),
-        }
+        # One channel per backend, named by its word, to ORCHESTRATOR_<WORD>_TARGET.
+        self.channels = {backend.name: channel(getattr(settings, f"{backend.name}_target"))
+                         for backend in BACKENDS}
         self.routing_log = (RoutingLog(Path(settings.routing_log_path),
                                        settings.routing_log_max_bytes,
                                        settings.routing_log_backups)
@@ -88,9 +81,7 @@ class Wiring:
 
     def dependencies(self) -> list[Dependency]:
         """Each dependency with the channel its agents use (health is checked over it)."""
-        channel_of = {"mcts": "mcts", "neural": "neural", "retrieval": "retrieval",
-                      "llm": "llm"}
-        return [Dependency(name, service, self.channels[channel_of[name]])
+        return [Dependency(name, service, self.channels[name])
                 for name, service in DEPENDENCY_SERVICES.items()]
 
     async def aclose(self) -> None:
