@@ -14,6 +14,7 @@ folders looked in and how to provide it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,8 +40,6 @@ def evaluation_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The evaluation data folder: `MCTS_MESH_DATA_DIR` from `environ` (the process environment
     when None) or `../shared/data` beside the repository. It may not exist."""
     if environ is None:
-        import os
-
         environ = os.environ
     value = environ.get(ENV_VAR, "").strip()
     return Path(value) if value else SHARED_DATA

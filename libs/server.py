@@ -36,20 +36,18 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_status import rpc_status
 from opentelemetry.sdk.trace import TracerProvider
 
-from libs.channels import keepalive_server_options, message_limit_options, set_caller_deadline
-from libs.errors import InvalidArgument, MeshError, to_status
+from libs.channels import keepalive_server_options, message_limit_options
+from libs.error_mapping import ErrorMappingInterceptor
 from libs.health_metrics import watch_health
 from libs.in_process import InProcessServer, RecordingServer
-from libs.interceptors import WrapOnce
 from libs.logs import setup_logging
 from libs.mesh_auth import MeshTokenInterceptor, backend_auth, server_credentials
 from libs.metrics import start_metrics_server
 from libs.reflection import enable_server_reflection
 from libs.settings import MeshAuth, ServiceSettings
-from libs.telemetry import ServerTelemetryInterceptor, current_trace_id, setup_tracing
+from libs.telemetry import ServerTelemetryInterceptor, setup_tracing
 
 log = logging.getLogger(__name__)
 
@@ -110,140 +108,6 @@ class Servicer:
     add_to_server: Callable[[Any, grpc.aio.Server], None]
     servicer: object
     service_name: str
-
-
-class _Malformed:
-    """What `_tolerant` returns for request bytes that do not parse; the wrapped handler answers
-    INVALID_ARGUMENT instead of letting grpc log a traceback and answer UNKNOWN."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-def _tolerant(deserializer):
-    if deserializer is None:
-        return None
-
-    def deserialize(data: bytes):
-        try:
-            return deserializer(data)
-        except Exception as error:  # noqa: BLE001 - DecodeError, or whatever a parser raises
-            return _Malformed(error)
-
-    return deserialize
-
-
-def _check_parsed(request) -> None:
-    if isinstance(request, _Malformed):
-        raise InvalidArgument("request", f"not a valid protobuf message of this method's "
-                                         f"request type ({type(request.error).__name__})")
-
-
-async def _checked_stream(requests):
-    async for request in requests:
-        _check_parsed(request)
-        yield request
-
-
-class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
-    """Maps `MeshError` to its status code with `google.rpc` details; any other exception becomes
-    INTERNAL with the trace id and no stack trace (the stack trace goes to the service's log).
-    Request bytes that do not parse are INVALID_ARGUMENT on "request". It also records each
-    call's deadline for the mesh channels (`libs.channels.set_caller_deadline`)."""
-
-    def __init__(self, service: str) -> None:
-        self._service = service
-        self._handlers = WrapOnce(self._wrap)
-
-    async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        return self._handlers.wrapped(handler, handler_call_details.method)
-
-    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        deserializer = _tolerant(handler.request_deserializer)
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary(handler.unary_unary, method),
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary(handler.stream_unary, method, streaming=True),
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(handler.unary_stream, method),
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream(handler.stream_stream, method, streaming=True),
-            request_deserializer=deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-    async def _abort(self, context: grpc.aio.ServicerContext, error: Exception, method: str):
-        if isinstance(error, MeshError):
-            status = to_status(error, self._service)
-            log.info("%s -> %s: %s", method, error.code.name, error.message)
-        else:
-            trace_id = current_trace_id()
-            log.exception("%s failed (trace %s)", method, trace_id)
-            status = to_status(
-                MeshError(f"internal error in {self._service}; trace id {trace_id or 'none'}"),
-                self._service,
-            )
-        await context.abort_with_status(rpc_status.to_status(status))
-
-    def _wrap_unary(self, behaviour, method: str, streaming: bool = False):
-        async def wrapped(request, context):
-            set_caller_deadline(context.time_remaining())
-            try:
-                if streaming:
-                    request = _checked_stream(request)
-                else:
-                    _check_parsed(request)
-                return await behaviour(request, context)
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception as error:  # noqa: BLE001 - the one place errors become statuses
-                await self._abort(context, error, method)
-
-        return wrapped
-
-    def _wrap_stream(self, behaviour, method: str, streaming: bool = False):
-        """An async generator around a streaming handler, whatever the handler is: an async
-        generator function, a plain function that returns an async iterator (mcts's
-        SearchExternal), or a coroutine that writes with `context.write` and returns None
-        (grpcio-health-checking's Watch: awaited, nothing yielded). Always a generator, so the
-        interceptors outside (tracing) can iterate it."""
-
-        async def wrapped(request, context):
-            set_caller_deadline(context.time_remaining())
-            try:
-                if streaming:
-                    request = _checked_stream(request)
-                else:
-                    _check_parsed(request)
-                responses = behaviour(request, context)
-                if hasattr(responses, "__aiter__"):
-                    async for response in responses:
-                        yield response
-                else:
-                    await responses
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception as error:  # noqa: BLE001
-                await self._abort(context, error, method)
-
-        return wrapped
 
 
 class RunningServer:
@@ -373,26 +237,8 @@ async def start_server(
     # The token is checked first, before spans, parsing or any servicer code; in-process calls
     # (the orchestrator's REST front) come from inside the process and skip it.
     outer = [MeshTokenInterceptor(auth.token, name)] if auth.token is not None else []
-    server = grpc.aio.server(
-        interceptors=[*outer, *chain],
-        options=[*message_limit_options(MAX_MESSAGE_BYTES),
-                 *keepalive_server_options(),  # the mesh channels' pings, once a second
-                 ("grpc.so_reuseport", 0),
-                 # Read metadata up to gRPC's hard limit instead of refusing 8-16 KiB at random
-                 # (the soft limit), so that an oversized API key gets a clear UNAUTHENTICATED.
-                 ("grpc.max_metadata_size", MAX_METADATA_BYTES),
-                 ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES)],
-    )
-    recording = RecordingServer(server)
-    for item in servicers:
-        item.add_to_server(item.servicer, recording)
-    health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, recording)
-    watch_health(name, health)
-    service_names = [item.service_name for item in servicers]
-    enable_server_reflection(
-        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
-    await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
+    server = _grpc_server([*outer, *chain])
+    recording, health, service_names = await _add_services(server, name, servicers)
     port = _bind(server, name, settings.host, settings.port,
                  None if auth.tls is None else server_credentials(auth.tls))
     running = RunningServer(name, server, health, port, service_names, InProcessServer(
@@ -408,17 +254,52 @@ async def start_server(
         except BaseException:
             await server.stop(None)  # a failed start leaves no server for the garbage collector
             raise
+    await _start_serving(running, probe, settings)
+    return running
+
+
+def _grpc_server(interceptors: Sequence[grpc.aio.ServerInterceptor]) -> grpc.aio.Server:
+    return grpc.aio.server(
+        interceptors=interceptors,
+        options=[*message_limit_options(MAX_MESSAGE_BYTES),
+                 *keepalive_server_options(),  # the mesh channels' pings, once a second
+                 ("grpc.so_reuseport", 0),
+                 # Read metadata up to gRPC's hard limit instead of refusing 8-16 KiB at random
+                 # (the soft limit), so that an oversized API key gets a clear UNAUTHENTICATED.
+                 ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+                 ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES)],
+    )
+
+
+async def _add_services(server: grpc.aio.Server, name: str, servicers: list[Servicer]
+                        ) -> tuple[RecordingServer, HealthServicer, list[str]]:
+    """Registers `servicers`, health (liveness SERVING) and reflection on `server`."""
+    recording = RecordingServer(server)
+    for item in servicers:
+        item.add_to_server(item.servicer, recording)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, recording)
+    watch_health(name, health)
+    service_names = [item.service_name for item in servicers]
+    enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], server)
+    await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
+    return recording, health, service_names
+
+
+async def _start_serving(running: RunningServer, probe: Probe | None,
+                         settings: ServiceSettings) -> None:
+    """SERVING now (no probe), or as the probe says from now on."""
     if probe is None:
         await running.set_serving(True)
-        log.info("%s ready: SERVING", name)
-        return running
+        log.info("%s ready: SERVING", running.name)
+        return
     running.readiness = ReadinessLoop(running, probe, settings.health_interval_s,
                                       settings.health_timeout_s)
     await running.readiness.apply(await running.readiness.evaluate())
     if running.readiness.reason is None:
-        log.info("%s ready: SERVING", name)
+        log.info("%s ready: SERVING", running.name)
     running.readiness.start()
-    return running
 
 
 ExtraStarter = Callable[[ServiceSettings, RunningServer],

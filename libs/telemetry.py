@@ -7,7 +7,7 @@ metadata, so one request is one trace across every service it touches.
 
 `ServerTelemetryInterceptor` makes the SERVER span of every call and counts it in the shared RPC
 metrics (`libs.metrics`), with the status the client really receives: an abort (a `MeshError`
-mapped by `libs.server.ErrorMappingInterceptor`, or `context.abort`), a code set on the context, a
+mapped by `libs.error_mapping.ErrorMappingInterceptor`, or `context.abort`), a code set on the context, a
 cancelled call. opentelemetry-instrumentation-grpc's aio server interceptor is not used: it
 records `rpc.grpc.status_code=0` and no error for every abort. Health and reflection calls make
 neither spans nor samples (probes every few seconds would bury the work).
