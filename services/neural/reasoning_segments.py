@@ -117,6 +117,20 @@ class _StopFlags:
 
 
 @torch.inference_mode()
+def _check_batch(batch: int, max_segments: torch.Tensor | int) -> int:
+    """The most segments any example may run.
+
+    Raises:
+        ValueError: an empty batch or a max_segments below 1.
+    """
+    if batch == 0:
+        raise ValueError("run_segments needs at least one example")
+    lowest, most = _bounds(max_segments)
+    if lowest < 1:
+        raise ValueError(f"max_segments must be >= 1, got {lowest}")
+    return most
+
+
 def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor,
                  max_segments: torch.Tensor | int, act: torch.Tensor | bool,
                  stop_early: bool = True, stop_check_lag: int | None = None,
@@ -148,13 +162,8 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
     Raises:
         ValueError: an empty batch or a max_segments below 1.
     """
-    batch = inputs.shape[0]
-    device = inputs.device
-    if batch == 0:
-        raise ValueError("run_segments needs at least one example")
-    lowest, most = _bounds(max_segments)
-    if lowest < 1:
-        raise ValueError(f"max_segments must be >= 1, got {lowest}")
+    batch, device = inputs.shape[0], inputs.device
+    most = _check_batch(batch, max_segments)
     tracking = _any_act(act)  # "paper" rows stop at their max_segments: nothing to watch
     stop_early = stop_early and tracking
     max_segments = torch.as_tensor(max_segments, dtype=torch.int64).to(

