@@ -131,6 +131,14 @@ def _check_batch(batch: int, max_segments: torch.Tensor | int) -> int:
     return most
 
 
+def _per_example(max_segments: torch.Tensor | int, act: torch.Tensor | bool,
+                 device: torch.device, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`max_segments` as int64 [B] and `act` as bool [B] on `device`."""
+    return (torch.as_tensor(max_segments, dtype=torch.int64).to(
+        device, non_blocking=True).expand(batch),
+            torch.as_tensor(act, dtype=torch.bool).to(device, non_blocking=True).expand(batch))
+
+
 def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor,
                  max_segments: torch.Tensor | int, act: torch.Tensor | bool,
                  stop_early: bool = True, stop_check_lag: int | None = None,
@@ -144,8 +152,8 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
     the outputs; with "act" rows the early stop is checked `stop_check_lag` segments late
     (None: `STOP_CHECK_LAG_CUDA` on CUDA when each segment launches its kernels one by one, 0
     with a `step` (CUDA graphs: one launch a segment, so waiting before the next launch leaves the
-    GPU idle for microseconds) and on the CPU, where reading a flag costs nothing), so a
-    run may hold that many segments past the last stop. Outputs are inference tensors.
+    GPU idle for microseconds) and on the CPU, where reading a flag costs nothing), so a run may
+    hold that many segments past the last stop. Outputs are inference tensors.
 
     Args:
         inputs: int [B, L] token ids on the model's device.
@@ -157,8 +165,7 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
         stop_early: stop once every example has stopped; False runs all max(max_segments)
             segments (evaluation's per-segment curve).
         step: what runs one segment, `(carry, inputs, puzzle_identifiers) -> (carry, output)`;
-            None calls `model` itself under autocast. On CUDA the solver passes a
-            `cuda_graphs.GraphedSegments` of the model (same arithmetic, one launch a segment).
+            None calls `model` under autocast (on CUDA the solver passes `GraphedSegments`).
     Raises:
         ValueError: an empty batch or a max_segments below 1.
     """
@@ -166,10 +173,8 @@ def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: tor
     most = _check_batch(batch, max_segments)
     tracking = _any_act(act)  # "paper" rows stop at their max_segments: nothing to watch
     stop_early = stop_early and tracking
-    max_segments = torch.as_tensor(max_segments, dtype=torch.int64).to(
-        device, non_blocking=True).expand(batch)
-    act = torch.as_tensor(act, dtype=torch.bool).to(device, non_blocking=True).expand(batch)
-    if stop_check_lag is None:
+    max_segments, act = _per_example(max_segments, act, device, batch)
+    if stop_check_lag is None:  # kernels launched one by one on CUDA: check late
         stop_check_lag = STOP_CHECK_LAG_CUDA if device.type == "cuda" and step is None else 0
     flags = _StopFlags(device, stop_check_lag)
     carry = model.initial_carry(batch)
