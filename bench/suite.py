@@ -57,8 +57,6 @@ PENDING: dict[str, str] = {
     "access": "maintained; its quick mode waits for the orchestrator's regrouping (issue 30)",
     "rest_cost": "maintained; its quick mode waits for the orchestrator's regrouping (issue 30)",
     "gsm8k": "maintained; its quick mode waits for the orchestrator's regrouping (issue 30)",
-    "connect4_checker_budget": "a one-time study, to move to experiments/2026-11-24-checker-budget",
-    "connect4_close": "a one-time study, to move to experiments/2026-11-26-search-close-ratio",
 }
 """Files in bench/ being edited for another part of issue 30: not run by this suite yet."""
 

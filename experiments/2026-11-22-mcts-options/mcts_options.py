@@ -7,8 +7,8 @@ with the service's decisive rollouts); the neural configurations go through a ru
 (`MctsService.Search` with `LEAF_EVALUATOR_NEURAL`, which asks the neural service's
 `connect4-pv` network for each batch of leaves), so start the mesh first (`mcts-mesh up`).
 
-    .venv/bin/python experiments/2026-11-22-mcts-options/mcts_options.py \
-        ../shared/data/connect4-pons/Test_L2_R2 --limit 100 \
+    .venv/bin/python experiments/2026-11-22-mcts-options/mcts_options.py \\
+        ../shared/data/connect4-pons/Test_L2_R2 --limit 100 \\
         --simulations 20000 --neural-simulations 2000
 
 Prints a table (kept rate, median ms per search) and, with --json, one JSON object last.

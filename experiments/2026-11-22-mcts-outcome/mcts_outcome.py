@@ -4,7 +4,7 @@ For each position the search (in process, no mesh) picks a move;
 `libs.connect4.outcome.keeps_outcome` judges it with the exact solver. Prints one row per file;
 `--json` prints one JSON object last.
 
-    .venv/bin/python experiments/2026-11-22-mcts-outcome/mcts_outcome.py --simulations 200000 \
+    .venv/bin/python experiments/2026-11-22-mcts-outcome/mcts_outcome.py --simulations 200000 \\
         --limit 100 Test_L3_R1 Test_L2_R1
 """
 

@@ -19,8 +19,8 @@ plain simulations per simulation with the table that play as well. The output al
 measured simulations per wall-second and per CPU-second of each search, so the speedup in time
 can be read off on an idle machine (short searches pay for starting their threads).
 
-    .venv/bin/python experiments/2026-11-22-mcts-parallel/mcts_parallel.py Test_L2_R1 \
-        --limit 100 --simulations 2000 \
+    .venv/bin/python experiments/2026-11-22-mcts-parallel/mcts_parallel.py Test_L2_R1 \\
+        --limit 100 --simulations 2000 \\
         --threads 2 4 --ladder 1 2 4 8 --seeds 2 [--transpositions] [--json]
 """
 

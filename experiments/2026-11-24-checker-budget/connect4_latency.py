@@ -10,7 +10,7 @@ neural; `--simulations` MCTS simulations) for early positions of Pons' files (fe
 `--max-moves` moves played) to each orchestrator in turn over one kept-alive gRPC channel and
 prints p50 / p99 latency and requests per second, with the ratio schedule / 2M nodes.
 
-    .venv/bin/python experiments/2026-11-24-checker-budget/connect4_latency.py [--seconds 10] \
+    .venv/bin/python experiments/2026-11-24-checker-budget/connect4_latency.py [--seconds 10] \\
         [--concurrency 1 32]
         [--simulations 2000] [--max-moves 10] [--json]
 """

@@ -12,7 +12,7 @@ unique, until it has `blanks`. This generator uses a different construction on b
    otherwise. Every unique-solution blank set of that size is equally likely, where the trainer's
    greedy removal favours the cells it happened to visit first.
 
-    .venv/bin/python experiments/2026-11-24-sudoku-independent-puzzles/sudoku_puzzles.py \
+    .venv/bin/python experiments/2026-11-24-sudoku-independent-puzzles/sudoku_puzzles.py \\
         --blanks 22 --count 500 --seed 7 --output b22.txt
     .venv/bin/mcts-mesh eval sudoku b22.txt --agents trm
 

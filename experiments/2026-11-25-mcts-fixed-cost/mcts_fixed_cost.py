@@ -13,7 +13,7 @@ as a share of the search.
 To compare two versions of the code, run this script under each (e.g. an older commit exported
 with `git archive` and put first on `PYTHONPATH`), alternating, and compare the "rest" column.
 
-    .venv/bin/python experiments/2026-11-25-mcts-fixed-cost/mcts_fixed_cost.py \
+    .venv/bin/python experiments/2026-11-25-mcts-fixed-cost/mcts_fixed_cost.py \\
         [--sizes 1,10,100,1000,20000] [--repeats 7]
 """
 

@@ -98,7 +98,7 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     checker_min_moves: int = 8
     """Below this many moves played the checker solves with `checker_early_nodes` only: no Pons
     position with fewer than 8 moves finishes within 2,000,000 nodes
-    (`bench/connect4_checker_budget.py`)."""
+    (`experiments/2026-11-24-checker-budget/`)."""
     checker_early_nodes: int = 2_000
     """Node budget below `checker_min_moves` moves (0: only immediate wins, forced blocks and
     double threats there). Unfinished, a solve still proves a winning column often: 13 of the
@@ -124,8 +124,8 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """While the search and the network disagree, another round of search runs only if the
     network's column has at least this share of the visits of the search's most visited column
     (the CLOSE criterion: `agents/mcts.py`), in [0, 1]; far behind, more simulations rarely bring
-    agreement (`bench/connect4_close.py`). 0 searches again on every disagreement, up to
-    `max_iterations`."""
+    agreement (`experiments/2026-11-26-search-close-ratio/`). 0 searches again on every
+    disagreement, up to `max_iterations`."""
     solver_time_budget_s: float = 10.0
     """Seconds the exact puzzle solver (Sudoku, mazes) may take per request (the request's
     deadline shortens it)."""

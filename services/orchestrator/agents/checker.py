@@ -11,7 +11,7 @@ aside.
 Every proposal it makes is verified: the move keeps the position's game-theoretic outcome.
 
 Budget. Solving costs what is left of the game: measured on 360 positions of Pons' six benchmark
-files (`bench/connect4_checker_budget.py`, 2,000,000 nodes at most, about 300 ms of CPU here), no
+files (experiments/2026-11-24-checker-budget, 2,000,000 nodes at most, about 300 ms of CPU), no
 position with fewer than 8 moves played finished; of those with 8-11 moves 6-67% did, most of them
 cheaply (at 9 moves 6 of the 9 that finished needed under 8,000 nodes); from 12 moves 88-100% did,
 with a median of 120,000-390,000 nodes at 12-15 moves. An unfinished solve still often proves a

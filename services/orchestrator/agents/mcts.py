@@ -19,7 +19,7 @@ moves (Test_L1_*, Test_L2_*), of the round-1 disagreements with the network's co
 the best column's visits (82 at 2,000 simulations, 318 at 20,000), continuing to the third round
 ended in agreement on 0 and 8 and changed the answer on 1 and 17, keeping the game-theoretic
 outcome as often as the first round's answer did (one move gained and one lost, judged by the
-exact solver; `bench/connect4_close.py` measures it).
+exact solver; `experiments/2026-11-26-search-close-ratio/` measured it).
 """
 
 from __future__ import annotations

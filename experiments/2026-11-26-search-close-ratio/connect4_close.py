@@ -11,7 +11,8 @@ it changed the answer, and, judged by the exact solver (`keeps_outcome`), how ma
 continuing gained and lost.
 
     .venv/bin/mcts-mesh up --port-base 21000 --rest-port 21080 &
-    .venv/bin/python bench/connect4_close.py --mcts 127.0.0.1:21001 --neural 127.0.0.1:21002 \\
+    .venv/bin/python experiments/2026-11-26-search-close-ratio/connect4_close.py \\
+        --mcts 127.0.0.1:21001 --neural 127.0.0.1:21002 \\
         [--simulations 2000] [--max-moves 13]
 
 Judging an opening's move can take the exact solver a minute (Begin-Hard).
@@ -29,7 +30,7 @@ from mesh.common.v1 import common_pb2
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-11-24-checker-budget"))
 from connect4_checker_budget import pons_dir  # noqa: E402
 
 from libs.connect4.board import Position  # noqa: E402

@@ -8,7 +8,8 @@ those that finished. It is the measurement behind the checker's budget schedule
 (`services.orchestrator.agents.checker.CheckerBudget`: nothing below 8 moves, then a budget that
 grows 8x per move played).
 
-    .venv/bin/python bench/connect4_checker_budget.py [--per-file 60] [--max-nodes 2000000] [--json]
+    .venv/bin/python experiments/2026-11-24-checker-budget/connect4_checker_budget.py \\
+        [--per-file 60] [--max-nodes 2000000] [--json]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from libs.connect4.pons import read_pons
 from libs.connect4.solver import Solver
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FILES = ["Test_L1_R1", "Test_L1_R2", "Test_L1_R3", "Test_L2_R1", "Test_L2_R2", "Test_L3_R1"]
 LADDER = [10_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000]
 
