@@ -179,5 +179,9 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=4000, help="timed calls per config")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.rounds = 50, 1
     asyncio.run(main(args.calls, args.rounds, args.json))

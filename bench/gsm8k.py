@@ -185,12 +185,19 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, default=8)
     parser.add_argument("--answer-tokens", type=int, default=512)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.questions, args.samples, args.simulations, args.max_steps = 2, 2, 2, 2
     providers = configured_providers(LlmSettings())
     if not providers:
         print("not measured: no key. No language-model provider is configured "
               "(LLM_OPENAI_API_KEY, LLM_ANTHROPIC_API_KEY or LLM_LOCAL_BASE_URL); the offline "
               "provider is extractive and cannot solve GSM8K.")
+        print(f"{'mode':24} {'questions':>9}  accuracy")
+        for mode in ("greedy", f"self-consistency k={args.samples}", "step search"):
+            print(f"{mode:24} {0:>9}  not measured: no key")
         return 0
     rows = asyncio.run(run(args, providers))
     if args.json:

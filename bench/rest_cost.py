@@ -133,7 +133,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nagle", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes: a smoke run in seconds (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.requests, args.rounds = 10, 2
     if args.serve:
         asyncio.run(_serve(args.nagle))
         return

@@ -38,6 +38,9 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "load": (),
     "overhead": (),
     "hardening": (),
+    "access": (),
+    "rest_cost": (),
+    "gsm8k": (),
 }
 """Maintained benches by name, with the arguments every run of it takes (before `--quick`)."""
 
@@ -52,13 +55,6 @@ HELPERS: dict[str, str] = {
     "fuzz": "the fuzz suite with more cases than CI runs (a harness, not a timing)",
 }
 """Python files in bench/ that are not benches of their own, and what they are."""
-
-PENDING: dict[str, str] = {
-    "access": "maintained; its quick mode waits for the orchestrator's regrouping (issue 30)",
-    "rest_cost": "maintained; its quick mode waits for the orchestrator's regrouping (issue 30)",
-    "gsm8k": "maintained; its quick mode waits for the orchestrator's regrouping (issue 30)",
-}
-"""Files in bench/ being edited for another part of issue 30: not run by this suite yet."""
 
 
 def command(name: str, quick: bool) -> list[str]:

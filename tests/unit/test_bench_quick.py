@@ -44,7 +44,7 @@ def test_readme_suite_and_bench_folder_agree():
     listed = set(re.findall(r"^\| \[`(\w+)\.py`\]", readme, flags=re.MULTILINE))
     files = {path.stem for path in BENCH_DIR.glob("*.py")}
     assert listed == set(suite.BENCHES), "bench/README.md's table and bench/suite.py differ"
-    assert files == set(suite.BENCHES) | set(suite.HELPERS) | set(suite.PENDING), \
+    assert files == set(suite.BENCHES) | set(suite.HELPERS), \
         "a file in bench/ is neither a maintained bench nor a helper (one-time studies go to " \
         "experiments/)"
 
