@@ -31,12 +31,13 @@ _max_labels = 20
 
 def configure(max_collection_labels: int) -> None:
     """Sets how many collections get their own label (RETRIEVAL_METRICS_MAX_COLLECTION_LABELS),
-    at start-up; the collections seen so far are forgotten."""
+    at start-up; the collections seen so far, and their series, are forgotten."""
     global _max_labels
     with _lock:
         _max_labels = max_collection_labels
         _labelled.clear()
         _others.clear()
+        POINTS.clear()  # the series of the collections forgotten
 
 
 def collection_label(collection: str) -> str:
