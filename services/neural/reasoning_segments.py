@@ -116,7 +116,6 @@ class _StopFlags:
         return bool(host)
 
 
-@torch.inference_mode()
 def _check_batch(batch: int, max_segments: torch.Tensor | int) -> int:
     """The most segments any example may run.
 
@@ -139,6 +138,7 @@ def _per_example(max_segments: torch.Tensor | int, act: torch.Tensor | bool,
             torch.as_tensor(act, dtype=torch.bool).to(device, non_blocking=True).expand(batch))
 
 
+@torch.inference_mode()
 def run_segments(model: nn.Module, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor,
                  max_segments: torch.Tensor | int, act: torch.Tensor | bool,
                  stop_early: bool = True, stop_check_lag: int | None = None,

@@ -448,6 +448,14 @@ def test_run_segments_refuses_an_empty_batch_or_no_segments():
                      torch.zeros(1, dtype=torch.int32), 0, False)
 
 
+def test_run_segments_runs_in_inference_mode():
+    """Outputs are inference tensors (no autograd graph kept, numpy() works on them)."""
+    run = run_segments(tiny_trm().eval(), torch.ones(2, 36, dtype=torch.int32),
+                       torch.zeros(2, dtype=torch.int32), 2, False)
+    assert run.predictions.is_inference() and run.q_halt_logits.is_inference()
+    run.halt_probabilities.numpy()
+
+
 class CountingModel(torch.nn.Module):
     """A fake reasoning model whose answers are obvious: the carry counts segments, every cell
     predicts that count, and a row halts (q_halt > 0) from the segment given by its first token."""
