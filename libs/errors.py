@@ -1,8 +1,9 @@
 """Domain errors shared by every service, and the one table that maps them to gRPC status codes.
 
-Cores and servicers raise these; `libs.server` installs `libs.error_mapping.ErrorMappingInterceptor`,
-which turns them into a gRPC status with `google.rpc` details (BadRequest field violations,
-ErrorInfo). Nothing else in the code base chooses a status code.
+Cores and servicers raise these; `libs.server` installs
+`libs.error_mapping.ErrorMappingInterceptor`, which turns them into a gRPC status with `google.rpc`
+details (BadRequest field violations, ErrorInfo). Nothing else in the code base chooses a status
+code.
 """
 
 from __future__ import annotations

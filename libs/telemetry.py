@@ -7,10 +7,10 @@ metadata, so one request is one trace across every service it touches.
 
 `ServerTelemetryInterceptor` makes the SERVER span of every call and counts it in the shared RPC
 metrics (`libs.metrics`), with the status the client really receives: an abort (a `MeshError`
-mapped by `libs.error_mapping.ErrorMappingInterceptor`, or `context.abort`), a code set on the context, a
-cancelled call. opentelemetry-instrumentation-grpc's aio server interceptor is not used: it
-records `rpc.grpc.status_code=0` and no error for every abort. Health and reflection calls make
-neither spans nor samples (probes every few seconds would bury the work).
+mapped by `libs.error_mapping.ErrorMappingInterceptor`, or `context.abort`), a code set on the
+context, a cancelled call. opentelemetry-instrumentation-grpc's aio server interceptor is not
+used: it records `rpc.grpc.status_code=0` and no error for every abort. Health and reflection
+calls make neither spans nor samples (probes every few seconds would bury the work).
 
 Costs on the request path are kept small: spans go through a `BatchSpanProcessor` (exported from a
 background thread, never on the call, in batches of at most `EXPORT_BATCH_SPANS`: the thread holds
