@@ -10,7 +10,12 @@ import numpy as np
 from mesh.mcts.v1 import mcts_service_pb2 as pb
 
 from libs.errors import InvalidArgument
-from services.mcts.api.requests import RULES, optional_float, optional_int
+from services.mcts.api.requests import (
+    RULES,
+    optional_float,
+    optional_int,
+    reject_ignored_batched_options,
+)
 from services.mcts.batched.leaves import EvaluationError
 from services.mcts.batched.search import BatchedSearch
 from services.mcts.core.config import BatchedConfig
@@ -29,7 +34,9 @@ def external_search(message: pb.ExternalSearchSettings, settings: MctsSettings) 
     """The search a SearchExternal stream asked for.
 
     Raises:
-        InvalidArgument: a setting out of range, named "settings.<field>".
+        InvalidArgument: a setting out of range, or one the rule would ignore (see
+            `requests.reject_ignored_batched_options`), named "settings.<field>";
+            "settings.max_nodes" below max(8, num_actions + 1).
         ValueError: a combination the engine refuses (`batched.leaves.validate_config`).
     """
     if not 1 <= message.num_actions <= MAX_ACTIONS:
@@ -45,6 +52,7 @@ def external_search(message: pb.ExternalSearchSettings, settings: MctsSettings) 
     else:
         raise InvalidArgument("settings.rule", "must be SELECTION_RULE_PUCT or "
                                                "SELECTION_RULE_GUMBEL")
+    reject_ignored_batched_options(message, message.rule or pb.SELECTION_RULE_PUCT, "settings.")
     players = optional_int(message, "players", "settings.players", 2, 1, 2)
     return BatchedSearch(message.num_actions, message.simulations,
                          _external_config(message, rule, settings), players=players)
@@ -61,9 +69,12 @@ def _external_config(m: pb.ExternalSearchSettings, rule: str, settings: MctsSett
         dirichlet_alpha = m.dirichlet_alpha
     max_nodes = settings.max_tree_nodes
     if m.HasField("max_nodes"):
-        if m.max_nodes < MIN_CAPACITY:
+        least = max(MIN_CAPACITY, m.num_actions + 1)
+        if m.max_nodes < least:
             raise InvalidArgument("settings.max_nodes",
-                                  f"is {m.max_nodes}; must be >= {MIN_CAPACITY}")
+                                  f"is {m.max_nodes}; must be >= {least} (at least "
+                                  f"{MIN_CAPACITY} and num_actions + 1, the root and its "
+                                  "children)")
         max_nodes = min(max_nodes, m.max_nodes)
     return BatchedConfig(
         rule=rule,

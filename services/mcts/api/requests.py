@@ -185,10 +185,8 @@ def validate_rule_options(request: pb.SearchRequest) -> None:
     Raises:
         InvalidArgument: "widening_k", "widening_alpha" or "rave_k" set, "transpositions" true
             or "parallelism" PARALLELISM_TREE, with PUCT or Gumbel (one tree, no table);
-            "dirichlet_alpha" or "dirichlet_epsilon" set without PUCT; "temperature" set with
-            Gumbel (its move is the sequential-halving winner) or negative or not finite;
-            "widening_alpha" without "widening_k", "dirichlet_epsilon" without
-            "dirichlet_alpha".
+            "temperature" negative or not finite; "widening_alpha" without "widening_k"; and see
+            `reject_ignored_batched_options`.
     """
     rule = request.rule
     uct = rule in (pb.SELECTION_RULE_UNSPECIFIED, pb.SELECTION_RULE_UCT)
@@ -200,17 +198,42 @@ def validate_rule_options(request: pb.SearchRequest) -> None:
     if not uct and request.parallelism == pb.PARALLELISM_TREE:
         raise InvalidArgument("parallelism", "PARALLELISM_TREE applies to SELECTION_RULE_UCT "
                                              "only (PUCT and Gumbel run one tree)")
-    for name in PUCT_ONLY if rule != pb.SELECTION_RULE_PUCT else ():
-        if request.HasField(name):
-            raise InvalidArgument(name, "applies to SELECTION_RULE_PUCT only")
-    if rule == pb.SELECTION_RULE_GUMBEL and request.HasField("temperature"):
-        raise InvalidArgument("temperature", "does not apply to SELECTION_RULE_GUMBEL (it plays "
-                                             "the sequential-halving winner)")
+    reject_ignored_batched_options(request, rule)
     optional_number(request, "temperature", 0.0)
     if request.HasField("widening_alpha") and not request.HasField("widening_k"):
         raise InvalidArgument("widening_alpha", "needs widening_k (progressive widening is off)")
-    if request.HasField("dirichlet_epsilon") and not request.HasField("dirichlet_alpha"):
-        raise InvalidArgument("dirichlet_epsilon", "needs dirichlet_alpha (the noise is off)")
+
+
+def _is_set(message, name: str) -> bool:
+    """Whether the caller set `message.<name>`: present for a field with presence, otherwise
+    different from its zero value (SearchExternal's plain `temperature`)."""
+    if message.DESCRIPTOR.fields_by_name[name].has_presence:
+        return message.HasField(name)
+    return bool(getattr(message, name))
+
+
+def reject_ignored_batched_options(message, rule: int, prefix: str = "") -> None:
+    """Refuses the root-noise, Gumbel and temperature options that `rule` would ignore, naming
+    the field (`prefix` + name). Shared by Search (`rule` as requested) and SearchExternal
+    (`rule` SELECTION_RULE_PUCT when unset, `prefix` "settings.").
+
+    Raises:
+        InvalidArgument: "dirichlet_alpha" or "dirichlet_epsilon" set without PUCT;
+            "gumbel_num_considered" set with UCT or PUCT; "temperature" set with Gumbel (its move
+            is the sequential-halving winner); "dirichlet_epsilon" without "dirichlet_alpha".
+    """
+    for name in PUCT_ONLY if rule != pb.SELECTION_RULE_PUCT else ():
+        if _is_set(message, name):
+            raise InvalidArgument(prefix + name, "applies to SELECTION_RULE_PUCT only")
+    if rule == pb.SELECTION_RULE_PUCT and _is_set(message, "gumbel_num_considered"):
+        raise InvalidArgument(prefix + "gumbel_num_considered",
+                              "applies to SELECTION_RULE_GUMBEL only")
+    if rule == pb.SELECTION_RULE_GUMBEL and _is_set(message, "temperature"):
+        raise InvalidArgument(prefix + "temperature", "does not apply to SELECTION_RULE_GUMBEL "
+                                                      "(it plays the sequential-halving winner)")
+    if _is_set(message, "dirichlet_epsilon") and not _is_set(message, "dirichlet_alpha"):
+        raise InvalidArgument(prefix + "dirichlet_epsilon",
+                              "needs dirichlet_alpha (the noise is off)")
 
 
 def validate_leaf_options(request: pb.SearchRequest) -> None:

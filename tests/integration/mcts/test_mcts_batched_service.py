@@ -5,6 +5,7 @@ right action obvious, malformed replies, and a caller that stops answering."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import shutil
 from pathlib import Path
@@ -102,6 +103,7 @@ async def test_bad_batched_requests_name_the_field(mcts):
         (dict(rule=GUMBEL, virtual_loss=-1.0), "virtual_loss"),
         (dict(rule=PUCT, threads=2), "threads"),
         (dict(rule=GUMBEL, gumbel_num_considered=0), "gumbel_num_considered"),
+        (dict(rule=PUCT, gumbel_num_considered=4), "gumbel_num_considered"),
         (dict(rule=9), "rule"),
         (dict(rule=PUCT, evaluator=7), "evaluator"),
     ]
@@ -251,6 +253,18 @@ async def test_bad_settings_are_invalid_argument(mcts):
         (external_settings(num_actions=3, simulations=5, rule=mcts_service_pb2.SELECTION_RULE_UCT),
          "settings.rule"),
         (external_settings(num_actions=3, simulations=5, players=3), "settings.players"),
+        # max_nodes below 8, or below num_actions + 1 (the root and its children).
+        (external_settings(num_actions=3, simulations=5, max_nodes=7), "settings.max_nodes"),
+        (external_settings(num_actions=20, simulations=5, max_nodes=20), "settings.max_nodes"),
+        # Options the rule would ignore are refused as Search refuses them.
+        (external_settings(num_actions=3, simulations=5, gumbel_num_considered=2),
+         "settings.gumbel_num_considered"),
+        (external_settings(num_actions=3, simulations=5, rule=GUMBEL, dirichlet_alpha=0.3),
+         "settings.dirichlet_alpha"),
+        (external_settings(num_actions=3, simulations=5, rule=GUMBEL, temperature=1.0),
+         "settings.temperature"),
+        (external_settings(num_actions=3, simulations=5, dirichlet_epsilon=0.5),
+         "settings.dirichlet_epsilon"),
         (mcts_service_pb2.SearchExternalRequest(
             evaluations=mcts_service_pb2.LeafEvaluations(batch_id=0)), "settings"),
     ]
@@ -283,6 +297,63 @@ async def test_without_a_deadline_the_service_reply_timeout_ends_the_search(mcts
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await call.read()
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def test_the_reply_timeout_covers_a_stream_that_never_sends_settings(mcts):
+    stub = await mcts(external_reply_timeout_s=0.3)
+    call = stub.SearchExternal()
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def test_a_deadline_replaces_the_reply_timeout(mcts):
+    """With a deadline set, a caller slower than the service's reply timeout still finishes."""
+    stub = await mcts(external_reply_timeout_s=0.05)
+    call = stub.SearchExternal(timeout=60)
+    await call.write(external_settings(num_actions=3, simulations=2))
+    while (response := await call.read()).WhichOneof("message") == "batch":
+        # Wait past the reply timeout on a state (the timeout's own span elapsing), not a sleep.
+        waited = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.2, waited.set)
+        await waited.wait()
+        await call.write(obvious_answers(response.batch, 3, winning=1))
+    assert response.result.best_action == 1
+
+
+async def test_half_closing_before_answering_is_invalid_argument(mcts):
+    stub = await mcts()
+    call = stub.SearchExternal(timeout=30)
+    await call.write(external_settings(num_actions=3, simulations=5))
+    await call.read()
+    await call.done_writing()
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_of(caught.value) == "evaluations"
+
+
+@pytest.mark.parametrize("priors, name", [([], None), ([0.0, 0.0, 0.0], None),
+                                          ([1.0], "evaluations.leaves[0].priors"),
+                                          ([1.0, math.inf, 0.0], "evaluations.leaves[0].priors")])
+async def test_a_terminal_leaf_takes_no_priors_or_num_actions_finite_ones(mcts, priors, name):
+    stub = await mcts()
+    call = stub.SearchExternal(timeout=30)
+    await call.write(external_settings(num_actions=3, simulations=5))
+    await call.read()
+    await call.write(mcts_service_pb2.SearchExternalRequest(
+        evaluations=mcts_service_pb2.LeafEvaluations(batch_id=0, leaves=[
+            mcts_service_pb2.LeafEvaluation(priors=priors, value=1.0, terminal=True)])))
+    if name is None:
+        # A terminal root: the descents all end on it; nothing more to evaluate.
+        result = (await call.read()).result
+        assert result.best_action == -1 and result.statistics.tree_size == 1
+        assert result.statistics.simulations == 5 and result.statistics.evaluations == 1
+        return
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_of(caught.value) == name
 
 
 async def test_an_unreachable_neural_service_is_unavailable(mcts):
