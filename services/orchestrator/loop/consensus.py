@@ -26,12 +26,18 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic
 
 import numpy as np
 
 from libs.errors import DeadlineExceeded, FailedPrecondition, MeshError
+from services.orchestrator.loop.checkpoint import (
+    RESUMABLE_STATES,
+    LoopCheckpoint,
+    restore,
+    snapshot,
+)
 from services.orchestrator.loop.events import (
     EventSink,
     IterationStarted,
@@ -85,13 +91,16 @@ class ConsensusLoop(Generic[AnswerT]):
         fallback: builds the answer from the context alone when every proposer failed but the
             context agents answered (a text query's passages when the LLM is down or frozen);
             None raises the failure instead.
+        checkpoints: receives the loop's state after every finished round (`checkpoint.py`),
+            synchronously; it must not block. None (the default) takes none.
     """
 
     def __init__(self, agents: Sequence[Agent], router: Router, synthesize: Synthesizer,
                  query_length_norm: float,
                  weights: dict[AgentName, float] | None = None,
                  events: EventSink | None = None,
-                 fallback: Synthesizer | None = None) -> None:
+                 fallback: Synthesizer | None = None,
+                 checkpoints: Callable[[LoopCheckpoint], None] | None = None) -> None:
         names = [agent.name for agent in agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agents named twice: {names}")
@@ -107,9 +116,12 @@ class ConsensusLoop(Generic[AnswerT]):
         self._query_length_norm = query_length_norm
         self._weights = weights or {}
         self._fallback = fallback
+        self._checkpoints = checkpoints
 
-    async def run(self, problem: Any, budget: Budget) -> LoopResult[AnswerT]:
-        """Runs the loop to DONE.
+    async def run(self, problem: Any, budget: Budget,
+                  resume: LoopCheckpoint | None = None) -> LoopResult[AnswerT]:
+        """Runs the loop to DONE: from the start, or from `resume` (a checkpoint of an earlier
+        run of this loop on this problem), where its finished rounds are not run again.
 
         Raises:
             DeadlineExceeded: the deadline passed before any agent answered.
@@ -121,9 +133,12 @@ class ConsensusLoop(Generic[AnswerT]):
         """
         if budget.max_iterations < 1:
             raise ValueError("max_iterations must be >= 1")
-        run = RunState(budget=budget, simulations=max(1, budget.simulations))
-        has_context = any(agent.role is Role.CONTEXT for agent in self._agents.values())
-        state = LoopState.RETRIEVE if has_context else LoopState.ROUTE
+        if resume is not None:
+            run, state = restore(resume, budget), resume.next_state
+        else:
+            run = RunState(budget=budget, simulations=max(1, budget.simulations))
+            has_context = any(agent.role is Role.CONTEXT for agent in self._agents.values())
+            state = LoopState.RETRIEVE if has_context else LoopState.ROUTE
         answer: Any = None
         while state is not LoopState.DONE:
             started = time.perf_counter()
@@ -152,6 +167,9 @@ class ConsensusLoop(Generic[AnswerT]):
             if state in STEP_NAMES:
                 run.timings.append(StepTiming(STEP_NAMES[state], run.iteration,
                                               (time.perf_counter() - started) * 1e3))
+            if self._checkpoints is not None and next_state in RESUMABLE_STATES and \
+                    state in (LoopState.ITERATE, LoopState.CHECK_CONSENSUS):
+                self._checkpoints(snapshot(run, next_state))
             state = next_state
         return _result(run, answer)
 
