@@ -93,8 +93,10 @@ from starlette.types import Receive, Scope, Send
 
 from libs.errors import MeshError
 from libs.in_process import CallFailed, InProcessServer
-from libs.rest.bindings import HttpBinding, Router, RouteStatus, service_bindings
+from libs.rest.bindings import HttpBinding, Routable, Router, RouteStatus, service_bindings
 from libs.rest.endpoints import Endpoints
+from libs.rest.extras import Caller, Extras, FrontRoute
+from libs.rest.jsonl import LinesUpload, is_json_lines, name_lines
 from libs.rest.limits import check_media_type, check_query, read_body
 from libs.rest.metadata import (
     credential_metadata,
@@ -106,6 +108,7 @@ from libs.rest.middleware import GetOnly, http_exception, middleware, unexpected
 from libs.rest.offload import BodyDecoder
 from libs.rest.openapi import openapi_document
 from libs.rest.settings import RestSettings
+from libs.rest.sse import SseStream, SseWatch, apply_last_event_id, first_read
 from libs.rest.status import (
     JSON,
     code_status,
@@ -113,12 +116,10 @@ from libs.rest.status import (
     status_response,
 )
 from libs.rest.streaming import NdjsonStream, cancel_on_disconnect
-from libs.rest.transcoding import apply_path_and_query, response_json
+from libs.rest.transcoding import apply_path_and_query, apply_query, response_json
 
 log = logging.getLogger(__name__)
-
-
-
+_Stream = NdjsonStream | SseStream
 
 
 class Authenticator(Protocol):
@@ -138,19 +139,22 @@ than its body read and discarded."""
 class _Gateway:
     """The ASGI endpoint behind every path that is not /health, /ready or /openapi.json."""
 
-    def __init__(self, server: InProcessServer, service: ServiceDescriptor,
+    def __init__(self, server: InProcessServer, services: list[ServiceDescriptor],
                  bindings: list[HttpBinding], settings: RestSettings,
                  tracer: trace.Tracer, access: Authenticator | None,
-                 decoder: BodyDecoder) -> None:
+                 decoder: BodyDecoder, extras: Extras) -> None:
         self._server = server
-        self._router = Router(bindings)
+        self._router = Router([*bindings, *extras.routes])
         self._settings = settings
         self._tracer = tracer
         self._access = access
         self._decoder = decoder
+        self._extras = extras
+        self.closing = asyncio.Event()
+        """Set when the server stops: SSE watches end at once (their clients resume)."""
         self._request_classes = {
             method.full_name: message_factory.GetMessageClass(method.input_type)
-            for method in service.methods
+            for service in services for method in service.methods
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -167,8 +171,8 @@ class _Gateway:
             response = status_response(code_status(grpc.StatusCode.NOT_FOUND, "Not Found"))
         await response(scope, receive, send)
 
-    async def _forward(self, request: Request, receive: Receive, binding: HttpBinding,
-                       path_values: dict[str, str]) -> Response | NdjsonStream:
+    async def _forward(self, request: Request, receive: Receive, binding: Routable,
+                       path_values: dict[str, str]) -> Response | _Stream:
         parent = propagate.extract(dict(request.headers))
         span = self._tracer.start_span(
             f"{binding.http_method} {binding.template.template}", context=parent,
@@ -177,39 +181,48 @@ class _Gateway:
                         "http.route": binding.template.template,
                         "url.path": request.url.path,
                         "rpc.method": binding.rpc_path})
-        stream: NdjsonStream | None = None
+        stream: _Stream | None = None
         try:
             with trace.use_span(span, end_on_exit=False):
                 response = await self._transcode_and_call(request, receive, binding, path_values)
             span.set_attribute("http.response.status_code", response.status_code)
             if response.status_code >= 500:
                 span.set_status(StatusCode.ERROR)
-            if isinstance(response, NdjsonStream):
+            if isinstance(response, NdjsonStream | SseStream):
                 stream, response.span = response, span  # the stream ends the span
             return response
         finally:
             if stream is None:
                 span.end()
 
-    async def _transcode_and_call(self, request: Request, receive: Receive, binding: HttpBinding,
-                                  path_values: dict[str, str]) -> Response | NdjsonStream:
+    async def _transcode_and_call(self, request: Request, receive: Receive, binding: Routable,
+                                  path_values: dict[str, str]) -> Response | _Stream:
         refusal = self._refuse_unauthenticated(request)
         if refusal is not None:
             return refusal
+        watch = self._extras.watches.get(binding.method.full_name) \
+            if isinstance(binding, HttpBinding) else None
         try:
             check_query(request.scope.get("query_string", b""), self._settings.max_query_bytes,
                         self._settings.max_query_parameters)
-            timeout = self._timeout(request.headers.get("grpc-timeout"))
+            timeout = self._timeout(request.headers.get("grpc-timeout"), watch is not None)
             metadata = request_metadata(
                 request.headers.items(), request.headers.get("host"),
                 request.client.host if request.client else None)
-            message = await self._build_request(request, binding, path_values)
+            if isinstance(binding, FrontRoute):
+                caller = Caller(self._server, _with_trace_context(metadata), timeout,
+                                _peer(request))
+                return await binding.handler(caller, path_values, request.url.query)
+            message, lines = await self._build_request(request, binding, path_values, watch)
         except MeshError as error:
             return error_response(error, self._settings.error_service)
+        except CallFailed as error:  # a route's own call
+            return status_response(error.status, response_headers(error.initial_metadata))
         metadata = _with_trace_context(metadata)
         peer = _peer(request)
         if binding.method.server_streaming:
-            return await self._open_stream(binding, message, timeout, metadata, peer, receive)
+            return await self._open_stream(binding, message, timeout, metadata, peer, receive,
+                                           watch)
         call = self._server.unary_unary(binding.rpc_path, message, timeout, metadata, peer)
         watcher = cancel_on_disconnect(call, receive)
         try:
@@ -220,7 +233,9 @@ class _Gateway:
             return status_response(code_status(grpc.StatusCode.CANCELLED,
                                                "the HTTP client went away"))
         except CallFailed as error:
-            return status_response(error.status, response_headers(error.initial_metadata))
+            status = error.status if lines is None else name_lines(
+                error.status, self._extras.uploads[binding.method.full_name].field, lines)
+            return status_response(status, response_headers(error.initial_metadata))
         finally:
             watcher.cancel()
         return Response(response_json(reply, binding.response_body), status_code=200,
@@ -243,40 +258,67 @@ class _Gateway:
                                {"Connection": "close"} if unread else None)
 
     async def _build_request(self, request: Request, binding: HttpBinding,
-                             path_values: dict[str, str]) -> Message:
+                             path_values: dict[str, str], watch: SseWatch | None
+                             ) -> tuple[Message, list[int] | None]:
         """The request message: the body (when the binding takes one) decoded, on the loop or
-        in a worker process (`offload`), then the path variables and the query.
+        in a worker process (`offload`), then the path variables and the query (and, for an SSE
+        watch, `Last-Event-ID`); with the line number of each item of a JSON Lines upload
+        (`jsonl`; None for any other request).
 
         Raises:
             MeshError: a refused body (415, 413, 400) or a bad field (400), naming it.
         """
         message = self._request_classes[binding.method.full_name]()
+        upload = self._extras.uploads.get(binding.method.full_name)
+        content_type = request.headers.get("content-type")
+        if binding.body and upload is not None and is_json_lines(content_type):
+            return await self._upload(request, binding, path_values, message, upload)
         if binding.body:
-            check_media_type(request.headers.get("content-type"))
+            check_media_type(content_type)
             body = await read_body(request, self._settings.max_body_bytes)
             if body.strip():
                 message = await self._decoder.decode(message, binding.body, body)
         apply_path_and_query(binding, message, path_values, request.url.query)
-        return message
+        if watch is not None:
+            apply_last_event_id(message, watch, request.headers)
+        return message, None
 
-    def _timeout(self, header: str | None) -> float:
+    async def _upload(self, request: Request, binding: HttpBinding, path_values: dict[str, str],
+                      message: Message, upload: LinesUpload) -> tuple[Message, list[int]]:
+        """A JSON Lines body decoded into `upload.field`, then the path and (whatever the
+        binding's body) the query's other fields.
+
+        Raises:
+            MeshError: over the upload's size (413) or item limit (400), a bad line (400).
+        """
+        body = await read_body(request, upload.max_bytes, upload.bytes_limit)
+        message, lines = await self._decoder.decode_lines(message, upload, body)
+        apply_path_and_query(binding, message, path_values, "")
+        skip = [tuple(name.split(".")) for name in path_values] + [(upload.field,)]
+        apply_query(message, request.url.query, skip)
+        return message, lines
+
+    def _timeout(self, header: str | None, watch: bool = False) -> float:
         """The call's deadline in seconds: the Grpc-Timeout header's, capped at
         `max_deadline_s`, or the default deadline when there is none (or it is zero, which
-        grpc-gateway reads as "none"; the mesh wants one).
+        grpc-gateway reads as "none"; the mesh wants one): `max_deadline_s` for an SSE watch,
+        which a browser's EventSource cannot give a header and which resumes when it passes.
 
         Raises:
             InvalidArgument: a malformed Grpc-Timeout.
         """
-        timeout = timeout_seconds(header) if header else self._settings.default_deadline_s
+        default = self._settings.max_deadline_s if watch else self._settings.default_deadline_s
+        timeout = timeout_seconds(header) if header else default
         if timeout <= 0:
-            timeout = self._settings.default_deadline_s
+            timeout = default
         return min(timeout, self._settings.max_deadline_s)
 
     async def _open_stream(self, binding: HttpBinding, message: Message, timeout: float,
-                           metadata: list, peer: str, receive: Receive
-                           ) -> Response | NdjsonStream:
-        """Starts a server-streaming call and waits for its first message: an error before it is
-        an ordinary error response; otherwise the stream of NDJSON lines."""
+                           metadata: list, peer: str, receive: Receive, watch: SseWatch | None
+                           ) -> Response | _Stream:
+        """Starts a server-streaming call and waits for its first message (an SSE watch: at most
+        `sse_first_event_wait_s`): an error before it is an ordinary error response; otherwise
+        the stream of NDJSON lines, or of SSE events."""
         try:
             call = await self._server.unary_stream(binding.rpc_path, message, timeout, metadata,
                                                    peer)
@@ -284,6 +326,10 @@ class _Gateway:
             return status_response(error.status, response_headers(error.initial_metadata))
         watcher = cancel_on_disconnect(call, receive)
         try:
+            if watch is not None:
+                read = await first_read(call, self._settings.sse_first_event_wait_s)
+                return SseStream(call, read, watch, response_headers(call.initial_metadata()),
+                                 self._settings.sse_heartbeat_s, self.closing)
             first = await call.read()
         except asyncio.CancelledError:
             if not watcher.done():
@@ -325,9 +371,10 @@ def build_rest_app(
     tracer_provider: TracerProvider | None = None,
     dependencies: Callable[[], list[dict[str, object]]] | None = None,
     access: Authenticator | None = None,
+    extras: Extras | None = None,
 ) -> Starlette:
-    """The REST front for `service`, calling it through `server` (the gRPC server's
-    `RunningServer.in_process`: its handlers and interceptors, in this process).
+    """The REST front for `service` (and `extras`), calling it through `server` (the gRPC
+    server's `RunningServer.in_process`: its handlers and interceptors, in this process).
 
     Args:
         server: what serves `service` (and grpc.health.v1, asked by /ready).
@@ -339,17 +386,21 @@ def build_rest_app(
         access: checks the API key of every API request before its query or body is read
             (the orchestrator passes its `access.keycheck.KeyCheck`); None leaves the key to the
             in-process call's interceptor alone.
+        extras: more services, SSE watches, JSON Lines uploads and routes of the front's own
+            (see `extras`); None: only `service`'s bindings.
     Raises:
         AnnotationError: an annotation that cannot be served (checked here, at start-up).
     """
     settings = settings or RestSettings()
-    bindings = service_bindings(service)
+    extras = extras or Extras()
+    services = [service, *extras.services]
+    bindings = [binding for item in services for binding in service_bindings(item)]
     tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
     decoder = BodyDecoder(settings.offload_body_bytes, settings.max_json_depth,
                           settings.body_workers)
-    gateway = _Gateway(server, service, bindings, settings, tracer, access, decoder)
-    endpoints = Endpoints(server, service, settings, openapi_document(service, bindings),
-                          dependencies)
+    gateway = _Gateway(server, services, bindings, settings, tracer, access, decoder, extras)
+    endpoints = Endpoints(server, service, settings,
+                          openapi_document(service, bindings, extras), dependencies)
     routes = [
         Route("/health", GetOnly(endpoints.health)),
         Route("/ready", GetOnly(endpoints.ready)),
@@ -365,8 +416,10 @@ def build_rest_app(
         finally:
             decoder.close()
 
-    app = Starlette(routes=routes, middleware=middleware(settings, bindings), lifespan=lifespan,
+    app = Starlette(routes=routes, middleware=middleware(settings, [*bindings, *extras.routes]),
+                    lifespan=lifespan,
                     exception_handlers={HTTPException: http_exception,
                                         Exception: unexpected_exception})
     app.state.rest_settings = settings
+    app.state.rest_closing = gateway.closing
     return app

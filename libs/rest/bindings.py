@@ -13,8 +13,10 @@ browsers and proxies expect 405, e.g. for an OPTIONS preflight when CORS is off)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from google.api import annotations_pb2, http_pb2
 from google.protobuf.descriptor import (
@@ -129,6 +131,17 @@ def resolve_field_path(message: Descriptor, field_path: tuple[str, ...]) -> Fiel
     return field
 
 
+class Routable(Protocol):
+    """What the router picks: an `HttpBinding`, or a route of the front's own
+    (`extras.FrontRoute`)."""
+
+    @property
+    def http_method(self) -> str: ...
+
+    @property
+    def template(self) -> PathTemplate: ...
+
+
 class RouteStatus(Enum):
     FOUND = 200
     NOT_FOUND = 404
@@ -138,7 +151,7 @@ class RouteStatus(Enum):
 @dataclass(frozen=True)
 class RouteMatch:
     status: RouteStatus
-    binding: HttpBinding | None = None
+    binding: Routable | None = None
     path_values: dict[str, str] | None = None
     allowed: tuple[str, ...] = ()
     """For METHOD_NOT_ALLOWED: the HTTP methods that have a binding for the path."""
@@ -147,8 +160,8 @@ class RouteMatch:
 class Router:
     """Picks the binding for an (HTTP method, decoded path) pair as grpc-gateway's ServeMux does."""
 
-    def __init__(self, bindings: list[HttpBinding]) -> None:
-        self._by_method: dict[str, list[HttpBinding]] = {}
+    def __init__(self, bindings: Sequence[Routable]) -> None:
+        self._by_method: dict[str, list[Routable]] = {}
         for binding in bindings:
             self._by_method.setdefault(binding.http_method, []).insert(0, binding)
 

@@ -111,8 +111,9 @@ def check_media_type(content_type: str | None) -> None:
             f"(got {shown})")
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The request body, read chunk by chunk and abandoned as soon as it passes `max_bytes`.
+async def read_body(request: Request, max_bytes: int, limit: str = "") -> bytes:
+    """The request body, read chunk by chunk and abandoned as soon as it passes `max_bytes`
+    (`limit`, when given, names that limit in the refusal, e.g. a setting's variable).
 
     Raises:
         BodyTooLarge: Content-Length or the bytes received exceed `max_bytes` (nothing more is
@@ -124,19 +125,20 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
         if not declared.strip().isdigit():
             raise BadContentLength(f"Content-Length {declared!r} is not a byte count")
         if int(declared) > max_bytes:
-            raise BodyTooLarge(_too_large(f"is {int(declared):,} bytes", max_bytes))
+            raise BodyTooLarge(_too_large(f"is {int(declared):,} bytes", max_bytes, limit))
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
-            raise BodyTooLarge(_too_large(f"passed {max_bytes:,} bytes", max_bytes))
+            raise BodyTooLarge(_too_large(f"passed {max_bytes:,} bytes", max_bytes, limit))
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _too_large(what: str, max_bytes: int) -> str:
-    return f"the request body {what}; at most {max_bytes:,} bytes are accepted"
+def _too_large(what: str, max_bytes: int, limit: str = "") -> str:
+    named = f" ({limit})" if limit else ""
+    return f"the request body {what}; at most {max_bytes:,} bytes are accepted{named}"
 
 
 def json_depth(body: bytes) -> int:

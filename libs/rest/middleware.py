@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from libs.rest.bindings import HttpBinding
+from libs.rest.bindings import Routable
 from libs.rest.origins import HostOriginGuard, default_allowed_hosts
 from libs.rest.settings import RestSettings
 from libs.rest.status import code_status, status_response
@@ -23,7 +23,7 @@ from libs.rest.status import code_status, status_response
 log = logging.getLogger(__name__)
 
 
-def middleware(settings: RestSettings, bindings: list[HttpBinding]) -> list[Middleware]:
+def middleware(settings: RestSettings, bindings: list[Routable]) -> list[Middleware]:
     """The Host/Origin guard, outermost, then CORS when origins are configured."""
     allowed_hosts = settings.allowed_hosts
     if allowed_hosts is None:

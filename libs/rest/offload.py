@@ -28,10 +28,12 @@ from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from libs.errors import InvalidArgument, Unavailable
+from libs.rest.jsonl import InvalidLine, LinesUpload, TooManyItems, decode_lines
 from libs.rest.limits import BodyTooDeep, check_json_depth
 from libs.rest.transcoding import MalformedBody, decode_body
 
 _DEEP, _MALFORMED, _INVALID, _DECODED = "deep", "malformed", "invalid", "decoded"
+_BAD_LINE, _TOO_MANY = "bad_line", "too_many"
 
 
 def exit_with_parent() -> None:
@@ -73,6 +75,23 @@ def decode_in_worker(module: str, full_name: str, body_field: str, body: bytes,
     return _DECODED, request.SerializeToString()
 
 
+def decode_lines_in_worker(module: str, full_name: str, upload: LinesUpload, body: bytes,
+                           max_depth: int) -> tuple:
+    """Runs in a worker: `jsonl.decode_lines` onto a new message `full_name`. Returns ("decoded",
+    serialized message, line numbers), or ("too_many", field, description) or ("bad_line", line,
+    field, description)."""
+    importlib.import_module(module)
+    request = message_factory.GetMessageClass(
+        descriptor_pool.Default().FindMessageTypeByName(full_name))()
+    try:
+        numbers = decode_lines(request, upload, body, max_depth)
+    except InvalidLine as error:
+        return _BAD_LINE, error.line, error.field, error.what
+    except TooManyItems as error:
+        return _TOO_MANY, error.field, error.description
+    return _DECODED, request.SerializeToString(), numbers
+
+
 class BodyDecoder:
     """Decodes request bodies: small ones on the loop, large ones in up to `workers` processes.
 
@@ -102,23 +121,10 @@ class BodyDecoder:
             check_json_depth(body, self._max_depth)
             decode_body(request, body_field, body)
             return request
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self._workers,
-                                             mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=exit_with_parent)
-        pool = self._pool
         message_class = type(request)
-        try:
-            # submitted from a thread: a submit may spawn a worker (about 25 ms of Python)
-            future = await asyncio.to_thread(
-                pool.submit, decode_in_worker, message_class.__module__,
-                request.DESCRIPTOR.full_name, body_field, body, self._max_depth)
-            result = await asyncio.wrap_future(future)
-        except BrokenProcessPool:
-            if self._pool is pool:
-                self._pool = None
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise Unavailable("the REST front's body decoder stopped; retry") from None
+        result = await self._in_worker(decode_in_worker, message_class.__module__,
+                                       request.DESCRIPTOR.full_name, body_field, body,
+                                       self._max_depth)
         if result[0] == _DEEP:
             raise BodyTooDeep(result[1])
         if result[0] == _MALFORMED:
@@ -126,6 +132,48 @@ class BodyDecoder:
         if result[0] == _INVALID:
             raise InvalidArgument(result[1], result[2])
         return message_class.FromString(result[1])
+
+    async def decode_lines(self, request: Message, upload: LinesUpload, body: bytes
+                           ) -> tuple[Message, list[int]]:
+        """`request` with one `upload.field` element per line of the JSON Lines `body` (a new
+        message of the same type when a worker decoded it), and each element's line number.
+
+        Raises:
+            TooManyItems, InvalidLine: see `jsonl.decode_lines`.
+            Unavailable: the worker process died while decoding (it is replaced).
+        """
+        if len(body) < self._min_bytes:
+            return request, decode_lines(request, upload, body, self._max_depth)
+        message_class = type(request)
+        result = await self._in_worker(decode_lines_in_worker, message_class.__module__,
+                                       request.DESCRIPTOR.full_name, upload, body,
+                                       self._max_depth)
+        if result[0] == _TOO_MANY:
+            raise TooManyItems(result[1], result[2])
+        if result[0] == _BAD_LINE:
+            raise InvalidLine(result[1], result[2], result[3])
+        return message_class.FromString(result[1]), list(result[2])
+
+    async def _in_worker(self, function, *arguments) -> tuple:  # noqa: ANN001
+        """`function(*arguments)` in a worker process (the pool started on first use).
+
+        Raises:
+            Unavailable: the worker process died (the pool is replaced on the next call).
+        """
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self._workers,
+                                             mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=exit_with_parent)
+        pool = self._pool
+        try:
+            # submitted from a thread: a submit may spawn a worker (about 25 ms of Python)
+            future = await asyncio.to_thread(pool.submit, function, *arguments)
+            return await asyncio.wrap_future(future)
+        except BrokenProcessPool:
+            if self._pool is pool:
+                self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise Unavailable("the REST front's body decoder stopped; retry") from None
 
     def close(self) -> None:
         """Stops the worker processes (running decodes are cancelled)."""

@@ -10,7 +10,11 @@ gnostic generator does, since two such templates would otherwise share the key `
 parameters are listed for bindings whose body is not "*" (every scalar leaf field not bound by the
 path or the body, with dotted lowerCamelCase names, as protoc-gen-openapiv2 lists them). A
 server-streaming operation's 200 response is `application/x-ndjson` whose every line is
-protoc-gen-openapiv2's stream envelope: `{"result": <message>}` or `{"error": <google.rpc.Status>}`.
+protoc-gen-openapiv2's stream envelope: `{"result": <message>}` or `{"error": <google.rpc.Status>}`;
+one served as Server-Sent Events (`extras.watches`) is `text/event-stream` and takes a
+`Last-Event-ID` header. A method that takes JSON Lines uploads (`extras.uploads`) lists
+`application/x-ndjson` and `application/jsonl` bodies beside JSON, and the query parameters that
+go with them. Routes of the front's own (`extras.routes`) bring their own operation objects.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from google.protobuf.descriptor import (
 )
 
 from libs.rest.bindings import HttpBinding, resolve_field_path
+from libs.rest.extras import Extras
+from libs.rest.jsonl import JSON_LINES_MEDIA_TYPES
+from libs.rest.sse import EVENT_STREAM
 
 _SCALARS: dict[int, dict[str, str]] = {
     FieldDescriptor.TYPE_DOUBLE: {"type": "number", "format": "double"},
@@ -75,13 +82,24 @@ _STATUS_SCHEMA = {
 }
 
 
-def openapi_document(service: ServiceDescriptor, bindings: list[HttpBinding]) -> dict:
-    """The OpenAPI 3.0.3 document for `bindings` of `service` (a JSON-ready dict)."""
+def openapi_document(service: ServiceDescriptor, bindings: list[HttpBinding],
+                     extras: Extras | None = None) -> dict:
+    """The OpenAPI 3.0.3 document for `bindings` of `service` and `extras` (a JSON-ready dict)."""
+    extras = extras or Extras()
     schemas = _Schemas()
     paths: dict[str, dict[str, object]] = {}
     for binding in bindings:
         path = paths.setdefault(binding.template.openapi_path(), {})
-        path[binding.http_method.lower()] = _operation(binding, schemas)
+        operation = _operation(binding, schemas)
+        name = binding.method.full_name
+        if name in extras.watches:
+            _serve_as_events(operation)
+        if name in extras.uploads and binding.body:
+            _take_uploads(operation, binding, extras.uploads[name].field, schemas)
+        path[binding.http_method.lower()] = operation
+    for route in extras.routes:
+        paths.setdefault(route.template.openapi_path(), {})[route.http_method.lower()] = \
+            dict(route.operation)
     components = dict(sorted(schemas.components.items()))
     components["google.rpc.Status"] = _STATUS_SCHEMA
     return {
@@ -138,6 +156,37 @@ def _operation(binding: HttpBinding, schemas: _Schemas) -> dict[str, object]:
             "content": {"application/json": {"schema": _body_schema(binding, schemas)}},
         }
     return operation
+
+
+def _serve_as_events(operation: dict) -> None:
+    """A server-streaming operation served as Server-Sent Events (see `sse`)."""
+    operation["parameters"].append({
+        "name": "Last-Event-ID", "in": "header", "required": False,
+        "schema": {"type": "string", "format": "int64"},
+        "description": "The id of the last event received: only later events are sent "
+                       "(browsers send it when they reconnect)."})
+    operation["responses"]["200"] = {
+        "description": "Server-Sent Events: each message as `data:` (proto3 JSON) with its "
+                       "sequence as `id:`; comment lines as heartbeats; a last `event: end` "
+                       "when the watched resource is finished, or `event: error` with a "
+                       "google.rpc.Status.",
+        "content": {EVENT_STREAM: {"schema": {"type": "string"}}}}
+
+
+def _take_uploads(operation: dict, binding: HttpBinding, field: str, schemas: _Schemas) -> None:
+    """A create operation that also takes a JSON Lines body of `field`'s elements."""
+    item = binding.method.input_type.fields_by_name[field].message_type
+    content = operation["requestBody"]["content"]
+    for media_type in JSON_LINES_MEDIA_TYPES:
+        content[media_type] = {"schema": {
+            "type": "string",
+            "description": f"JSON Lines: one {item.full_name} per line, as proto3 JSON "
+                           f"({schemas.message(item)['$ref']}); the other fields from the "
+                           "query."}}
+    path_fields = {variable.field_path for variable in binding.template.variables}
+    if binding.body == "*":
+        operation["parameters"].extend(_query_parameters(
+            binding.method.input_type, (), path_fields | {(field,)}, schemas, set()))
 
 
 def _body_schema(binding: HttpBinding, schemas: _Schemas) -> dict[str, object]:

@@ -139,13 +139,20 @@ class PathTemplate:
                     parts.append((segment.literal, None))
                     continue
                 before = inner[position - 1].literal if position else ""
-                name = before[:-1] if before.endswith("s") and len(before) > 1 else before
+                name = _singular(before)
                 name = name or f"{variable.name}_{position}"
                 while name in taken:
                     name += "_"
                 taken.add(name)
                 parts.append(("{" + name + "}", variable))
         return parts
+
+
+def _singular(plural: str) -> str:
+    """A collection's resource word: "collections" -> "collection", "batches" -> "batch"."""
+    if plural.endswith(("ches", "shes", "sses", "xes")):
+        return plural[:-2]
+    return plural[:-1] if plural.endswith("s") and len(plural) > 1 else plural
 
 
 def parse_template(template: str) -> PathTemplate:

@@ -26,10 +26,12 @@ class _EmbeddedServer(uvicorn.Server):
 class RunningRest:
     """A started REST server: `port` is the bound port, `stop()` drains and stops it."""
 
-    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], port: int) -> None:
+    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], port: int,
+                 closing: asyncio.Event | None = None) -> None:
         self.port = port
         self._server = server
         self._task = task
+        self._closing = closing
 
     def connection_sockets(self) -> list[socket.socket]:
         """The sockets of the connections open now (their options can be read; for tests and
@@ -43,7 +45,10 @@ class RunningRest:
         return sockets
 
     async def stop(self) -> None:
-        """Stops accepting and lets in-flight requests finish."""
+        """Stops accepting and lets in-flight requests finish; open watches (SSE) end at once,
+        their clients resuming with Last-Event-ID."""
+        if self._closing is not None:
+            self._closing.set()
         self._server.should_exit = True
         await self._task
 
@@ -85,4 +90,4 @@ async def serve_rest(app: Starlette, host: str, port: int, drain_grace_s: float 
             raise RuntimeError(f"REST: server on {host}:{bound_port} failed to start") from error
         await asyncio.sleep(0.01)
     log.info("REST front listening on http://%s:%d", host, bound_port)
-    return RunningRest(server, task, bound_port)
+    return RunningRest(server, task, bound_port, getattr(app.state, "rest_closing", None))

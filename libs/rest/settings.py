@@ -40,6 +40,11 @@ class RestSettings:
         body_workers: worker processes for those bodies (started on the first one).
         error_service: the `service` the front's own errors name in their ErrorInfo
             ("orchestrator-rest" for the orchestrator's).
+        sse_heartbeat_s: a Server-Sent Events watch silent this many seconds gets a comment
+            line (`: ping`), so proxies keep it open (see `sse`).
+        sse_first_event_wait_s: how long an SSE watch waits for its first event (or its call's
+            failure) before it starts the 200 stream; a call refused sooner is answered with its
+            own HTTP status.
     """
 
     host: str = "127.0.0.1"
@@ -62,3 +67,5 @@ class RestSettings:
     offload_body_bytes: int = 16 * 1024
     body_workers: int = 2
     error_service: str = "rest"
+    sse_heartbeat_s: float = 15.0
+    sse_first_event_wait_s: float = 1.0

@@ -1,0 +1,88 @@
+"""What a REST front serves besides its main service's `google.api.http` bindings: more annotated
+services, server-streaming methods served as Server-Sent Events (`sse`), create methods that also
+take a JSON Lines upload (`jsonl`), and routes of its own (a JSON Lines download, say) whose
+handlers call the service in-process like any binding does.
+
+A route of its own goes through everything a binding goes through first (Host and Origin, the key
+check before the query is read, the query limits, the deadline, the headers to metadata), then its
+handler gets a `Caller` that makes in-process calls with that request's metadata, deadline and
+peer, so each call is authenticated, admitted, traced and counted as a binding's call is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
+from starlette.responses import Response
+
+from libs.in_process import InProcessServer, Metadata
+from libs.rest.jsonl import LinesUpload
+from libs.rest.path_template import PathTemplate
+from libs.rest.sse import SseWatch
+
+
+class Caller:
+    """In-process calls on behalf of one HTTP request (its metadata, deadline and peer)."""
+
+    def __init__(self, server: InProcessServer, metadata: Metadata, timeout_s: float,
+                 peer: str) -> None:
+        self._server = server
+        self._metadata = metadata
+        self._timeout_s = timeout_s
+        self._peer = peer
+
+    async def unary(self, rpc_path: str, request: Message) -> Message:
+        """The reply of one unary call ("/pkg.Service/Method").
+
+        Raises:
+            CallFailed: the call ended with a status other than OK.
+        """
+        return await self._server.unary_unary(rpc_path, request, self._timeout_s,
+                                              self._metadata, self._peer)
+
+
+RouteHandler = Callable[[Caller, dict[str, str], str], Awaitable[Response]]
+"""`handler(caller, path_values, query)`: the response of a route of the front's own. It may raise
+`MeshError` (answered with its status, naming the field) or `CallFailed` (answered with the
+call's status) before it returns a response."""
+
+
+@dataclass(frozen=True)
+class FrontRoute:
+    """A route of the front's own.
+
+    Attributes:
+        http_method: "GET", "POST", ...
+        template: its path template (variables as in `google.api.http` rules).
+        handler: makes the response (see `RouteHandler`).
+        operation: its OpenAPI operation object (operationId, parameters, responses).
+        rpc_path: the main RPC it stands for, recorded on its REST span as `rpc.method`.
+    """
+
+    http_method: str
+    template: PathTemplate
+    handler: RouteHandler
+    operation: Mapping[str, object]
+    rpc_path: str
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a front serves besides its main service's bindings.
+
+    Attributes:
+        services: more annotated services whose bindings are served (they must be served by the
+            same in-process server).
+        watches: server-streaming methods served as SSE, by full method name
+            ("mesh.orchestrator.v1.RunService.WatchRun").
+        uploads: methods that also take a JSON Lines body, by full method name.
+        routes: routes of the front's own (tried before the bindings).
+    """
+
+    services: tuple[ServiceDescriptor, ...] = ()
+    watches: Mapping[str, SseWatch] = field(default_factory=dict)
+    uploads: Mapping[str, LinesUpload] = field(default_factory=dict)
+    routes: tuple[FrontRoute, ...] = ()
