@@ -6,9 +6,10 @@ Read once from `ORCHESTRATOR_*` environment variables in `main()` and passed dow
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Literal
 
-from pydantic import SecretStr, model_validator
+from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from libs.settings import ChannelSettings, ServiceSettings
@@ -272,6 +273,32 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     budget_redis_failure: Literal["fail_open", "fail_closed"] = "fail_closed"
     """Budgets while Redis cannot be reached, as `rate_limit_redis_failure`: by default a key
     with budgets is refused (its use cannot be checked)."""
+    run_store_url: str = "sqlite:///var/runs.db"
+    """Database of the durable runs (RunService): `sqlite:///PATH` (a file, relative to the working
+    directory, created with its folder) or `postgresql://USER:PASSWORD@HOST:PORT/DB` (psycopg 3),
+    which several orchestrator replicas share as one queue. Migrated at start-up; a corrupt file
+    or a newer schema stops the start with an error naming it, nothing overwritten."""
+    run_retention: timedelta = timedelta(days=7)
+    """How long finished runs and batches are kept after they end before they are purged, as
+    seconds or an ISO 8601 duration (`P7D`, `PT12H`); 0: kept forever."""
+    run_lease_s: float = 30.0
+    """Seconds a worker's lease on a run lasts; renewed while it works, so a run whose worker died
+    is taken again by any replica this long after its last renewal."""
+    run_workers: int = 4
+    """Runs each orchestrator executes at once (its workers leasing from the store); 0: none
+    (this replica only accepts and serves runs)."""
+    batch_max_items: int = 10_000
+    """Most runs in one batch (CreateBatch beyond: INVALID_ARGUMENT naming this limit)."""
+    batch_max_bytes: int = 4 * 1024 * 1024
+    """Most bytes of a batch's serialized requests (beyond: INVALID_ARGUMENT naming this limit)."""
+
+    @field_validator("run_retention", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        """A number of seconds written as a string ("3600") is read as such."""
+        if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+            return float(value)
+        return value
 
     @model_validator(mode="after")
     def _ranges(self) -> OrchestratorSettings:
@@ -339,4 +366,8 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
                      self.rest_max_deadline_s, self.connect_timeout_s, self.rest_head_timeout_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
+        if self.run_lease_s <= 0 or self.run_workers < 0 or self.batch_max_items < 1 \
+                or self.batch_max_bytes < 1 or self.run_retention.total_seconds() < 0:
+            raise ValueError("need run_lease_s > 0, run_workers >= 0, batch_max_items >= 1, "
+                             "batch_max_bytes >= 1 and run_retention >= 0")
         return self

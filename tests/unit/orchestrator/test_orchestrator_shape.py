@@ -19,7 +19,7 @@ LIBS = ROOT / "libs"
 MAX_KERNEL_LINES = 80
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 500
-SUBPACKAGES = {"api", "loop", "routing", "problems", "text", "agents", "access"}
+SUBPACKAGES = {"api", "loop", "routing", "problems", "text", "agents", "access", "runs"}
 TOP_LEVEL_MODULES = {"__init__.py", "main.py", "settings.py", "metrics.py", "dependencies.py"}
 
 

@@ -1,0 +1,202 @@
+"""One attempt at a leased run: execute it, keep its lease, persist its progress, end it once.
+
+Three tasks run side by side:
+- the execution (`Executor.execute`), which reports events and checkpoints to a `ProgressWriter`;
+- the writer, which persists them in order (consecutive events in one `append_events`, each
+  checkpoint after the events before it), retrying while the store is unavailable;
+- the heartbeat, which renews the lease every `lease_s / 3` seconds.
+
+The attempt ends in one of four ways (`AttemptEnd`): FINISHED (the outcome was written by
+`RunStore.finish`), CANCELLED (cancellation was asked: the execution is cancelled, which cancels
+its calls to the agents' services, and the run ends CANCELLED), LOST (the lease was lost: another
+worker holds the run, so this one stops and writes nothing more), or STOPPED (the worker itself
+was stopped; the lease expires and another worker resumes the run from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+
+from libs.errors import MeshError, Unavailable
+from services.orchestrator.runs.execution import Deferred, Executor, Outcome
+from services.orchestrator.runs.model import LeaseLost, RunRecord, RunState
+from services.orchestrator.runs.store import RunStore
+
+log = logging.getLogger(__name__)
+
+BACKOFF_S = 0.1
+"""First wait before retrying a write the store refused as unavailable (doubled up to MAX)."""
+MAX_BACKOFF_S = 5.0
+MAX_DEFERRAL_S = 60.0
+"""A deferred run (its key's rate limit, admission) is asked again after at most this long."""
+
+
+class AttemptEnd(enum.Enum):
+    """How an attempt ended (see the module docstring)."""
+
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+    STOPPED = "stopped"
+
+
+async def retrying(call, what: str):
+    """`await call()`, retried with exponential backoff while it raises Unavailable."""
+    delay = BACKOFF_S
+    while True:
+        try:
+            return await call()
+        except Unavailable as error:
+            log.warning("run store unavailable (%s): %s; retrying in %.1f s", what,
+                        error.message, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+
+
+class ProgressWriter:
+    """The attempt's `RunProgress`: queues events and checkpoints, and persists them in order
+    from its own task (`run`); `flush` waits until everything queued is stored. The task ends
+    with LeaseLost when the store says the worker no longer holds the run."""
+
+    def __init__(self, store: RunStore, name: str, worker_id: str) -> None:
+        self._store = store
+        self._name = name
+        self._worker_id = worker_id
+        self._items: list[tuple[str, str, bytes]] = []
+        self._wakeup = asyncio.Event()
+        self._closing = False
+
+    def event(self, kind: str, payload: bytes) -> None:
+        self._items.append(("event", kind, payload))
+        self._wakeup.set()
+
+    def checkpoint(self, state: bytes) -> None:
+        self._items.append(("checkpoint", "", state))
+        self._wakeup.set()
+
+    def close(self) -> None:
+        """No more items: `run` returns once the queued ones are stored."""
+        self._closing = True
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._items:
+                await retrying(self._write_next, f"progress of {self._name}")
+            if self._closing:
+                return
+
+    async def _write_next(self) -> None:
+        if self._items[0][0] == "checkpoint":
+            await self._store.checkpoint(self._name, self._worker_id, self._items[0][2])
+            del self._items[0]
+            return
+        count = next((i for i, item in enumerate(self._items) if item[0] != "event"),
+                     len(self._items))
+        events = [(kind, payload) for _, kind, payload in self._items[:count]]
+        await self._store.append_events(self._name, self._worker_id, events)
+        del self._items[:count]
+
+
+class Attempt:
+    """Executes one leased `run` for `worker_id` (see the module docstring)."""
+
+    def __init__(self, store: RunStore, executor: Executor, worker_id: str, lease_s: float,
+                 run: RunRecord) -> None:
+        self._store = store
+        self._executor = executor
+        self._worker_id = worker_id
+        self._lease_s = lease_s
+        self._run = run
+        self._writer = ProgressWriter(store, run.name, worker_id)
+
+    async def run(self) -> AttemptEnd:
+        """Runs the attempt to its end. Cancelled (the worker stops), it cancels the execution
+        and returns STOPPED, leaving the lease to expire."""
+        tasks = {
+            "execution": asyncio.create_task(self._execute()),
+            "heartbeat": asyncio.create_task(self._heartbeat()),
+            "writer": asyncio.create_task(self._writer.run()),
+        }
+        try:
+            done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
+            if tasks["execution"] in done:
+                return await self._finished(tasks["execution"].result(), tasks["writer"])
+            await _cancelled(tasks["execution"])
+            if tasks["heartbeat"] in done and tasks["heartbeat"].result() is AttemptEnd.CANCELLED:
+                return await self._cancel(tasks["writer"])
+            log.warning("%s: lease lost (attempt %d); another worker holds it", self._run.name,
+                        self._run.attempts)
+            return AttemptEnd.LOST
+        except asyncio.CancelledError:
+            return AttemptEnd.STOPPED
+        finally:
+            for task in tasks.values():
+                await _cancelled(task)
+
+    async def _execute(self) -> Outcome:
+        """The executor's outcome; a Deferred run is asked again after its wait (the heartbeat
+        keeps the lease meanwhile); an unexpected error is a FAILED outcome (INTERNAL)."""
+        while True:
+            try:
+                return await self._executor.execute(self._run, self._writer)
+            except Deferred as deferred:
+                wait = min(max(deferred.retry_after_s, BACKOFF_S), MAX_DEFERRAL_S)
+                log.info("%s deferred %.1f s: %s", self._run.name, wait, deferred)
+                await asyncio.sleep(wait)
+            except Exception as error:  # noqa: BLE001 - a bug ends the run FAILED
+                log.exception("%s: execution failed unexpectedly", self._run.name)
+                return Outcome(RunState.FAILED, error=self._executor.failure(error))
+
+    async def _heartbeat(self) -> AttemptEnd:
+        """Renews the lease every lease_s / 3 seconds until it is lost (LOST) or cancellation
+        was asked (CANCELLED). A store that is down is asked again at the next beat."""
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                if await self._store.renew(self._run.name, self._worker_id, self._lease_s):
+                    continue
+                record = await self._store.get_run(self._run.name, None)
+            except Unavailable as error:
+                log.warning("%s: lease not renewed, the run store is unavailable: %s",
+                            self._run.name, error.message)
+                continue
+            except MeshError:  # the run was deleted or purged
+                return AttemptEnd.LOST
+            held = record.state is RunState.RUNNING and record.lease_owner == self._worker_id
+            return AttemptEnd.CANCELLED if held and record.cancel_requested else AttemptEnd.LOST
+
+    async def _finished(self, outcome: Outcome, writer: asyncio.Task) -> AttemptEnd:
+        """Stores the progress still queued, then the outcome (once)."""
+        self._writer.close()
+        try:
+            await writer
+        except LeaseLost:
+            return AttemptEnd.LOST
+        ended = await retrying(lambda: self._store.finish(
+            self._run.name, self._worker_id, outcome.state, outcome.response, outcome.error),
+            f"finish of {self._run.name}")
+        return AttemptEnd.FINISHED if ended else AttemptEnd.LOST
+
+    async def _cancel(self, writer: asyncio.Task) -> AttemptEnd:
+        """Ends a run whose cancellation was asked: its progress so far, then CANCELLED."""
+        self._writer.close()
+        with contextlib.suppress(LeaseLost):
+            await writer
+        ended = await retrying(lambda: self._store.finish(
+            self._run.name, self._worker_id, RunState.CANCELLED, None, None),
+            f"cancellation of {self._run.name}")
+        return AttemptEnd.CANCELLED if ended else AttemptEnd.LOST
+
+
+async def _cancelled(task: asyncio.Task) -> None:
+    """Cancels `task` and waits for it to end, whatever it raises."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" warning

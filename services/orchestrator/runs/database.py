@@ -1,0 +1,218 @@
+"""The run store's database: the engine for a SQLite or PostgreSQL URL, the start-up checks
+(a corrupt file, a newer schema, a database that is not a run store: StoreError, nothing written),
+the Alembic migration to the head revision, and transactions run on a thread pool.
+
+SQLite: one file (its folder created), WAL journal, writers serialised by BEGIN IMMEDIATE (several
+threads of one process; workers of several processes would contend for one lock). PostgreSQL
+(`postgresql://` or `postgresql+psycopg://`, psycopg 3): row locks, `FOR UPDATE SKIP LOCKED`
+for leases, so that replicas share the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+)
+
+from libs.errors import Unavailable
+from services.orchestrator.runs.model import StoreError
+
+T = TypeVar("T")
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+MIGRATION_LOCK = 0x6D63_7473_7275_6E73  # pg_advisory_xact_lock key ("mctsruns"), one migrator
+_IMMEDIATE = "run_store_immediate"
+
+
+def parse_url(url: str) -> URL:
+    """The SQLAlchemy URL of a run store URL: `sqlite:///path` (relative to the working
+    directory) or `postgresql://...` (driven by psycopg 3). Raises StoreError otherwise."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as error:
+        raise StoreError(f"run store URL {url!r} is not a database URL: {error}") from None
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg"):
+        return parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite") and parsed.database \
+            and parsed.database != ":memory:":
+        return parsed
+    raise StoreError(f"run store URL {_shown(parsed)} is not supported: use sqlite:///FILE or "
+                     "postgresql://USER@HOST/DB")
+
+
+def _shown(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+class Database:
+    """An engine and the thread pool its transactions run on. `write` and `read` run a function
+    of a Connection in one transaction (SQLite: writes take the write lock at BEGIN) and map a
+    lost or refused connection to Unavailable."""
+
+    def __init__(self, url: URL, *, pool_size: int = 8) -> None:
+        self.url = url
+        self.shown = _shown(url)
+        self.is_sqlite = url.get_backend_name() == "sqlite"
+        self.engine = _engine(url, pool_size)
+        self._pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="run-store")
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs fn(connection, *args) in a write transaction; one retry after a unique-key race
+        (an idempotent create that lost it finds the winner's row the second time)."""
+        return await self._run(self._transaction, True, fn, args)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs fn(connection, *args) in a read transaction."""
+        return await self._run(self._transaction, False, fn, args)
+
+    async def _run(self, target: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, target, *args)
+
+    def _transaction(self, immediate: bool, fn: Callable[..., T], args: tuple) -> T:
+        for attempt in (1, 2):
+            try:
+                with self.engine.connect() as connection:
+                    connection.execution_options(**{_IMMEDIATE: immediate})
+                    with connection.begin():
+                        return fn(connection, *args)
+            except IntegrityError:
+                if attempt == 2 or not immediate:
+                    raise
+            except (OperationalError, InterfaceError) as error:
+                raise Unavailable(f"run store {self.shown} unavailable: "
+                                  f"{_first_line(error)}") from error
+        raise AssertionError("unreachable")
+
+    def ping(self) -> None:
+        """Raises Unavailable unless the database answers a query."""
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except (OperationalError, InterfaceError, DatabaseError) as error:
+            raise Unavailable(f"run store {self.shown} unavailable: "
+                              f"{_first_line(error)}") from error
+
+    def close(self) -> None:
+        """Closes the pool's connections and threads."""
+        self._pool.shutdown(wait=True)
+        self.engine.dispose()
+
+
+def _first_line(error: Exception) -> str:
+    return str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+
+
+def _engine(url: URL, pool_size: int) -> Engine:
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
+                             connect_args={"connect_timeout": 5})
+    engine = create_engine(url, pool_size=pool_size, max_overflow=0,
+                           connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN (below)
+        dbapi_connection.execute("PRAGMA busy_timeout = 30000")
+        dbapi_connection.execute("PRAGMA journal_mode = WAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        immediate = connection.get_execution_options().get(_IMMEDIATE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def open_database(url: str, *, pool_size: int = 8) -> Database:
+    """Opens the database of `url` and migrates it to the head revision.
+
+    Raises StoreError naming the file or URL for an unsupported URL, a file that is not a SQLite
+    database or fails its integrity check, a database of a schema revision this code does not know
+    (newer), or one that holds other tables but no run store; nothing is written then. Raises
+    Unavailable when the server cannot be reached."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_file(Path(parsed.database))
+    database = Database(parsed, pool_size=pool_size)
+    try:
+        _migrate(database)
+    except BaseException:
+        database.close()
+        raise
+    return database
+
+
+def _check_sqlite_file(path: Path) -> None:
+    if path.exists():
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_MAGIC))
+        if head and head != SQLITE_MAGIC:
+            raise StoreError(f"run store file {path} is not a SQLite database (corrupt or "
+                             "another kind of file); left as it is")
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StoreError(f"cannot create the folder of run store file {path}: {error}") from None
+
+
+def _migrate(database: Database) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    script = ScriptDirectory.from_config(config)
+    known = {revision.revision for revision in script.walk_revisions()}
+    try:
+        with database.engine.connect() as connection:
+            connection.execution_options(**{_IMMEDIATE: True})
+            with connection.begin():
+                _check_existing(database, connection, known, script.get_current_head())
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+    except (OperationalError, InterfaceError) as error:
+        if database.is_sqlite:
+            raise StoreError(f"run store file {database.url.database} cannot be opened: "
+                             f"{_first_line(error)}") from error
+        raise Unavailable(f"run store {database.shown} unavailable: "
+                          f"{_first_line(error)}") from error
+    except DatabaseError as error:
+        raise StoreError(f"run store {database.shown} cannot be read (corrupt?): "
+                         f"{_first_line(error)}; left as it is") from error
+
+
+def _check_existing(database: Database, connection: Connection, known: set[str],
+                    head: str | None) -> None:
+    where = f"run store {database.shown}"
+    if database.is_sqlite:
+        verdict = connection.exec_driver_sql("PRAGMA quick_check").scalar()
+        if verdict != "ok":
+            raise StoreError(f"{where} fails SQLite's integrity check ({verdict}); left as it is")
+    else:
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+    tables = set(inspect(connection).get_table_names())
+    if "alembic_version" not in tables:
+        if tables:
+            raise StoreError(f"{where} holds tables ({', '.join(sorted(tables)[:5])}) but no "
+                             "run store schema; left as it is")
+        return
+    versions = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars()
+    for version in versions:
+        if version not in known:
+            raise StoreError(f"{where} has schema revision {version}, newer than this "
+                             f"orchestrator's ({head}); upgrade the orchestrator; left as it is")

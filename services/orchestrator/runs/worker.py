@@ -1,0 +1,137 @@
+"""The run workers of one orchestrator: `workers` tasks, each leasing a run from the store,
+executing it (`attempt.py`) and taking the next.
+
+A worker with nothing to lease waits until `wake()` (this process created a run) or `poll_s`
+seconds (runs created by other replicas, and leases that expired). A store that is down is asked
+again with exponential backoff; synchronous calls never wait on it. Each attempt is a trace span
+"run attempt" (a new trace per attempt) whose trace id the run lists (`Run.trace_ids`), so a
+run's attempts link to each other through the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+
+from opentelemetry import trace
+
+from libs.errors import MeshError, Unavailable
+from services.orchestrator.metrics import RUN_ATTEMPTS, RUN_LEASE_EXPIRIES, RUN_TIME_QUEUED
+from services.orchestrator.runs.attempt import BACKOFF_S, MAX_BACKOFF_S, Attempt, AttemptEnd
+from services.orchestrator.runs.execution import Executor
+from services.orchestrator.runs.model import RunRecord
+from services.orchestrator.runs.store import RunStore
+
+log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("mcts_mesh.orchestrator.runs")
+
+DEFAULT_POLL_S = 1.0
+"""An idle worker looks for runs of other replicas and expired leases this often."""
+
+
+class RunWorkers:
+    """`workers` concurrent run workers over `store` (see the module docstring).
+
+    Args:
+        store: the run store.
+        executor: executes a leased run (`api/run_execution.RunExecutor`).
+        workers: runs executed at once (ORCHESTRATOR_RUN_WORKERS); 0 starts none.
+        lease_s: a lease's length in seconds (ORCHESTRATOR_RUN_LEASE_S), renewed every third.
+        poll_s: an idle worker's period, in seconds.
+    """
+
+    def __init__(self, store: RunStore, executor: Executor, *, workers: int, lease_s: float,
+                 poll_s: float = DEFAULT_POLL_S) -> None:
+        if workers < 0 or lease_s <= 0 or poll_s <= 0:
+            raise ValueError("need workers >= 0, lease_s > 0 and poll_s > 0")
+        self._store = store
+        self._executor = executor
+        self._count = workers
+        self._lease_s = lease_s
+        self._poll_s = poll_s
+        self._prefix = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._wakeup = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self.ended: dict[AttemptEnd, int] = dict.fromkeys(AttemptEnd, 0)
+
+    def start(self) -> None:
+        """Starts the workers."""
+        self._tasks = [asyncio.create_task(self._work(f"{self._prefix}:{index}"),
+                                           name=f"run worker {index}")
+                       for index in range(self._count)]
+
+    async def stop(self) -> None:
+        """Stops the workers; the runs they held stay RUNNING until their leases expire, and
+        are then resumed by any worker from their last checkpoint."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def wake(self) -> None:
+        """A run was queued in this process: idle workers look at once."""
+        self._wakeup.set()
+
+    async def _work(self, worker_id: str) -> None:
+        delay = BACKOFF_S
+        while True:
+            try:
+                run = await self._store.lease(worker_id, self._lease_s)
+            except Unavailable as error:
+                log.warning("run worker %s: the run store is unavailable (%s); again in %.1f s",
+                            worker_id, error.message, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+                continue
+            delay = BACKOFF_S
+            if run is None:
+                await self._idle()
+                continue
+            await self._attempt(worker_id, run)
+
+    async def _idle(self) -> None:
+        wakeup = self._wakeup
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wakeup.wait(), self._poll_s)
+        if wakeup.is_set():
+            self._wakeup = asyncio.Event()  # one wake-up wakes every worker waiting on it
+
+    async def _attempt(self, worker_id: str, run: RunRecord) -> None:
+        if run.attempts == 1:
+            RUN_TIME_QUEUED.observe(max(0.0, time.time() - run.create_time))
+        else:
+            RUN_LEASE_EXPIRIES.labels("taken_over").inc()
+            log.info("%s: attempt %d resumes %s", run.name, run.attempts,
+                     "from its checkpoint" if run.checkpoint else "from the start")
+        with _tracer.start_as_current_span(
+                "run attempt", kind=trace.SpanKind.CONSUMER,
+                attributes={"mesh.run.name": run.name, "mesh.run.attempt": run.attempts,
+                            "mesh.run.kind": run.kind,
+                            "mesh.run.resumed": run.checkpoint is not None}) as span:
+            await self._record_trace(worker_id, run, span)
+            end = await Attempt(self._store, self._executor, worker_id, self._lease_s,
+                                run).run()
+            span.set_attribute("mesh.run.end", end.value)
+        self.ended[end] += 1
+        if end is AttemptEnd.LOST:
+            RUN_LEASE_EXPIRIES.labels("lost").inc()
+        elif end is not AttemptEnd.STOPPED:
+            RUN_ATTEMPTS.labels(end.value).observe(run.attempts)
+        if end is AttemptEnd.STOPPED:
+            raise asyncio.CancelledError
+
+    async def _record_trace(self, worker_id: str, run: RunRecord, span: trace.Span) -> None:
+        context = span.get_span_context()
+        if not context.is_valid:
+            return
+        try:
+            await self._store.record_trace(run.name, worker_id, format(context.trace_id, "032x"))
+        except MeshError as error:  # the attempt finds out at its first write or renewal
+            log.warning("%s: trace id not recorded: %s", run.name, error.message)

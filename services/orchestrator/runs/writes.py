@@ -1,0 +1,309 @@
+"""The run store's state machine: creating runs and batches, leases, checkpoints, events, ends,
+cancellation and deletion, as functions of a Connection inside one write transaction.
+
+Every state change writes its STATE_CHANGED event in the same transaction (per-run sequence, and
+per-batch sequence for a batch's runs), so a watcher never sees a state without its event. Rows
+are locked run first, then batch, everywhere, so that concurrent writers cannot deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, Row, delete, insert, select, update
+
+from libs.errors import FailedPrecondition, InvalidArgument
+from services.orchestrator.runs import paging, reads
+from services.orchestrator.runs.model import (
+    KINDS,
+    STATE_CHANGED,
+    LeaseLost,
+    RunRecord,
+    RunState,
+)
+from services.orchestrator.runs.schema import batch_events, batches, run_events, runs
+
+# (kind, payload, previous_state, state, attempt) of an event to append.
+Event = tuple[str, bytes, RunState | None, RunState | None, int]
+
+
+def check_kind(kind: str, field: str = "kind") -> None:
+    if kind not in KINDS:
+        raise InvalidArgument(field, f"{kind!r} is not one of {', '.join(KINDS)}")
+
+
+def create_run(connection: Connection, now: float, owner: str, kind: str, request: bytes,
+               request_id: str | None, batch: str | None) -> RunRecord:
+    """A new QUEUED run, or the run (owner, request_id) already created."""
+    check_kind(kind)
+    request_id = paging.check_request_id(request_id)
+    if request_id is not None:
+        existing = connection.execute(select(*reads.RUN_COLUMNS).where(
+            runs.c.owner == owner, runs.c.request_id == request_id)).first()
+        if existing is not None:
+            return reads.run_record(existing)
+    batch_id, index = None, 0
+    if batch is not None:
+        batch_id = paging.parse_name(batch, "batches", "batch")
+        row = reads.batch_row(connection, batch_id, owner, lock=True)
+        index = row.run_count
+        connection.execute(update(batches).where(batches.c.batch_id == batch_id)
+                           .values(run_count=index + 1, end_time=None))
+    run_id = paging.new_id()
+    connection.execute(insert(runs).values(_new_run(run_id, owner, kind, request, now, batch_id,
+                                                    index, request_id)))
+    return reads.run_record(reads.run_row(connection, run_id, None))
+
+
+def _new_run(run_id: str, owner: str, kind: str, request: bytes, now: float,
+             batch_id: str | None, index: int, request_id: str | None = None) -> dict:
+    return {"run_id": run_id, "owner": owner, "kind": kind, "request": request,
+            "request_id": request_id, "state": RunState.QUEUED.value, "attempts": 0,
+            "create_time": now, "update_time": now, "batch_id": batch_id, "batch_index": index,
+            "cancel_requested": False, "last_event_sequence": 0, "trace_ids": ""}
+
+
+def create_batch(connection: Connection, now: float, owner: str,
+                 items: Sequence[tuple[str, bytes]], request_id: str | None,
+                 display_name: str) -> str:
+    """The id of a new batch with one QUEUED run per item (all inserted here, in one
+    transaction), or of the batch (owner, request_id) already created. Limits are checked by
+    the caller."""
+    request_id = paging.check_request_id(request_id)
+    if request_id is not None:
+        existing = connection.execute(select(batches.c.batch_id).where(
+            batches.c.owner == owner, batches.c.request_id == request_id)).first()
+        if existing is not None:
+            return existing.batch_id
+    batch_id = paging.new_id()
+    connection.execute(insert(batches).values(
+        batch_id=batch_id, owner=owner, request_id=request_id, display_name=display_name,
+        create_time=now, run_count=len(items), cancel_requested=False, last_event_sequence=0))
+    rows = [_new_run(paging.new_id(), owner, kind, request, now, batch_id, index)
+            for index, (kind, request) in enumerate(items)]
+    for start in range(0, len(rows), 1000):
+        connection.execute(insert(runs), rows[start:start + 1000])
+    return batch_id
+
+
+def _append(connection: Connection, run_id: str, now: float, events: Sequence[Event]) -> list[int]:
+    """Appends events to the run (its row already locked): their gapless sequence numbers."""
+    last = connection.execute(
+        update(runs).where(runs.c.run_id == run_id)
+        .values(last_event_sequence=runs.c.last_event_sequence + len(events), update_time=now)
+        .returning(runs.c.last_event_sequence)).scalar_one()
+    first = last - len(events) + 1
+    connection.execute(insert(run_events), [
+        {"run_id": run_id, "sequence": first + i, "time": now, "kind": kind, "payload": payload,
+         "previous_state": previous and previous.value, "state": state and state.value,
+         "attempt": attempt}
+        for i, (kind, payload, previous, state, attempt) in enumerate(events)])
+    return list(range(first, last + 1))
+
+
+def _change_state(connection: Connection, row: Row, now: float, state: RunState, *,
+                  error: bytes | None = None, attempt: int | None = None, **values: object) -> None:
+    """Moves the run of `row` (locked) to `state` with the other column `values`, and writes the
+    STATE_CHANGED event to the run and, for a batch's run, to the batch (ending the batch when
+    this was its last unfinished run)."""
+    attempt = row.attempts if attempt is None else attempt
+    values.update(state=state.value, update_time=now, error=error)
+    if state.finished:
+        values["end_time"] = now
+    connection.execute(update(runs).where(runs.c.run_id == row.run_id).values(**values))
+    event: Event = (STATE_CHANGED, error or b"", RunState(row.state), state, attempt)
+    _append(connection, row.run_id, now, [event])
+    if row.batch_id is None:
+        return
+    sequence = connection.execute(
+        update(batches).where(batches.c.batch_id == row.batch_id)
+        .values(last_event_sequence=batches.c.last_event_sequence + 1)
+        .returning(batches.c.last_event_sequence)).scalar_one()
+    connection.execute(insert(batch_events).values(
+        batch_id=row.batch_id, sequence=sequence, run_id=row.run_id, time=now,
+        kind=STATE_CHANGED, payload=error or b"", previous_state=row.state, state=state.value,
+        attempt=attempt))
+    if state.finished and connection.execute(
+            select(runs.c.id).where(runs.c.batch_id == row.batch_id,
+                                    runs.c.state.in_([RunState.QUEUED.value,
+                                                      RunState.RUNNING.value])).limit(1)
+    ).first() is None:
+        connection.execute(update(batches).where(batches.c.batch_id == row.batch_id)
+                           .values(end_time=now))
+
+
+def lease(connection: Connection, now: float, worker_id: str,
+          lease_s: float) -> RunRecord | None:
+    """Leases the oldest run whose lease expired, else the oldest QUEUED one (PostgreSQL: rows
+    other transactions hold are skipped): RUNNING, attempts + 1, lease to `worker_id` until
+    now + lease_s; the record carries its checkpoint. A candidate whose cancellation was asked
+    is cancelled instead. None when no run is waiting."""
+    while True:
+        row = _lease_candidate(connection, now)
+        if row is None:
+            return None
+        if row.cancel_requested:
+            _change_state(connection, row, now, RunState.CANCELLED, lease_owner=None,
+                          lease_expires=None)
+            continue
+        _change_state(connection, row, now, RunState.RUNNING, attempt=row.attempts + 1,
+                      attempts=row.attempts + 1, start_time=row.start_time or now,
+                      lease_owner=worker_id, lease_expires=now + lease_s)
+        checkpoint = connection.execute(
+            select(runs.c.checkpoint).where(runs.c.run_id == row.run_id)).scalar_one()
+        return reads.run_record(reads.run_row(connection, row.run_id, None), checkpoint)
+
+
+def _lease_candidate(connection: Connection, now: float) -> Row | None:
+    expired = select(*reads.RUN_COLUMNS).where(
+        runs.c.state == RunState.RUNNING.value, runs.c.lease_expires < now)
+    queued = select(*reads.RUN_COLUMNS).where(runs.c.state == RunState.QUEUED.value)
+    for query in (expired, queued):
+        row = connection.execute(
+            query.order_by(runs.c.id).limit(1).with_for_update(skip_locked=True)).first()
+        if row is not None:
+            return row
+    return None
+
+
+def _held(connection: Connection, name: str, worker_id: str) -> Row | None:
+    """The run's row, locked, when `worker_id` holds its lease and it is RUNNING; else None."""
+    row = reads.run_row(connection, paging.parse_name(name, "runs"), None, lock=True)
+    if row.state != RunState.RUNNING.value or row.lease_owner != worker_id:
+        return None
+    return row
+
+
+def renew(connection: Connection, now: float, name: str, worker_id: str, lease_s: float) -> bool:
+    """Extends the lease to now + lease_s: True; False when the worker lost it or cancellation
+    was asked (the lease is kept then, for the worker to finish the run CANCELLED)."""
+    row = _held(connection, name, worker_id)
+    if row is None or row.cancel_requested:
+        return False
+    connection.execute(update(runs).where(runs.c.run_id == row.run_id)
+                       .values(lease_expires=now + lease_s))
+    return True
+
+
+def checkpoint(connection: Connection, now: float, name: str, worker_id: str,
+               state: bytes) -> None:
+    """Stores the run's checkpoint; LeaseLost when the worker no longer holds the run."""
+    row = _held(connection, name, worker_id)
+    if row is None:
+        raise LeaseLost(f"{name}: lease lost; stop working on it")
+    connection.execute(update(runs).where(runs.c.run_id == row.run_id)
+                       .values(checkpoint=state, update_time=now))
+
+
+def record_trace(connection: Connection, name: str, worker_id: str, trace_id: str) -> None:
+    """Adds the attempt's trace id to the run; LeaseLost when the worker no longer holds it."""
+    row = _held(connection, name, worker_id)
+    if row is None:
+        raise LeaseLost(f"{name}: lease lost; stop working on it")
+    ids = " ".join([*row.trace_ids.split(), trace_id.strip()])
+    connection.execute(update(runs).where(runs.c.run_id == row.run_id).values(trace_ids=ids))
+
+
+def append_events(connection: Connection, now: float, name: str, worker_id: str | None,
+                  events: Sequence[tuple[str, bytes]]) -> list[int]:
+    """Appends worker events (kind, payload) to the run: their sequence numbers. With a
+    `worker_id`, LeaseLost unless it holds the run."""
+    if not events:
+        return []
+    if worker_id is None:
+        row = reads.run_row(connection, paging.parse_name(name, "runs"), None, lock=True)
+    elif (row := _held(connection, name, worker_id)) is None:
+        raise LeaseLost(f"{name}: lease lost; stop working on it")
+    for kind, _ in events:
+        if kind == STATE_CHANGED:
+            raise ValueError(f"{STATE_CHANGED} events are the store's own")
+    return _append(connection, row.run_id, now,
+                   [(kind, payload, None, None, row.attempts) for kind, payload in events])
+
+
+def finish(connection: Connection, now: float, name: str, worker_id: str, state: RunState,
+           response: bytes | None, error: bytes | None) -> bool:
+    """Ends the run in `state` (SUCCEEDED with its response, FAILED with its error, CANCELLED):
+    True; False, changing nothing, when the worker no longer holds it (so no run ends twice)."""
+    if not state.finished:
+        raise ValueError(f"finish needs an end state, not {state.name}")
+    row = _held(connection, name, worker_id)
+    if row is None:
+        return False
+    _change_state(connection, row, now, state, error=error, response=response,
+                  lease_owner=None, lease_expires=None)
+    return True
+
+
+def cancel_run(connection: Connection, now: float, name: str, owner: str | None) -> RunRecord:
+    """QUEUED (or RUNNING with an expired lease: its worker is gone) -> CANCELLED at once; RUNNING
+    -> cancel_requested, its worker stops at its next renewal. FailedPrecondition when ended."""
+    row = reads.run_row(connection, paging.parse_name(name, "runs"), owner, lock=True)
+    _cancel(connection, now, row)
+    return reads.run_record(reads.run_row(connection, row.run_id, None))
+
+
+def _cancel(connection: Connection, now: float, row: Row) -> None:
+    state = RunState(row.state)
+    if state.finished:
+        raise FailedPrecondition(f"runs/{row.run_id} has already ended ({state.name})")
+    abandoned = state is RunState.RUNNING and (row.lease_expires or 0) < now
+    if state is RunState.QUEUED or abandoned:
+        _change_state(connection, row, now, RunState.CANCELLED, lease_owner=None,
+                      lease_expires=None)
+    elif not row.cancel_requested:
+        connection.execute(update(runs).where(runs.c.run_id == row.run_id)
+                           .values(cancel_requested=True, update_time=now))
+
+
+def cancel_batch(connection: Connection, now: float, name: str, owner: str | None) -> None:
+    """Cancels every unfinished run of the batch as cancel_run does; FailedPrecondition when all
+    have ended."""
+    batch_id = paging.parse_name(name, "batches")
+    reads.batch_row(connection, batch_id, owner)  # NotFound first
+    rows = connection.execute(
+        select(*reads.RUN_COLUMNS).where(
+            runs.c.batch_id == batch_id,
+            runs.c.state.in_([RunState.QUEUED.value, RunState.RUNNING.value]))
+        .order_by(runs.c.id).with_for_update()).all()
+    if not rows:
+        raise FailedPrecondition(f"{name}: every run has already ended")
+    for row in rows:
+        _cancel(connection, now, row)
+    connection.execute(update(batches).where(batches.c.batch_id == batch_id)
+                       .values(cancel_requested=True))
+
+
+def delete_run(connection: Connection, name: str, owner: str | None) -> None:
+    """Deletes an ended run that is not part of a batch, with its events; FailedPrecondition
+    otherwise."""
+    row = reads.run_row(connection, paging.parse_name(name, "runs"), owner, lock=True)
+    if not RunState(row.state).finished:
+        raise FailedPrecondition(f"{name} is {row.state}: cancel it first")
+    if row.batch_id is not None:
+        raise FailedPrecondition(f"{name} belongs to batches/{row.batch_id}: a batch's runs stay "
+                                 "with it until the retention purges both")
+    connection.execute(delete(run_events).where(run_events.c.run_id == row.run_id))
+    connection.execute(delete(runs).where(runs.c.run_id == row.run_id))
+
+
+def purge_finished(connection: Connection, cutoff: float) -> int:
+    """Deletes runs (and their events) that ended before `cutoff`, and batches whose last run
+    ended before it with all their runs; a batch's runs go only with their batch. Returns the
+    number of runs deleted."""
+    alone = connection.execute(select(runs.c.run_id).where(
+        runs.c.batch_id.is_(None), runs.c.end_time < cutoff)).scalars().all()
+    old = connection.execute(select(batches.c.batch_id).where(
+        batches.c.end_time < cutoff)).scalars().all()
+    in_batches = connection.execute(select(runs.c.run_id).where(
+        runs.c.batch_id.in_(old))).scalars().all() if old else []
+    run_ids = [*alone, *in_batches]
+    for start in range(0, len(run_ids), 500):
+        chunk = run_ids[start:start + 500]
+        connection.execute(delete(run_events).where(run_events.c.run_id.in_(chunk)))
+        connection.execute(delete(runs).where(runs.c.run_id.in_(chunk)))
+    for start in range(0, len(old), 500):
+        chunk = old[start:start + 500]
+        connection.execute(delete(batch_events).where(batch_events.c.batch_id.in_(chunk)))
+        connection.execute(delete(batches).where(batches.c.batch_id.in_(chunk)))
+    return len(run_ids)
