@@ -185,7 +185,8 @@ class RunServiceServicer:
         """Deletes a run that has ended, with its events (AIP-135).
         Errors: INVALID_ARGUMENT ("name"); NOT_FOUND for an unknown run or
         another key's; FAILED_PRECONDITION for a run still QUEUED or RUNNING
-        (cancel it first).
+        (cancel it first) or for a batch's run (kept with its batch until the
+        retention deletes both).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
