@@ -52,7 +52,8 @@ def external_search(message: pb.ExternalSearchSettings, settings: MctsSettings) 
     else:
         raise InvalidArgument("settings.rule", "must be SELECTION_RULE_PUCT or "
                                                "SELECTION_RULE_GUMBEL")
-    reject_ignored_batched_options(message, message.rule or pb.SELECTION_RULE_PUCT, "settings.")
+    reject_ignored_batched_options(message, message.rule or pb.SELECTION_RULE_PUCT, "settings.",
+                                   "c_puct")
     players = optional_int(message, "players", "settings.players", 2, 1, 2)
     return BatchedSearch(message.num_actions, message.simulations,
                          _external_config(message, rule, settings), players=players)

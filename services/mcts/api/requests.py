@@ -212,15 +212,18 @@ def _is_set(message, name: str) -> bool:
     return bool(getattr(message, name))
 
 
-def reject_ignored_batched_options(message, rule: int, prefix: str = "") -> None:
+def reject_ignored_batched_options(message, rule: int, prefix: str = "",
+                                   c_puct: str = "exploration") -> None:
     """Refuses the root-noise, Gumbel and temperature options that `rule` would ignore, naming
     the field (`prefix` + name). Shared by Search (`rule` as requested) and SearchExternal
-    (`rule` SELECTION_RULE_PUCT when unset, `prefix` "settings.").
+    (`rule` SELECTION_RULE_PUCT when unset, `prefix` "settings.", `c_puct` "c_puct": the field
+    holding c_puct).
 
     Raises:
         InvalidArgument: "dirichlet_alpha" or "dirichlet_epsilon" set without PUCT;
             "gumbel_num_considered" set with UCT or PUCT; "temperature" set with Gumbel (its move
-            is the sequential-halving winner); "dirichlet_epsilon" without "dirichlet_alpha".
+            is the sequential-halving winner); `c_puct` set with Gumbel (its selection uses
+            completed Q-values, not PUCT); "dirichlet_epsilon" without "dirichlet_alpha".
     """
     for name in PUCT_ONLY if rule != pb.SELECTION_RULE_PUCT else ():
         if _is_set(message, name):
@@ -228,6 +231,9 @@ def reject_ignored_batched_options(message, rule: int, prefix: str = "") -> None
     if rule == pb.SELECTION_RULE_PUCT and _is_set(message, "gumbel_num_considered"):
         raise InvalidArgument(prefix + "gumbel_num_considered",
                               "applies to SELECTION_RULE_GUMBEL only")
+    if rule == pb.SELECTION_RULE_GUMBEL and _is_set(message, c_puct):
+        raise InvalidArgument(prefix + c_puct, "does not apply to SELECTION_RULE_GUMBEL (it "
+                                               "selects by completed Q-values, not PUCT)")
     if rule == pb.SELECTION_RULE_GUMBEL and _is_set(message, "temperature"):
         raise InvalidArgument(prefix + "temperature", "does not apply to SELECTION_RULE_GUMBEL "
                                                       "(it plays the sequential-halving winner)")

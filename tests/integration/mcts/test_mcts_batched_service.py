@@ -80,8 +80,9 @@ async def test_puct_and_gumbel_with_rollouts_find_the_immediate_win(mcts, rule):
     stub = await mcts()
     # Gumbel samples (its Gumbel noise can outweigh a small q gap at 400 simulations); seed 0
     # is one whose draw lets the win through, and the search is deterministic for a seed.
+    # exploration is c_puct, which Gumbel does not use (refused with it).
     request = search_request("112233", rule=rule, simulations=400, batch_size=8, seed=0,
-                             exploration=2.0)
+                             **({"exploration": 2.0} if rule == PUCT else {}))
     reply = await stub.Search(request, timeout=60)
     assert reply.best_action == 4
     stats = reply.statistics
@@ -104,6 +105,7 @@ async def test_bad_batched_requests_name_the_field(mcts):
         (dict(rule=PUCT, threads=2), "threads"),
         (dict(rule=GUMBEL, gumbel_num_considered=0), "gumbel_num_considered"),
         (dict(rule=PUCT, gumbel_num_considered=4), "gumbel_num_considered"),
+        (dict(rule=GUMBEL, exploration=2.0), "exploration"),
         (dict(rule=9), "rule"),
         (dict(rule=PUCT, evaluator=7), "evaluator"),
     ]
@@ -265,6 +267,8 @@ async def test_bad_settings_are_invalid_argument(mcts):
          "settings.temperature"),
         (external_settings(num_actions=3, simulations=5, dirichlet_epsilon=0.5),
          "settings.dirichlet_epsilon"),
+        (external_settings(num_actions=3, simulations=5, rule=GUMBEL, c_puct=2.0),
+         "settings.c_puct"),
         (mcts_service_pb2.SearchExternalRequest(
             evaluations=mcts_service_pb2.LeafEvaluations(batch_id=0)), "settings"),
     ]

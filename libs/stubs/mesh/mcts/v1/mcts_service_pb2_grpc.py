@@ -52,15 +52,31 @@ class MctsServiceServicer:
     """
 
     def Search(self, request, context):
-        """Runs a search from a position and returns the best action with the
+        """Runs a search from a position and returns the move played with the
         search statistics: UCT with random rollouts, or (rule PUCT / GUMBEL)
         a batched search whose leaves are evaluated by rollouts or by the neural
         service's network, one EvaluatePositions call per batch.
-        Errors: INVALID_ARGUMENT for an unknown game, a malformed or illegal
-        position, a finished game, simulations outside 1..10,000,000, or an
-        option out of range (naming the field); DEADLINE_EXCEEDED when the
-        caller's deadline ends before the search; NOT_FOUND for an unknown neural
-        model; UNAVAILABLE when the neural service cannot be reached.
+        With a deadline the search stops MCTS_DEADLINE_MARGIN_S (0.05 s) before
+        it and returns what it has: statistics.simulations may then be below the
+        request's. UCT searches wait for one of MCTS_SEARCH_SLOTS threads (the
+        earliest deadline first); threads are capped at MCTS_MAX_THREADS; every
+        tree holds at most MCTS_MAX_TREE_NODES nodes (2,000,000 by default; a
+        full tree keeps simulating from its leaves and sets tree_full).
+        Errors (each INVALID_ARGUMENT names its field in a BadRequest detail):
+        INVALID_ARGUMENT for `game` not GAME_CONNECT_FOUR; `connect_four.moves`
+        malformed, illegal or a finished game; `simulations` outside
+        1..10,000,000; `exploration`, `virtual_loss` or `temperature` negative or
+        not finite; `threads` outside 1..64 (or above 1 with PUCT / Gumbel);
+        `batch_size` outside 1..1,024; `gumbel_num_considered` outside 1..127;
+        `widening_k`, `rave_k` or `dirichlet_alpha` not finite and > 0;
+        `widening_alpha` or `dirichlet_epsilon` outside [0, 1]; `rule`,
+        `evaluator` or `parallelism` not a value of their enum; `model` not a
+        model name (letters, digits, '.', '_', '-', at most 100); and an option
+        the rule would ignore (the field says which rule it needs: see each
+        field). DEADLINE_EXCEEDED when the deadline leaves too little time for
+        one simulation; NOT_FOUND for an unknown neural model; UNAVAILABLE when
+        the neural service cannot be reached (each EvaluatePositions call has
+        MCTS_NEURAL_TIMEOUT_S, 10 s, or the time left if less).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -70,15 +86,25 @@ class MctsServiceServicer:
         """Searches a problem the caller evaluates: the first request carries the
         settings, the service then streams batches of leaves (each leaf's action
         path from the root, the first batch the root alone) and the caller
-        answers each batch with priors, values and terminal flags; the last
-        response carries the result. Errors: INVALID_ARGUMENT for settings out of
-        range, a first request without settings, or a malformed reply (wrong
-        batch_id, leaf count or priors length, a value outside [-1, 1] or not
-        finite, a negative or non-finite prior, all-zero priors on a non-terminal
-        leaf), naming the field; DEADLINE_EXCEEDED when the caller's deadline (or,
-        without one, the service's reply timeout) passes while the service waits
-        for a reply: a caller that stops answering ends the search, no partial
-        result is sent.
+        answers each batch with priors, values and terminal flags, one
+        LeafEvaluations per LeafBatch, before the next batch is sent; the last
+        response carries the result and the service then ends the stream.
+        Reply timeout: without a deadline on the call, the service waits at most
+        MCTS_EXTERNAL_REPLY_TIMEOUT_S (60 s by default) for each message of the
+        caller, the settings included (a stream that never sends them ends after
+        it too); once the caller sets a deadline, the deadline alone applies.
+        Errors (each INVALID_ARGUMENT names its field in a BadRequest detail):
+        INVALID_ARGUMENT for a first request without settings (`settings`); a
+        setting out of range or one the rule would ignore
+        (`settings.<field>`: see ExternalSearchSettings); a second settings
+        message, or a half-close (the stream's end) before the result
+        (`evaluations`); a malformed reply: `evaluations.batch_id` not the
+        waiting batch's, `evaluations.leaves` of the wrong count,
+        `evaluations.leaves[i].priors` of the wrong length, negative, not finite,
+        or all zero on a non-terminal leaf, `evaluations.leaves[i].value` outside
+        [-1, 1] or not finite. DEADLINE_EXCEEDED when the deadline (or, without
+        one, the reply timeout) passes while the service waits for the caller.
+        Any error ends the search; no partial result is sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
