@@ -57,14 +57,33 @@ def register(sub) -> None:
     mcp.add_argument("--port-file", default=None, help="http: write the bound port as JSON here")
     mcp.set_defaults(func=cmd_mcp)
 
-    serve = sub.add_parser("serve", help="run one service (its settings come from the environment)")
+    serve = sub.add_parser("serve", help="run one service (its settings come from the environment)",
+                           epilog=SERVE_EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("service", choices=sorted(SERVICE_ENTRY))
+    serve.add_argument("--host", default=None,
+                       help="address the gRPC (and REST) server binds (default: <SERVICE>_HOST, "
+                            "else 127.0.0.1; 0.0.0.0 listens on every interface)")
+    serve.add_argument("--port", type=int, default=None,
+                       help="gRPC port (default: <SERVICE>_PORT, else orchestrator 50051, mcts "
+                            "50052, neural 50053, retrieval 50054, llm 50055; 0: a free one)")
     serve.add_argument("--port-file", default=None,
                        help="write the bound ports as JSON here once SERVING")
     serve.add_argument("--log-format", choices=["json", "text"], default=None,
                        help="log lines: JSON objects or plain text (default: the *_LOG_FORMAT "
                             "setting, json)")
     serve.set_defaults(func=cmd_serve)
+
+
+SERVE_EPILOG = """\
+Every setting of a service is an environment variable named after the service:
+<SERVICE>_<SETTING> in capitals, e.g. MCTS_HOST, MCTS_PORT, MCTS_METRICS_PORT,
+ORCHESTRATOR_REST_PORT (8080; -1 turns REST off). --host and --port override
+<SERVICE>_HOST and <SERVICE>_PORT. Example:
+  MCTS_HOST=0.0.0.0 MCTS_PORT=6000 mcts-mesh serve mcts
+  mcts-mesh serve mcts --host 0.0.0.0 --port 6000
+"""
+"""`serve --help`'s closing text: where a service's address and its other settings come from."""
 
 
 def _add_restart_arguments(up: argparse.ArgumentParser) -> None:
@@ -122,7 +141,9 @@ def cmd_serve(args) -> int:
     try:
         settings_cls = load(SERVICE_ENTRY[args.service][0])
         main_module = load(SERVICE_ENTRY[args.service][1])
-        overrides = {"log_format": args.log_format} if args.log_format else {}
+        overrides = {name: value for name, value in (("log_format", args.log_format),
+                                                     ("host", args.host), ("port", args.port))
+                     if value is not None}
         main_module.main(settings_cls(**overrides), on_listening=on_listening)
     except Exception as error:
         if listening:
