@@ -14,10 +14,12 @@ default_ulimits = ["nofile=1024:$(ulimit -Hn)", "nproc=4096:4096"]
 CONF
 
 # crun refuses a hybrid layout whose cgroup v2 hierarchy holds controllers: give each of them
-# (hugetlb, here) its own v1 hierarchy.
+# (hugetlb, here) its own v1 hierarchy. Mounting a controller as v1 takes it off the v2 hierarchy.
+# (`[ -s ]` cannot test this file: cgroup files report a size of 0 whatever they hold.)
 unified=/sys/fs/cgroup/unified/cgroup.controllers
-if [ -s "$unified" ]; then
-  for controller in $(cat "$unified"); do
+controllers=$( [ -r "$unified" ] && cat "$unified" || true)
+if [ -n "$controllers" ]; then
+  for controller in $controllers; do
     mkdir -p "/sys/fs/cgroup/$controller"
     mountpoint -q "/sys/fs/cgroup/$controller" \
       || mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller"

@@ -6,25 +6,35 @@ critical section). The lock word is one int64 slot of an array, 0 free and 1 hel
 
 Waiting is "test and test-and-set" (Rudolph & Segall 1984): a waiter reads the word with relaxed
 atomic loads until it looks free and only then tries the exchange, and after SPINS_BEFORE_YIELD
-failed reads it calls `sched_yield` (libc, through ctypes, which numba calls directly), so that a
-holder preempted on a busy machine gets the core back instead of being starved by spinners.
+failed reads it calls libc's `sched_yield` (declared by name, so no process address is baked into
+the compiled code and the kernels that take the lock can be cached on disk), so that a holder
+preempted on a busy machine gets the core back instead of being starved by spinners.
 """
 
 from __future__ import annotations
 
-import ctypes
-
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from services.mcts.native.atomics import exchange_acquire, load_relaxed, store_release
 
 SPINS_BEFORE_YIELD = 64
 """Relaxed reads of a held lock before the waiter yields its core."""
 
-_libc = ctypes.CDLL(None)
-_sched_yield = _libc.sched_yield
-_sched_yield.restype = ctypes.c_int
-_sched_yield.argtypes = []
+
+@intrinsic
+def _sched_yield(typingctx):
+    """libc's `int sched_yield(void)`, called by its symbol (resolved in the process at link
+    time)."""
+
+    def codegen(context, builder, signature, args):
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
+        return builder.call(function, [])
+
+    return types.int32(), codegen
 
 
 @njit(nogil=True, inline="always")

@@ -25,6 +25,7 @@ from services.mcts.core.selection import (
     widened_children,
 )
 from services.mcts.core.tree import UNEXPANDED
+from services.mcts.native import kernel_cache
 from services.mcts.native.cycle_clock import read_cycles
 from services.mcts.native.prefetch import prefetch
 from services.mcts.native.simd import LANES, ucb1_lanes
@@ -401,9 +402,9 @@ def clear_seen(seen):
 
 
 # No reference counting (`_nrt=False`): every array comes from the caller, and the atomic reference
-# counts of the arrays passed to the inlined functions would take a third of the time. Not cached:
-# numba's cache never matches a kernel typed by function arguments in a new process (see
-# docs/services/mcts.md), it would only pile up files.
+# counts of the arrays passed to the inlined functions would take a third of the time. Cached on
+# disk by `kernel_cache` (numba's own cache never matches a kernel typed by function arguments in
+# a new process; see docs/services/mcts.md).
 # Numpy's error model: the only divisions are by counts checked to be nonzero, and the Python
 # model's zero checks would add a branch to each of them.
 @njit(nogil=True, _nrt=False, error_model="numpy")
@@ -455,3 +456,6 @@ def run_simulations(nodes, options, scratch, game, root_state, simulations, samp
     work[EXPAND] += expanded_nodes
     work[ROLLOUT] += rollout_plies
     work[BACKUP] += backup_steps
+
+
+kernel_cache.enable(run_simulations)

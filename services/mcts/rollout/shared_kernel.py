@@ -10,6 +10,7 @@ from __future__ import annotations
 from numba import njit
 
 from services.mcts.core.tree import UNEXPANDED
+from services.mcts.native import kernel_cache
 from services.mcts.native.atomics import (
     compare_exchange,
     fetch_add,
@@ -307,3 +308,7 @@ def run_shared_simulations(nodes, table, shared, options, scratch, game, root_st
         if sampled:
             cycles[BACKUP] += read_cycles() - started
             cycles[TIMED] += 1
+
+
+# Cached on disk as `run_simulations` is (see `kernel_cache`).
+kernel_cache.enable(run_shared_simulations)
