@@ -107,6 +107,9 @@ def test_services_have_grpc_probes_that_restart_a_wedged_pod(repo_root):
         # (libs.server.LIVENESS); readiness the overall status.
         assert liveness["grpc"]["service"] == LIVENESS
         assert "service" not in container["readinessProbe"]["grpc"]
+        # Nor does the startup probe restart a process whose dependency is away (retrieval
+        # without Qdrant stays up, NOT_SERVING, until Qdrant answers).
+        assert container["startupProbe"]["grpc"]["service"] == LIVENESS, name
         # A pod that stops answering its health check is restarted within about a minute.
         assert liveness["timeoutSeconds"] >= 1 and liveness["failureThreshold"] >= 1
         assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 120
