@@ -2,10 +2,10 @@
 (a corrupt file, a newer schema, a database that is not a run store: StoreError, nothing written),
 the Alembic migration to the head revision, and transactions run on a thread pool.
 
-SQLite: one file (its folder created), WAL journal, writers serialised by BEGIN IMMEDIATE (several
-threads of one process; workers of several processes would contend for one lock). PostgreSQL
-(`postgresql://` or `postgresql+psycopg://`, psycopg 3): row locks, `FOR UPDATE SKIP LOCKED`
-for leases, so that replicas share the queue.
+SQLite: one file (its folder created), WAL journal (persistent, set once checked), writers
+serialised by BEGIN IMMEDIATE (several threads of one process; workers of several processes would
+contend for one lock). PostgreSQL (`postgresql://` or `postgresql+psycopg://`, psycopg 3): row
+locks, `FOR UPDATE SKIP LOCKED` for leases, so that replicas share the queue.
 """
 
 from __future__ import annotations
@@ -130,7 +130,6 @@ def _engine(url: URL, pool_size: int) -> Engine:
     def _connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN (below)
         dbapi_connection.execute("PRAGMA busy_timeout = 30000")
-        dbapi_connection.execute("PRAGMA journal_mode = WAL")
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
@@ -153,6 +152,12 @@ def open_database(url: str, *, pool_size: int = 8) -> Database:
     database = Database(parsed, pool_size=pool_size)
     try:
         _migrate(database)
+        if database.is_sqlite:  # after the checks: it rewrites the file's header
+            raw = database.engine.raw_connection()  # no BEGIN: not inside a transaction
+            try:
+                raw.driver_connection.execute("PRAGMA journal_mode = WAL")
+            finally:
+                raw.close()
     except BaseException:
         database.close()
         raise
