@@ -5,7 +5,7 @@ BUF    := $(VENV)/bin/buf
 STAMP  := $(VENV)/.installed
 EMBEDDER := var/embedder/all-MiniLM-L6-v2-int8.onnx
 
-.PHONY: setup gen lint run test bench bench-quick check-stubs breaking clean
+.PHONY: setup gen lint run test bench bench-quick check-stubs breaking clean docs docs-serve docs-gen
 
 # A virtual environment with every dependency at the version in requirements.lock, the project
 # installed editable, and the stubs generated.
@@ -63,5 +63,16 @@ bench: setup
 bench-quick: setup
 	$(PY) bench/suite.py --quick
 
+# The documentation site from docs/ (MkDocs Material; warnings fail the build) into site/, and
+# the reference pages generated from the code (tests/contract/test_docs_reference.py checks them).
+docs-gen: setup
+	$(PY) scripts/gen_docs.py
+
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: setup
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache site

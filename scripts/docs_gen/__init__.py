@@ -1,0 +1,1 @@
+"""The generators behind `scripts/gen_docs.py`: one module per reference page."""
