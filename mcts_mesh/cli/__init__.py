@@ -13,14 +13,14 @@ import os
 import sys
 
 from libs.data import MissingDataset
-from mcts_mesh.cli import keys, models, puzzles, query, serve, solve, train
+from mcts_mesh.cli import keys, models, puzzles, query, runs, serve, solve, train
 from mcts_mesh.cli.common import DEFAULT_TARGET
 from mcts_mesh.client import API_KEY_ENV
 
-COMMAND_GROUPS = (serve, solve, query, train, puzzles, keys, models)
+COMMAND_GROUPS = (serve, solve, runs, query, train, puzzles, keys, models)
 """The modules that add the commands, each by its `register(subparsers)`, in the order `--help`
-lists them: up, mcp, serve; solve, eval; ingest, query; train, selfplay-actor, plot-history;
-puzzles; keys; models."""
+lists them: up, mcp, serve; solve, eval; runs; ingest, query; train, selfplay-actor,
+plot-history; puzzles; keys; models."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,6 +44,9 @@ def register(sub) -> None:
     evaluate.add_argument("--simulations", type=int, default=None)
     evaluate.add_argument("--seed", type=int, default=0)
     evaluate.add_argument("--json", action="store_true")
+    evaluate.add_argument("--batch", action="store_true",
+                          help="connect4: submit the file as one batch of durable runs and score "
+                               "its results (see `runs`)")
     evaluate.set_defaults(func=cmd_eval)
 
 
@@ -136,6 +139,8 @@ def cmd_eval(args) -> int:
     """
     from libs.connect4.pons import read_pons
 
+    if args.batch and args.game != "connect4":
+        raise SystemExit(f"--batch: only connect4 is evaluated as a batch, not {args.game}")
     if args.game in ("sudoku", "maze"):
         channel, orchestrator = stub(args.target, args.api_key)
         try:
@@ -144,6 +149,8 @@ def cmd_eval(args) -> int:
         finally:
             channel.close()
     rows = read_pons(Path(args.file), args.limit)
+    if args.batch:
+        return _eval_batch(args, rows)
     channel, orchestrator = stub(args.target, args.api_key)
     latencies: list[float] = []
     rates: list[float] = []
@@ -188,6 +195,43 @@ def _eval_positions(orchestrator, args, rows, progress, latencies: list[float],
             print(json.dumps(record), flush=True)
         progress(index, f"kept {kept} ({kept / index:.1%})")
     return kept
+
+
+def _eval_batch(args, rows) -> int:
+    """`eval connect4 FILE --batch`: the positions as one batch of runs (`runs.run_batch`), each
+    run's answer judged as `_eval_positions` judges a call's; a run's latency is its execution
+    (start to end). A run that failed keeps nothing and is printed with its error."""
+    from libs.connect4.outcome import keeps_outcome
+    from mcts_mesh.cli.runs import run_batch
+
+    try:
+        runs = run_batch(args, [_solve_request(moves, args) for moves, _ in rows],
+                         Path(args.file).name)
+    except grpc.RpcError as error:
+        return fail(error)
+    if len(runs) != len(rows):
+        raise SystemExit(f"eval --batch: the batch lists {len(runs)} runs for {len(rows)} "
+                         "positions")
+    kept, latencies, rates = 0, [], []
+    for run, (moves, score) in zip(runs, rows, strict=True):
+        if not run.HasField("solve_response"):
+            record = {"moves": moves, "score": score, "keeps_outcome": False, "run": run.name,
+                      "error": run.error.message or "the run did not succeed"}
+        else:
+            latency_ms = (run.end_time.ToNanoseconds() - run.start_time.ToNanoseconds()) / 1e6
+            record = _answer_record(moves, run.solve_response, latency_ms)
+            record.update(score=score, run=run.name,
+                          keeps_outcome=bool(keeps_outcome(moves, record["move"], score)))
+            latencies.append(latency_ms)
+            if record["simulations_per_second"]:
+                rates.append(record["simulations_per_second"])
+        kept += record["keeps_outcome"]
+        if args.json:
+            print(json.dumps(record), flush=True)
+        elif "error" in record:
+            print(f"  {moves}: {run.name} failed: {record['error']}")
+    _print_summary(args, rows, kept, latencies, rates)
+    return 0
 
 
 def _print_summary(args, rows, kept: int, latencies: list[float], rates: list[float]) -> None:

@@ -20,7 +20,7 @@ MCTS_MESH = ROOT / "mcts_mesh"
 CLI = MCTS_MESH / "cli"
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 500
-COMMAND_GROUPS = {"serve", "solve", "puzzles", "query", "train", "az", "keys", "models"}
+COMMAND_GROUPS = {"serve", "solve", "puzzles", "query", "train", "az", "keys", "models", "runs"}
 SHARED = {"__init__.py", "__main__.py", "common.py", "progress.py"}
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
