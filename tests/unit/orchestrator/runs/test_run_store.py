@@ -380,3 +380,32 @@ async def test_concurrent_leasers_never_get_the_same_run(open_store):
     assert len(taken) == total and len(set(taken)) == total
     runs, _ = await stores[0].list_runs(None, None, None, 1000, "")
     assert {run.attempts for run in runs} == {1}
+
+
+async def test_each_attempt_records_its_trace_and_only_its_holder_writes(store: RunStore, clock):
+    run = await store.create_run("k", "solve", b"r", None)
+    await store.lease("w1", 10)
+    await store.record_trace(run.name, "w1", "a" * 32)
+    clock.advance(11)
+    await store.lease("w2", 10)
+    await store.record_trace(run.name, "w2", "b" * 32)
+    with pytest.raises(LeaseLost):
+        await store.record_trace(run.name, "w1", "c" * 32)
+    assert (await store.get_run(run.name, "k")).trace_ids == ("a" * 32, "b" * 32)
+    with pytest.raises(ValueError):
+        await store.append_events(run.name, "w2", [(STATE_CHANGED, b"forged")])
+    assert await store.append_events(run.name, None, [("note", b"by the edge")]) == [3]
+    assert await store.append_events(run.name, "w2", []) == []
+
+
+async def test_a_run_created_into_a_batch_takes_the_next_index(store: RunStore):
+    batch = await store.create_batch("k", [("solve", b"a")], None)
+    member = await store.lease("w", 30)
+    await store.finish(member.name, "w", S, b"ok", None)
+    assert (await store.get_batch(batch.name, "k")).end_time is not None
+    joined = await store.create_run("k", "answer", b"b", None, batch=batch.name)
+    assert (joined.batch, joined.batch_index) == (batch.name, 1)
+    reopened = await store.get_batch(batch.name, "k")
+    assert (reopened.run_count, reopened.end_time, reopened.state) == (2, None, R)
+    with pytest.raises(NotFound):
+        await store.create_run("other", "solve", b"c", None, batch=batch.name)
