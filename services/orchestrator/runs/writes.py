@@ -149,9 +149,8 @@ def lease(connection: Connection, now: float, worker_id: str,
         _change_state(connection, row, now, RunState.RUNNING, attempt=row.attempts + 1,
                       attempts=row.attempts + 1, start_time=row.start_time or now,
                       lease_owner=worker_id, lease_expires=now + lease_s)
-        checkpoint = connection.execute(
-            select(runs.c.checkpoint).where(runs.c.run_id == row.run_id)).scalar_one()
-        return reads.run_record(reads.run_row(connection, row.run_id, None), checkpoint)
+        leased = connection.execute(select(runs).where(runs.c.run_id == row.run_id)).one()
+        return reads.run_record(leased, leased.checkpoint)
 
 
 def _lease_candidate(connection: Connection, now: float) -> Row | None:
