@@ -41,6 +41,7 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "access": (),
     "rest_cost": (),
     "gsm8k": (),
+    "readiness": (),
 }
 """Maintained benches by name, with the arguments every run of it takes (before `--quick`)."""
 
