@@ -9,8 +9,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine
 
 from services.orchestrator.runs.model import StoreError
+from services.orchestrator.runs.schema import metadata
 from services.orchestrator.runs.store import RunStore
 
 
@@ -92,3 +96,14 @@ async def test_a_database_of_something_else_is_refused(tmp_path: Path):
 async def test_an_unsupported_url_is_refused(url: str):
     with pytest.raises(StoreError):
         await RunStore.open(url)
+
+
+async def test_the_migrations_build_exactly_the_schema_the_queries_use(tmp_path: Path):
+    path = tmp_path / "runs.db"
+    await _made(path)
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as connection:
+            assert compare_metadata(MigrationContext.configure(connection), metadata) == []
+    finally:
+        engine.dispose()
