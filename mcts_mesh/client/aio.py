@@ -62,11 +62,10 @@ class AsyncClient:
         self._metadata = call_metadata(api_key, key_scheme)
         self._timeout = deadline_of(timeout, timeout)[0]
         self._retry = retry or RetryPolicy()
-        channel_options = client_options(options)
-        self._channel = (grpc.aio.insecure_channel(target, options=channel_options)
+        self._channel = (grpc.aio.insecure_channel(target, options=client_options(options))
                          if credentials is None
                          else grpc.aio.secure_channel(target, credentials,
-                                                      options=channel_options))
+                                                      options=client_options(options)))
         self._stubs = {name: stub(self._channel) for name, stub in STUBS.items()}
 
     async def close(self) -> None:

@@ -61,10 +61,10 @@ class Client:
         self._metadata = call_metadata(api_key, key_scheme)
         self._timeout = deadline_of(timeout, timeout)[0]
         self._retry = retry or RetryPolicy()
-        channel_options = client_options(options)
-        self._channel = (grpc.insecure_channel(target, options=channel_options)
+        self._channel = (grpc.insecure_channel(target, options=client_options(options))
                          if credentials is None
-                         else grpc.secure_channel(target, credentials, options=channel_options))
+                         else grpc.secure_channel(target, credentials,
+                                                  options=client_options(options)))
         self._stubs = {name: stub(self._channel) for name, stub in STUBS.items()}
 
     def close(self) -> None:
