@@ -117,8 +117,8 @@ def _batch_run(index: int) -> pb.Run:
 
 
 class _Front:
-    def __init__(self, client: httpx.AsyncClient, port: int, key: str, runs: _Runs) -> None:
-        self.client, self.port, self.key, self.runs = client, port, key, runs
+    def __init__(self, client: httpx.AsyncClient, rest, key: str, runs: _Runs) -> None:
+        self.client, self.rest, self.port, self.key, self.runs = client, rest, rest.port, key, runs
         self.auth = {"X-Api-Key": key}
 
     async def watch_ends(self, count: int) -> None:
@@ -149,10 +149,11 @@ async def front(tmp_path):
                          RestSettings(port=0, default_deadline_s=10.0, sse_heartbeat_s=0.2,
                                       sse_first_event_wait_s=0.2),
                          access=control, batch_upload=batch_upload(MAX_ITEMS, MAX_BYTES))
-    rest = await serve_rest(app, "127.0.0.1", 0)
+    # a long drain: a watch that did not end when the front stops would hold stop() for a minute
+    rest = await serve_rest(app, "127.0.0.1", 0, drain_grace_s=60.0)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}",
                                  timeout=DEADLINE_S) as client:
-        yield _Front(client, rest.port, key, runs)
+        yield _Front(client, rest, key, runs)
     async with runs.changed:
         runs.finished = True
         runs.changed.notify_all()
@@ -164,10 +165,13 @@ async def front(tmp_path):
 async def _sse_events(response: httpx.Response, until=lambda event: False,
                       comments: list[str] | None = None) -> list[dict[str, str]]:
     """The SSE events of `response` (each a dict of its fields) until one satisfies `until` or
-    the stream ends; comment lines are appended to `comments`."""
+    the stream ends; comment lines are appended to `comments`. Reading resumes where the last
+    call on the same response stopped."""
+    if not hasattr(response, "sse_lines"):
+        response.sse_lines = response.aiter_lines()
     events: list[dict[str, str]] = []
     current: dict[str, str] = {}
-    async for line in response.aiter_lines():
+    async for line in response.sse_lines:
         if not line:
             if current:
                 events.append(current)
@@ -247,6 +251,17 @@ async def test_a_watch_also_resumes_from_the_query_and_sends_heartbeats(front):
                                    headers=front.auth) as response:
         events = await _sse_events(response)
     assert [event.get("id") for event in events] == ["3", "4", None]
+
+
+async def test_a_front_that_stops_ends_its_watches_without_end_so_clients_resume(front):
+    await front.runs.publish(*_round(1))
+    async with front.client.stream("GET", f"/v1/{RUN}:watch", headers=front.auth) as response:
+        events = await _sse_events(response, until=lambda event: event.get("id") == "2")
+        stopping = asyncio.ensure_future(front.rest.stop())
+        events += await _sse_events(response)  # the stream ends (a read timeout fails the test)
+    await stopping
+    assert [event.get("id") for event in events] == ["1", "2"]  # no `event: end`
+    await front.watch_ends(1)
 
 
 async def test_a_watch_of_an_unknown_run_is_an_error_response_not_a_stream(front):
