@@ -246,9 +246,11 @@ def test_compose_publishes_on_loopback_and_gives_every_service_the_runs_token(re
     service reads from the shared volume."""
     services = yaml.safe_load((repo_root / "deploy" / "compose.yaml").read_text())["services"]
     published = [port for spec in services.values() for port in spec.get("ports", [])]
-    assert len(published) == 3
+    assert len(published) == 4
+    # The orchestrator's metrics port: on loopback whatever MESH_BIND says.
+    assert "127.0.0.1:${MESH_METRICS_PORT:-9464}:9464" in services["orchestrator"]["ports"]
     for port in published:
-        assert str(port).startswith("${MESH_BIND:-127.0.0.1}:"), port
+        assert str(port).startswith(("${MESH_BIND:-127.0.0.1}:", "127.0.0.1:")), port
     assert "secrets.token_urlsafe" in " ".join(services["mesh-token"]["entrypoint"])
     # The front binds 0.0.0.0 in its container, so compose names the Hosts it answers: loopback.
     allowed = services["orchestrator"]["environment"]["ORCHESTRATOR_REST_ALLOWED_HOSTS"]

@@ -86,6 +86,14 @@ def test_image_builds_and_the_composed_mesh_solves(podman, repo_root):
                  "import importlib.util as u; print([m for m in ('pytest', 'ruff', 'grpc_tools')"
                  " if u.find_spec(m)])")
     assert tools.stdout.strip() == "[]", tools.stdout
+    # Retrieval's int8 ONNX encoder is baked in where its settings look (no torch fallback).
+    encoder = _run(podman, "run", "--rm", "--read-only", "--entrypoint", "python", IMAGE, "-c",
+                   "from services.retrieval.settings import RetrievalSettings as S;"
+                   "from services.retrieval.onnx_export import check_manifest;"
+                   "check_manifest(S().onnx_path); print('ok')")
+    assert encoder.stdout.strip() == "ok", encoder.stderr[-2000:]
+    size = _run(podman, "image", "inspect", "--format", "{{.Size}}", IMAGE)
+    print(f"image {IMAGE}: {int(size.stdout.strip()) / 1e9:.2f} GB")
 
     grpc_port = _free_port()
     env = {**os.environ, "MESH_GRPC_PORT": str(grpc_port), "MESH_REST_PORT": str(_free_port())}
