@@ -4,7 +4,8 @@ output is checked where the page shows one.
 Convention (also in docs/development.md): a fenced block preceded by the line `<!-- run -->` is
 run; `bash` blocks in bash (`set -euo pipefail`) from the repository root with `.venv/bin` first on
 PATH, `python` blocks with the project's Python. Ports 21000 (the orchestrator's gRPC) and 21080
-(REST) in a block are this test's mesh's ports. A fenced block right after it, preceded by
+(REST) in a block are this test's mesh's ports; 22000 and 22080, for a block that starts a
+service of its own, are two free ports. A fenced block right after it, preceded by
 `<!-- output -->`, must equal the output line for line; `<!-- output: contains -->`, each of its
 lines must appear within some line of the output; in both, `...` inside a line matches any text. One mesh serves
 every block of the module (the five services on free ports, offline LLM provider).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ GENERATED = ("docs/index.md", "docs/changelog.md")  # copies of README.md and CH
 RUN, OUTPUT, CONTAINS = "<!-- run -->", "<!-- output -->", "<!-- output: contains -->"
 LANGUAGES = ("bash", "python")
 GRPC_PORT, REST_PORT = "21000", "21080"
+SPARE_PORTS = ("22000", "22080")
 
 
 @dataclass(frozen=True)
@@ -125,10 +128,18 @@ def mesh(tmp_path_factory):
     running.stop()
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page}:{b.line}" for b in BLOCKS])
 def test_example_runs_as_shown(block, mesh, tmp_path):
     code = block.code.replace(GRPC_PORT, str(mesh.ports["orchestrator"])).replace(
         REST_PORT, str(mesh.rest_port))
+    for spare in SPARE_PORTS:
+        code = code.replace(spare, str(_free_port()))
     env = {**os.environ, "PATH": f"{REPO_ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "TMPDIR": str(tmp_path)}
     env.pop("MCTS_MESH_API_KEY", None)
