@@ -7,8 +7,9 @@ PATH, `python` blocks with the project's Python. Ports 21000 (the orchestrator's
 (REST) in a block are this test's mesh's ports; 22000 and 22080, for a block that starts a
 service of its own, are two free ports. A fenced block right after it, preceded by
 `<!-- output -->`, must equal the output line for line; `<!-- output: contains -->`, each of its
-lines must appear within some line of the output; in both, `...` inside a line matches any text. One mesh serves
-every block of the module (the five services on free ports, offline LLM provider).
+lines must appear within some line of the output; in both, `...` inside a line matches any text.
+One mesh serves every block of the module (the five services on free ports, offline LLM
+provider).
 """
 
 from __future__ import annotations
