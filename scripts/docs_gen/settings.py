@@ -128,3 +128,17 @@ def page() -> str:
                 f"`{cls.__module__}.{cls.__name__}`, variables prefixed `{service.env_prefix}`.",
                 "", table(["variable", "type", "default", "description"], rows(cls)), ""]
     return "\n".join(out)
+
+
+def undocumented() -> list[str]:
+    """The environment variables of every setting that has no description."""
+    out = []
+    for service in SERVICES:
+        module, _, name = service.settings_class.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        docs = attribute_docstrings(cls)
+        prefix = cls.model_config.get("env_prefix", "")
+        out += [_variable(prefix, field_name, field)
+                for field_name, field in cls.model_fields.items()
+                if not (docs.get(field_name) or field.description)]
+    return out

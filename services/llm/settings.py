@@ -30,18 +30,25 @@ class LlmSettings(ServiceSettings):
     port: int = 50055
 
     openai_api_key: SecretStr | None = None
+    """OpenAI API key; set, it enables the "openai" provider. Never logged."""
     openai_base_url: str = "https://api.openai.com/v1"
+    """Base URL of the OpenAI API (another OpenAI-compatible service's URL works too)."""
     openai_model: str = "gpt-4o-mini"
+    """Model asked for when a request names none, on the OpenAI provider."""
 
     anthropic_api_key: SecretStr | None = None
+    """Anthropic API key; set, it enables the "anthropic" provider. Never logged."""
     anthropic_base_url: str = "https://api.anthropic.com"
+    """Base URL of the Anthropic API."""
     anthropic_model: str = "claude-haiku-4-5"
+    """Model asked for when a request names none, on the Anthropic provider."""
 
     local_base_url: str | None = None
     """OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1 (Ollama), :1234/v1 (LM Studio)."""
     local_api_key: SecretStr | None = None
     """Most local servers ignore the key; set it when yours checks one (vLLM `--api-key`)."""
     local_model: str = "llama3.2"
+    """Model asked for when a request names none, on the local provider (as the server names it)."""
 
     fallback_order: list[ProviderName] = ["openai", "anthropic", "local", "offline"]
     """Providers in the order they are tried; unconfigured ones are skipped at start-up."""

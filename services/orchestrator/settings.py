@@ -60,9 +60,13 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     closed)."""
 
     mcts_target: str = "127.0.0.1:50052"
+    """gRPC address (host:port) of the mcts service; `mcts-mesh up` sets it."""
     neural_target: str = "127.0.0.1:50053"
+    """gRPC address of the neural service; `mcts-mesh up` sets it."""
     retrieval_target: str = "127.0.0.1:50054"
+    """gRPC address of the retrieval service; `mcts-mesh up` sets it."""
     llm_target: str = "127.0.0.1:50055"
+    """gRPC address of the llm service; `mcts-mesh up` sets it."""
 
     default_simulations: int = 20_000
     """MCTS simulations of the first search when a request leaves `simulations` unset."""

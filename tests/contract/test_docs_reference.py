@@ -54,3 +54,15 @@ def test_docs_speak_of_the_product_not_of_issues(repo_root):
              for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"\bissues? #?\d+|\bissue-\d+", line, re.IGNORECASE)]
     assert not found, "\n".join(found)
+
+
+def test_every_setting_has_a_description(repo_root):
+    """The settings reference is only as good as the docstrings: each field of each service's
+    settings class says what it does (a string right after the field, or `description=`)."""
+    sys.path.insert(0, str(repo_root))
+    try:
+        from scripts.docs_gen.settings import undocumented
+    finally:
+        sys.path.remove(str(repo_root))
+    missing = undocumented()
+    assert not missing, f"settings without a description: {missing}"
