@@ -2,9 +2,11 @@
 output is checked where the page shows one.
 
 Convention (also in docs/development.md): a fenced block preceded by the line `<!-- run -->` is
-run; `bash` blocks in bash (`set -euo pipefail`) from the repository root with `.venv/bin` first on
-PATH, `python` blocks with the project's Python. Ports 21000 (the orchestrator's gRPC) and 21080
-(REST) in a block are this test's mesh's ports; 22000 and 22080, for a block that starts a
+run; `bash` blocks in bash (`set -euo pipefail`) in a scratch folder that links every entry of the
+repository root (so `data/...` and `.venv/bin/...` resolve and written files stay out of the
+repository) with `.venv/bin` first on PATH, `python` blocks with the project's Python, in the same
+folder. Ports 21000 (the orchestrator's gRPC) and 21080 (REST) in a block are this test's mesh's
+ports; 22000 and 22080, for a block that starts a
 service of its own, are two free ports. A fenced block right after it, preceded by
 `<!-- output -->`, must equal the output line for line; `<!-- output: contains -->`, each of its
 lines must appear within some line of the output; in both, `...` inside a line matches any text.
@@ -129,6 +131,16 @@ def mesh(tmp_path_factory):
     running.stop()
 
 
+def _scratch(tmp_path: Path) -> Path:
+    """A folder beside the test's TMPDIR that links every entry of the repository root but .git."""
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    for entry in REPO_ROOT.iterdir():
+        if entry.name != ".git":
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -146,8 +158,8 @@ def test_example_runs_as_shown(block, mesh, tmp_path):
     env.pop("MCTS_MESH_API_KEY", None)
     command = (["bash", "-c", "set -euo pipefail\n" + code] if block.language == "bash"
                else [sys.executable, "-c", code])
-    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(command, cwd=_scratch(tmp_path), env=env, capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, f"{block.page}:{block.line} failed:\n{result.stderr[-3000:]}"
     if block.expected is not None:
         check_output(block, result.stdout)
