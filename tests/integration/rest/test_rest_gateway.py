@@ -325,6 +325,10 @@ async def test_openapi_lists_every_binding(mesh):
         "/v1/problems:streamSolve", "/v1/collections/{collection}/documents",
         # {name=collections/*/documents/**} and {name=collections/*}: written out, not "/v1/{name}"
         "/v1/collections/{collection}/documents/{document}", "/v1/collections/{collection}",
+        # RunService, served by the same front, and its results download
+        "/v1/runs", "/v1/runs/{run}", "/v1/runs/{run}:cancel", "/v1/runs/{run}:watch",
+        "/v1/batches", "/v1/batches/{batch}", "/v1/batches/{batch}:cancel",
+        "/v1/batches/{batch}:watch", "/v1/batches/{batch}/results",
     }
     assert set(paths["/v1/collections/{collection}/documents/{document}"]) == {"get", "delete"}
     assert set(paths["/v1/collections/{collection}"]) == {"delete"}
