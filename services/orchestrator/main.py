@@ -16,15 +16,22 @@ from pathlib import Path
 from mesh.llm.v1 import llm_service_pb2_grpc
 from mesh.mcts.v1 import mcts_service_pb2_grpc
 from mesh.neural.v1 import neural_service_pb2_grpc
-from mesh.orchestrator.v1 import orchestrator_service_pb2, orchestrator_service_pb2_grpc
+from mesh.orchestrator.v1 import (
+    orchestrator_service_pb2,
+    orchestrator_service_pb2_grpc,
+    run_service_pb2,
+    run_service_pb2_grpc,
+)
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
 from libs.channels import Keepalive, MeshChannel, open_channel
+from libs.errors import MeshError
 from libs.rest.serving import serve_rest
 from libs.rest.settings import RestSettings
 from libs.server import RunningServer, Servicer, run_service, serve
 from libs.services import BACKENDS
 from services.orchestrator.access import open_access
+from services.orchestrator.access.control import AccessControl
 from services.orchestrator.access.interceptor import AccessInterceptor
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget, warm_up_solvers
 from services.orchestrator.agents.llm import LlmAgent
@@ -34,7 +41,9 @@ from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningModels
 from services.orchestrator.agents.retrieval import RetrievalAgent, search_passages
 from services.orchestrator.agents.solver import SolverAgent
-from services.orchestrator.api.rest import build_rest_app
+from services.orchestrator.api.rest import batch_upload, build_rest_app
+from services.orchestrator.api.run_execution import RunExecutor
+from services.orchestrator.api.runs import RunServicer
 from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
 from services.orchestrator.loop.types import AgentName
@@ -42,11 +51,16 @@ from services.orchestrator.routing.log import RoutingLog
 from services.orchestrator.routing.predictors import RoutePredictor, TextRoutePredictor
 from services.orchestrator.routing.rules import QUICK_CHECKER_MAX_NODES
 from services.orchestrator.routing.selection import AgentSet, Routers
+from services.orchestrator.runs.model import StoreError
+from services.orchestrator.runs.store import RunStore
+from services.orchestrator.runs.upkeep import RunUpkeep
+from services.orchestrator.runs.worker import RunWorkers
 from services.orchestrator.settings import OrchestratorSettings
 from services.orchestrator.text.reasoning import RoleServices
 
 NAME = "orchestrator"
 SERVICE_NAME = orchestrator_service_pb2.DESCRIPTOR.services_by_name["OrchestratorService"].full_name
+RUN_SERVICE_NAME = run_service_pb2.DESCRIPTOR.services_by_name["RunService"].full_name
 
 WARM_UP_MOVES = "4444443"
 """A position the checker solves in a few nodes: compiles (or loads from the numba cache) the
@@ -89,6 +103,49 @@ class Wiring:
             await channel.close()
         if self.routing_log is not None:
             await asyncio.to_thread(self.routing_log.close)
+
+
+class Runs:
+    """Durable runs in this process: the store (opened by `open_runs`), its workers (built by
+    `build_servicers`, started once the server is ready) and its upkeep (/ready, metrics,
+    retention)."""
+
+    def __init__(self, settings: OrchestratorSettings, store: RunStore) -> None:
+        self.store = store
+        self.upkeep = RunUpkeep(store, settings.run_retention.total_seconds())
+        self.workers: RunWorkers | None = None
+
+    def start(self) -> None:
+        self.upkeep.start()
+        if self.workers is not None:
+            self.workers.start()
+
+    async def aclose(self) -> None:
+        """Stops the workers (their runs resume elsewhere once their leases expire) and the
+        upkeep, and closes the store."""
+        if self.workers is not None:
+            await self.workers.stop()
+        await self.upkeep.stop()
+        await self.store.close()
+
+
+async def open_runs(settings: OrchestratorSettings) -> Runs:
+    """The run store at `run_store_url`, migrated to the newest schema.
+
+    Raises:
+        SystemExit: the database is corrupt, of a newer schema, not a run store, or cannot be
+            reached; the message names the file or URL (nothing was written).
+    """
+    try:
+        store = await RunStore.open(settings.run_store_url,
+                                    batch_max_items=settings.batch_max_items,
+                                    batch_max_bytes=settings.batch_max_bytes)
+    except (StoreError, MeshError) as error:
+        raise SystemExit(f"orchestrator: cannot open the run store "
+                         f"(ORCHESTRATOR_RUN_STORE_URL): {error}") from None
+    log.info("run store %s: %d workers, leases of %g s, retention %s", store.url,
+             settings.run_workers, settings.run_lease_s, settings.run_retention)
+    return Runs(settings, store)
 
 
 def _agent_set(settings: OrchestratorSettings, wiring: Wiring,
@@ -144,9 +201,10 @@ def _routers(settings: OrchestratorSettings,
 
 
 async def build_servicers(
-    settings: OrchestratorSettings, wiring: Wiring | None = None
+    settings: OrchestratorSettings, wiring: Wiring | None = None, runs: Runs | None = None,
+    access: AccessControl | None = None
 ) -> tuple[list[Servicer], Callable[[], Awaitable[None]]]:
-    """The orchestrator's servicer over channels to the other services, and its readiness hook.
+    """The orchestrator's servicers over channels to the other services, and its readiness hook.
 
     The channels connect lazily: the orchestrator is ready once its checker's kernels are loaded;
     a dependency that comes up later is used from then on, and calls before that fail UNAVAILABLE.
@@ -154,6 +212,9 @@ async def build_servicers(
     Args:
         settings: targets, budgets and deadlines.
         wiring: the channels (one is opened from `settings` when None; the caller closes it).
+        runs: durable runs: RunService is served and the run workers start with readiness
+            (None: neither).
+        access: the server's access control, which runs are executed under (None: none).
     """
     wiring = wiring or Wiring(settings)
     retrieval = retrieval_service_pb2_grpc.RetrievalServiceStub(wiring.channels["retrieval"])
@@ -168,15 +229,44 @@ async def build_servicers(
                                     _routers(settings, neural), wiring.routing_log, roles,
                                     retrieval)
 
+    servicers = [Servicer(orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server,
+                          servicer, SERVICE_NAME)]
+    if runs is not None:
+        runs.workers = RunWorkers(runs.store, RunExecutor(servicer, access),
+                                  workers=settings.run_workers, lease_s=settings.run_lease_s)
+        servicers.append(Servicer(run_service_pb2_grpc.add_RunServiceServicer_to_server,
+                                  RunServicer(runs.store, servicer, access, runs.workers.wake),
+                                  RUN_SERVICE_NAME))
+
     async def ready() -> None:
         nodes = await warm_up_solvers(WARM_UP_MOVES, 10_000)
         log.info("checker ready (warm-up solve: %d nodes); downstream targets: %s", nodes,
                  ", ".join(f"{name} {target}" for name, target in (
                      ("mcts", settings.mcts_target), ("neural", settings.neural_target),
                      ("retrieval", settings.retrieval_target), ("llm", settings.llm_target))))
+        if runs is not None:
+            runs.start()
 
-    return [Servicer(orchestrator_service_pb2_grpc.add_OrchestratorServiceServicer_to_server,
-                     servicer, SERVICE_NAME)], ready
+    return servicers, ready
+
+
+def rest_settings(settings: OrchestratorSettings) -> RestSettings:
+    """The REST front's settings from the orchestrator's."""
+    return RestSettings(host=settings.host, port=settings.rest_port,
+                        default_deadline_s=settings.request_deadline_s,
+                        metrics=settings.metrics_port >= 0 and settings.rest_metrics,
+                        max_deadline_s=settings.rest_max_deadline_s,
+                        max_body_bytes=settings.rest_max_body_bytes,
+                        max_json_depth=settings.rest_max_json_depth,
+                        cors_allowed_origins=settings.rest_cors_allowed_origins,
+                        cors_max_age_s=settings.rest_cors_max_age_s,
+                        allowed_hosts=settings.rest_allowed_hosts,
+                        allowed_origins=settings.rest_allowed_origins,
+                        max_query_bytes=settings.rest_max_query_bytes,
+                        max_query_parameters=settings.rest_max_query_parameters,
+                        max_head_bytes=settings.rest_max_head_bytes,
+                        max_headers=settings.rest_max_headers,
+                        head_timeout_s=settings.rest_head_timeout_s)
 
 
 async def run(settings: OrchestratorSettings,
@@ -202,24 +292,10 @@ async def run(settings: OrchestratorSettings,
         if settings.rest_port < 0:
             return {}, watcher.stop
         app = build_rest_app(
-            running.in_process,
-            RestSettings(host=settings.host, port=settings.rest_port,
-                         default_deadline_s=settings.request_deadline_s,
-                         metrics=settings.metrics_port >= 0 and settings.rest_metrics,
-                         max_deadline_s=settings.rest_max_deadline_s,
-                         max_body_bytes=settings.rest_max_body_bytes,
-                         max_json_depth=settings.rest_max_json_depth,
-                         cors_allowed_origins=settings.rest_cors_allowed_origins,
-                         cors_max_age_s=settings.rest_cors_max_age_s,
-                         allowed_hosts=settings.rest_allowed_hosts,
-                         allowed_origins=settings.rest_allowed_origins,
-                         max_query_bytes=settings.rest_max_query_bytes,
-                         max_query_parameters=settings.rest_max_query_parameters,
-                         max_head_bytes=settings.rest_max_head_bytes,
-                         max_headers=settings.rest_max_headers,
-                         head_timeout_s=settings.rest_head_timeout_s),
-            access=access,
-            dependencies=lambda: [*watcher.report(), *access.report()])
+            running.in_process, rest_settings(settings), access=access,
+            dependencies=lambda: [*watcher.report(), *access.report(),
+                                  *(runs.upkeep.report() if runs is not None else [])],
+            batch_upload=batch_upload(settings.batch_max_items, settings.batch_max_bytes))
         rest = await serve_rest(app, settings.host, settings.rest_port, settings.drain_grace_s)
 
         async def stop() -> None:
@@ -229,14 +305,18 @@ async def run(settings: OrchestratorSettings,
         return {"rest": rest.port}, stop
 
     access = await open_access(settings)
+    runs: Runs | None = None
     try:
-        servicers, ready = await build_servicers(settings, wiring)
+        runs = await open_runs(settings)
+        servicers, ready = await build_servicers(settings, wiring, runs, access)
         await serve(NAME, settings, servicers, ready, on_listening=on_listening,
                     start_extra=start_extra,
                     interceptors=[AccessInterceptor(access,
                                                     max_deadline_s=settings.max_deadline_s)],
                     public=True)
     finally:
+        if runs is not None:
+            await runs.aclose()
         await access.aclose()
         await wiring.aclose()
 

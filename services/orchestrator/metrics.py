@@ -37,3 +37,25 @@ TEXT_ROLE_TOKENS = Counter(
     "mesh_orchestrator_text_role_tokens_total",
     "Prompt plus completion tokens of those calls as the providers reported them, by role.",
     ["role"])
+RUNS = Gauge(
+    "mesh_orchestrator_runs",
+    "Durable runs in the run store by state (queued, running, succeeded, failed, cancelled), "
+    "read from the store every 10 s by each orchestrator's upkeep task.",
+    ["state"])
+RUN_QUEUE_DEPTH = Gauge(
+    "mesh_orchestrator_run_queue_depth",
+    "Durable runs waiting for a worker (QUEUED), read with mesh_orchestrator_runs.")
+RUN_TIME_QUEUED = Histogram(
+    "mesh_orchestrator_run_time_queued_seconds",
+    "Seconds from a run's creation to its first lease by a worker of this orchestrator.",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 3600))
+RUN_LEASE_EXPIRIES = Counter(
+    "mesh_orchestrator_run_lease_expiries_total",
+    "Runs this orchestrator's workers took over after another worker's lease expired (that "
+    "worker died or lost the store), and leases this orchestrator's workers lost.",
+    ["event"])
+RUN_ATTEMPTS = Histogram(
+    "mesh_orchestrator_run_attempts",
+    "Attempts (leases) a run took, observed when this orchestrator's worker ended it, by how "
+    "(finished: succeeded or failed; cancelled).",
+    ["end"], buckets=(1, 2, 3, 5, 10))

@@ -32,13 +32,14 @@ from services.orchestrator.access.budgets import BudgetUnavailable, Exceeded, Us
 from services.orchestrator.access.keys import (
     MAX_KEY_LENGTH,
     Budgets,
+    Caller,
     KeyIndex,
     KeyRecord,
     RateLimits,
 )
 from services.orchestrator.access.limits import LimiterUnavailable
 from services.orchestrator.access.redis_state import RedisState
-from services.orchestrator.access.scopes import allows, collection_of, scope_of
+from services.orchestrator.access.scopes import collection_of, missing_scope
 from services.orchestrator.metrics import RATE_LIMIT_REJECTIONS
 
 log = logging.getLogger(__name__)
@@ -306,8 +307,30 @@ class AccessControl:
         found = self._identify(credential)
         if isinstance(found, Rejection):
             return found
+        return await self._enter(*found, method, request)
+
+    async def enter_as(self, owner: str, method: str,
+                       request: object = None) -> Admitted | Rejection:
+        """`enter` for the key named `owner` ("" for no key), without its credential: a durable
+        run's worker executing that key's run. INVALID_KEY when no such key is stored now."""
+        if not owner:
+            return MISSING_KEY if self._require_key else await self._enter(
+                ANONYMOUS, None, method, request)
+        record = self._index.named(owner)
+        return INVALID_KEY if record is None else await self._enter(owner, record, method,
+                                                                    request)
+
+    def caller(self, credential: Credential) -> Caller | Rejection:
+        """Who `credential` is (for resources a key owns), else MISSING_KEY or INVALID_KEY."""
+        found = self._identify(credential)
+        if isinstance(found, Rejection):
+            return found
         client, record = found
-        if method and record is not None and not allows(record.scopes, scope := scope_of(method)):
+        return Caller("" if record is None else client, record)
+
+    async def _enter(self, client: str, record: KeyRecord | None, method: str,
+                     request: object) -> Admitted | Rejection:
+        if method and record is not None and (scope := missing_scope(record.scopes, method)):
             return Rejection("scope", f"this API key lacks the scope {scope!r} that "
                              f"{method.rsplit('/', 1)[-1]} needs",
                              metadata=(("scope", scope), ("method", method)))

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from libs.errors import InvalidArgument, NotFound
-from services.orchestrator.access.scopes import SCOPES
+from services.orchestrator.access.scopes import ADMIN, SCOPES, allows
 
 KEY_PREFIX = "mmk_"
 MAX_KEY_LENGTH = 256
@@ -225,6 +225,25 @@ def new_record(name: str, limits: RateLimits | None,
     return key, replace(record, sha256=key_digest(key).hex(), created=created)
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Whose call it is, for resources owned by a key: `owner` the key's name ("" without a
+    key), `record` its key record (None without a key)."""
+
+    owner: str
+    record: KeyRecord | None = None
+
+    @property
+    def admin(self) -> bool:
+        """May see every key's resources: the key holds `admin` (calls without a key, when keys
+        are optional, hold every scope)."""
+        return self.record is None or allows(self.record.scopes, ADMIN)
+
+    def may(self, scope: str) -> bool:
+        """The key holds `scope` (or `admin`)."""
+        return self.record is None or allows(self.record.scopes, scope)
+
+
 class KeyIndex:
     """The stored keys by digest, for the request path.
 
@@ -236,6 +255,12 @@ class KeyIndex:
     def __init__(self, records: Iterable[KeyRecord] = ()) -> None:
         self._by_digest = {bytes.fromhex(record.sha256): (bytes.fromhex(record.sha256), record)
                            for record in records}
+        self._by_name = {record.name: record for _, record in self._by_digest.values()}
+
+    def named(self, name: str) -> KeyRecord | None:
+        """The record of the key named `name`, or None (a durable run's worker acts for the key
+        that created the run, by its name)."""
+        return self._by_name.get(name)
 
     def __len__(self) -> int:
         return len(self._by_digest)

@@ -7,6 +7,7 @@ holding `admin` may call every method.
 | `query` | AnswerQuery, GetDocument, ListDocuments |
 | `ingest` | IngestDocuments, StreamIngestDocuments, DeleteDocument |
 | `admin` | DeleteCollection, and any method not in this table |
+| `solve` or `query` | RunService's methods (CreateRun, CreateBatch: each request's own) |
 
 A method missing from the table needs `admin`, so a new RPC is closed to ordinary keys until it is
 placed here. Calls without a key (when keys are not required) have every scope, as before scopes
@@ -42,6 +43,24 @@ METHOD_SCOPES: dict[str, str] = {
     _SERVICE + "DeleteCollection": ADMIN,
 }
 """Full gRPC method name ("/package.Service/Method") -> the scope it needs."""
+
+
+RUN_SERVICE = "/mesh.orchestrator.v1.RunService/"
+RUN_SCOPES = (SOLVE, QUERY)
+"""RunService's methods need one of these; the runs servicer checks the scope each run's request
+needs (`request_scope`)."""
+REQUEST_SCOPES = {"solve": SOLVE, "answer": QUERY}
+"""A run's kind -> the scope its request needs (what SolveProblem / AnswerQuery need)."""
+
+
+def missing_scope(scopes: frozenset[str] | None, method: str) -> str | None:
+    """None when a key holding `scopes` may call `method`, else the scope it lacks ("solve or
+    query" for RunService's methods)."""
+    if method.startswith(RUN_SERVICE):
+        return None if any(allows(scopes, scope) for scope in RUN_SCOPES) \
+            else " or ".join(RUN_SCOPES)
+    scope = scope_of(method)
+    return None if allows(scopes, scope) else scope
 
 
 def scope_of(method: str) -> str:

@@ -18,6 +18,7 @@ from services.orchestrator.api.roles import (
     role_options,
     role_response,
 )
+from services.orchestrator.loop.checkpoint import Durable
 from services.orchestrator.loop.consensus import ConsensusLoop
 from services.orchestrator.loop.tracing import observe_result, observe_role
 from services.orchestrator.loop.types import Budget
@@ -51,9 +52,10 @@ class Queries:
 
     async def answer(self, request: pb.AnswerQueryRequest, problem: TextProblem,
                      options: SamplingOptions, chosen_role: RoleOptions | None,
-                     deadline: float) -> pb.AnswerQueryResponse:
+                     deadline: float, durable: Durable | None = None) -> pb.AnswerQueryResponse:
         """The request's role when it names one; else the text router's when it is followed
-        and can run; else drafts in the loop."""
+        and can run; else drafts in the loop (whose events and checkpoints go to a durable
+        run's `durable`, which may resume it)."""
         if chosen_role is not None:
             return await self._with_role(problem, chosen_role, request.thread_id, deadline,
                                          "request", None)
@@ -74,19 +76,23 @@ class Queries:
                 decided_by = "learned"
             else:
                 log.debug("text query left to the rules: %s", why_not)
-        return await self._drafts(request, problem, options, deadline, decided_by, confidence)
+        return await self._drafts(request, problem, options, deadline, decided_by, confidence,
+                                  durable)
 
     async def _drafts(self, request: pb.AnswerQueryRequest, problem: TextProblem,
                       options: SamplingOptions, deadline: float, decided_by: str,
-                      confidence: float | None) -> pb.AnswerQueryResponse:
+                      confidence: float | None, durable: Durable | None = None
+                      ) -> pb.AnswerQueryResponse:
         """Drafts (self-consistent when the request samples) in the consensus loop."""
         sampling = Sampling(options) if options.sample_count > 1 else None
         loop: ConsensusLoop[TextAnswer] = ConsensusLoop(
             self._agents.for_text(sampling), self._routers.text, synthesize_text,
-            problem.query_length_norm, fallback=synthesize_passages)
+            problem.query_length_norm, fallback=synthesize_passages,
+            events=durable.events if durable is not None else None,
+            checkpoints=durable.checkpoints if durable is not None else None)
         budget = Budget(max_iterations=self._settings.text_max_iterations, deadline=deadline)
         started = time.perf_counter()
-        result = await loop.run(problem, budget)
+        result = await loop.run(problem, budget, durable.resume if durable is not None else None)
         observe_result("text_query", result)
         response = query_response(result, request.thread_id, sampling)
         response.role = pb.TEXT_ROLE_DRAFT

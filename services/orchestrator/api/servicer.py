@@ -27,6 +27,7 @@ from services.orchestrator.api.responses import stream_event
 from services.orchestrator.api.roles import role_options
 from services.orchestrator.api.solves import Solves
 from services.orchestrator.loop.admission import RunningSolves
+from services.orchestrator.loop.checkpoint import Durable
 from services.orchestrator.loop.events import EventSink, LoopEvent
 from services.orchestrator.routing.log import RoutingLog
 from services.orchestrator.routing.selection import AgentSet, Routers
@@ -69,9 +70,11 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
 
     async def SolveProblem(self, request: pb.SolveProblemRequest,
                            context: grpc.aio.ServicerContext,
-                           events: EventSink | None = None) -> pb.SolveProblemResponse:
+                           events: EventSink | None = None,
+                           durable: Durable | None = None) -> pb.SolveProblemResponse:
         """Runs the loop on the request's problem: a Connect Four position, a Sudoku or a maze.
-        `events` (StreamSolveProblem's) receives the loop's progress.
+        `events` (StreamSolveProblem's) receives the loop's progress; `durable` (a durable
+        run's execution, `api/run_execution.py`) its events and checkpoints, and resumes it.
 
         Raises:
             InvalidArgument: "problem", "connect_four.moves", "sudoku.puzzle", "sudoku.box_rows",
@@ -89,7 +92,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         solve = parse_solve(request, self._settings, self._agents, self._routers)
         deadline = self._deadline(context)
         return await self._solves.run(kind, solve, request.seed, request.thread_id, deadline,
-                                      events)
+                                      events, durable)
 
     async def StreamSolveProblem(self, request: pb.StreamSolveProblemRequest,
                                  context: grpc.aio.ServicerContext
@@ -120,10 +123,12 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
             solve.cancel()
 
     async def AnswerQuery(self, request: pb.AnswerQueryRequest,
-                          context: grpc.aio.ServicerContext) -> pb.AnswerQueryResponse:
+                          context: grpc.aio.ServicerContext,
+                          durable: Durable | None = None) -> pb.AnswerQueryResponse:
         """Retrieves passages and drafts an answer grounded in them. When the gateway fails or
         does not answer before the deadline, the answer is the passages alone, flagged
-        `passages_only`, with the failure in `failures`.
+        `passages_only`, with the failure in `failures`. `durable`: as for SolveProblem (the
+        drafts' loop only; a text role runs again from its start when resumed).
 
         Raises:
             InvalidArgument: "query", "collection", "top_k", "mcts_iterations", "thread_id",
@@ -142,7 +147,21 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         chosen_role = role_options(request, self._settings, options)
         deadline = self._deadline(context)
         async with self._admission.hold(deadline):
-            return await self._queries.answer(request, problem, options, chosen_role, deadline)
+            return await self._queries.answer(request, problem, options, chosen_role, deadline,
+                                              durable)
+
+    def validate(self, request: pb.SolveProblemRequest | pb.AnswerQueryRequest) -> None:
+        """The checks SolveProblem or AnswerQuery make of `request` before any work, alone (what
+        RunService's CreateRun and CreateBatch check up front).
+
+        Raises:
+            InvalidArgument: naming the request's field, as SolveProblem / AnswerQuery would.
+        """
+        if isinstance(request, pb.SolveProblemRequest):
+            parse_solve(request, self._settings, self._agents, self._routers)
+            return
+        parse_query(request, self._settings)
+        role_options(request, self._settings, sampling_options(request, self._settings))
 
     async def IngestDocuments(self, request: pb.IngestDocumentsRequest,
                               context: grpc.aio.ServicerContext) -> pb.IngestDocumentsResponse:

@@ -10,6 +10,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from services.orchestrator.api.requests import MAX_SIMULATIONS, Solve
 from services.orchestrator.api.responses import solve_response
 from services.orchestrator.loop.admission import RunningSolves
+from services.orchestrator.loop.checkpoint import Durable
 from services.orchestrator.loop.consensus import ConsensusLoop
 from services.orchestrator.loop.events import EventSink
 from services.orchestrator.loop.tracing import observe_result
@@ -33,8 +34,10 @@ class Solves:
         self._admission = admission
 
     async def run(self, kind: str, solve: Solve, seed: int, thread_id: str, deadline: float,
-                  events: EventSink | None = None) -> pb.SolveProblemResponse:
-        """The loop's answer to `solve` (`events` receives its progress).
+                  events: EventSink | None = None,
+                  durable: Durable | None = None) -> pb.SolveProblemResponse:
+        """The loop's answer to `solve` (`events` receives its progress; a durable run's
+        `durable` takes its events and checkpoints, and may resume it from one).
 
         Raises:
             FailedPrecondition: a named HRM or TRM has no model for the grid, or no proposal
@@ -56,13 +59,17 @@ class Solves:
                     self._settings, self._agents.quick_checker)
                 if route is not None and route.deep_search:
                     simulations = min(simulations * DEEP_SEARCH_FACTOR, MAX_SIMULATIONS)
-            loop: ConsensusLoop = ConsensusLoop(agents, router, solve.synthesize,
-                                                problem.query_length_norm, events=events)
+            if durable is not None:
+                events = durable.events
+            loop: ConsensusLoop = ConsensusLoop(
+                agents, router, solve.synthesize, problem.query_length_norm, events=events,
+                checkpoints=durable.checkpoints if durable is not None else None)
             budget = Budget(max_iterations=solve.max_iterations, deadline=deadline,
                             simulations=simulations,
                             max_simulations=max(simulations, self._settings.max_simulations),
                             seed=seed)
-            result = await loop.run(problem, budget)
+            result = await loop.run(problem, budget,
+                                    durable.resume if durable is not None else None)
         observe_result(kind, result)
         log_loop(self._routing_log, kind, problem_text(problem), thread_id, result, started)
         return solve_response(result, thread_id)

@@ -17,7 +17,9 @@ turns a checkpoint into bytes and back.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from libs.errors import MeshError
 from services.orchestrator.loop.state import LoopState, RunState
@@ -99,3 +101,14 @@ def restore(checkpoint: LoopCheckpoint, budget: Budget) -> RunState:
         failure_iterations=list(checkpoint.failure_iterations), degraded=checkpoint.degraded,
         timings=list(checkpoint.timings), routes=list(checkpoint.routes),
         tally=checkpoint.tally, consensus=checkpoint.consensus)
+
+
+@dataclass(frozen=True)
+class Durable:
+    """What a durable run's execution gives the loop it runs in: where the loop's events go,
+    where a checkpoint goes after every finished round (both synchronous callables that must
+    not block), and the checkpoint it resumes from (None: from the start)."""
+
+    events: Callable[[Any], None]
+    checkpoints: Callable[[LoopCheckpoint], None]
+    resume: LoopCheckpoint | None = None

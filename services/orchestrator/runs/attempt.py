@@ -196,7 +196,7 @@ class Attempt:
 
 async def _cancelled(task: asyncio.Task) -> None:
     """Cancels `task` and waits for it to end, whatever it raises."""
-    pass  # BROKEN
+    task.cancel()
     await asyncio.wait([task])
     if not task.cancelled():
         task.exception()  # retrieved: no "exception was never retrieved" warning
