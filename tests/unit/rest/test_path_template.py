@@ -96,7 +96,8 @@ def test_openapi_paths_of_sub_templates_are_distinct():
     collection = parse_template("/v1/{name=collections/*}")
     assert documents.openapi_path() == "/v1/collections/{collection}/documents/{document}"
     assert collection.openapi_path() == "/v1/collections/{collection}"
-    assert parse_template("/v1/{name=batches/*}:watch").openapi_path() == "/v1/batches/{batch}:watch"
+    assert parse_template("/v1/{name=batches/*}:watch").openapi_path() == \
+        "/v1/batches/{batch}:watch"
     assert [(name, variable.name) for name, variable in documents.openapi_parameters()] == \
         [("collection", "name"), ("document", "name")]
     assert parse_template("/v1/{a=*/*}/{b=x/*}").openapi_path() == "/v1/{a_0}/{a_1}/x/{x}"
