@@ -34,7 +34,8 @@ def three_rounds(moves: str = "4") -> orchestrator_pb.SolveProblemRequest:
 
 class FakeSearch(mcts_service_pb2_grpc.MctsServiceServicer):
     """Answers SEARCH_VISITS scaled to the request's simulations. While `hold` is clear, a
-    search waits for it; `cancelled` counts searches whose caller went away while waiting."""
+    search waits for it; `cancelled` counts searches whose caller went away while waiting. With
+    `pause_after` set to n, the search after the n-th clears `hold` (it and later ones wait)."""
 
     def __init__(self) -> None:
         self.requests: list[mcts_service_pb2.SearchRequest] = []
@@ -42,9 +43,13 @@ class FakeSearch(mcts_service_pb2_grpc.MctsServiceServicer):
         self.hold.set()
         self.waiting = 0
         self.cancelled = 0
+        self.pause_after: int | None = None
 
     async def Search(self, request, context):
         self.requests.append(request)
+        if self.pause_after is not None and len(self.requests) > self.pause_after:
+            self.pause_after = None
+            self.hold.clear()
         if not self.hold.is_set():
             self.waiting += 1
             try:
