@@ -50,9 +50,26 @@ def main(argv: list[str] | None = None) -> int:
     except MissingDataset as error:
         print(f"mcts-mesh: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader of stdout went away (`mcts-mesh query ... | head -1`): stop quietly, and keep
+        # the interpreter's final flush from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except UnicodeDecodeError as error:
+        print(f"mcts-mesh: {_input_file(args)}: not UTF-8 text (byte {error.start}: "
+              f"{error.reason})", file=sys.stderr)
+        return 2
     except OSError as error:
         if error.filename is None:
             raise
         # A file named on the command line that is missing or unreadable: one line, no traceback.
         print(f"mcts-mesh: {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
+
+
+def _input_file(args: argparse.Namespace) -> str:
+    """The file a command was reading: the one existing file among its arguments, else "an
+    input file"."""
+    files = {value for value in vars(args).values()
+             if isinstance(value, str) and os.path.isfile(value)}
+    return files.pop() if len(files) == 1 else "an input file"
