@@ -74,7 +74,7 @@ def test_every_file_passes_kubernetes_validate_strict(repo_root):
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("overlay", ["base", "overlays/gpu"])
+@pytest.mark.parametrize("overlay", ["base", "overlays/gpu", "overlays/small", "training"])
 def test_kustomize_build_validates(repo_root, overlay):
     docs = _render(repo_root, overlay)
     for doc in docs:
