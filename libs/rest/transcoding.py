@@ -173,8 +173,28 @@ def locate_parse_error(descriptor: Descriptor, value: object, message: str,
                                               f"{path}[{index}]")
         elif descend and not field.is_repeated and isinstance(member, dict):
             return locate_parse_error(field.message_type, member, error, path)
+        if field.type == FieldDescriptor.TYPE_ENUM:
+            return _enum_error(field, member, path, error)
         return path, error
     return prefix, message
+
+
+def _enum_error(field: FieldDescriptor, member: object, path: str, error: str
+                ) -> tuple[str, str]:
+    """The path ("agents[1]" for a list's item) and description of a JSON value that is not one of
+    the enum field's values, listing them (json_format names none); `error` when every value
+    is one."""
+    enum = field.enum_type
+    items = (list(enumerate(member)) if field.is_repeated and isinstance(member, list)
+             else [(None, member)])
+    for index, item in items:
+        named = isinstance(item, str) and item in enum.values_by_name
+        numbered = isinstance(item, int) and not isinstance(item, bool)
+        if not (named or numbered):
+            names = ", ".join(value.name for value in enum.values)
+            where = path if index is None else f"{path}[{index}]"
+            return where, f"{item!r} is not a value of {enum.full_name} ({names})"
+    return path, error
 
 
 def _parse_error(descriptor: Descriptor, value: object) -> str | None:

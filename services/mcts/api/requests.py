@@ -86,10 +86,12 @@ def parse_search(request: pb.SearchRequest, settings: MctsSettings) -> ParsedSea
     if not 1 <= threads <= MAX_THREADS:
         raise InvalidArgument("threads", f"is {threads}; must be in 1..{MAX_THREADS}")
     if request.parallelism not in PARALLELISMS:
-        raise InvalidArgument("parallelism", f"is {request.parallelism}; not a Parallelism")
+        raise InvalidArgument("parallelism", f"is {request.parallelism}; not a Parallelism "
+                                            f"({', '.join(pb.Parallelism.keys())})")
     config = rollout_config(request, settings, exploration)
     if request.rule not in pb.SelectionRule.values():
-        raise InvalidArgument("rule", f"is {request.rule}; not a SelectionRule")
+        raise InvalidArgument("rule", f"is {request.rule}; not a SelectionRule "
+                                     f"({', '.join(pb.SelectionRule.keys())})")
     validate_leaf_options(request)
     if request.rule in RULES:
         return ParsedSearch(root, simulations, 1, batched_config(request, settings))
@@ -252,7 +254,8 @@ def validate_leaf_options(request: pb.SearchRequest) -> None:
             LEAF_EVALUATOR_NEURAL, or is not a model name; "batch_size" outside 1..1,024.
     """
     if request.evaluator not in pb.LeafEvaluator.values():
-        raise InvalidArgument("evaluator", f"is {request.evaluator}; not a LeafEvaluator")
+        raise InvalidArgument("evaluator", f"is {request.evaluator}; not a LeafEvaluator "
+                                          f"({', '.join(pb.LeafEvaluator.keys())})")
     batched = request.rule in RULES
     neural = request.evaluator == pb.LEAF_EVALUATOR_NEURAL
     if request.HasField("batch_size") and not 1 <= request.batch_size <= MAX_BATCH_SIZE:

@@ -145,9 +145,11 @@ def parse_query(request: pb.AnswerQueryRequest, settings: OrchestratorSettings) 
             raise InvalidArgument("mcts_iterations", f"is {request.mcts_iterations}; must be "
                                                      f"in 1..{MAX_MCTS_ITERATIONS:,}")
     if request.search_mode not in common_pb2.SearchMode.values():
-        raise InvalidArgument("search_mode", f"is {request.search_mode}; not a SearchMode")
+        raise InvalidArgument("search_mode", f"is {request.search_mode}; not a SearchMode "
+                                            f"({', '.join(common_pb2.SearchMode.keys())})")
     if request.fusion not in common_pb2.FusionMethod.values():
-        raise InvalidArgument("fusion", f"is {request.fusion}; not a FusionMethod")
+        raise InvalidArgument("fusion", f"is {request.fusion}; not a FusionMethod "
+                                       f"({', '.join(common_pb2.FusionMethod.keys())})")
     return TextProblem(request.query, request.collection or settings.default_collection,
                        top_k, request.search_mode, request.fusion)
 
@@ -209,16 +211,17 @@ def validate_agents(requested: Sequence[int], applicable: Sequence[AgentName]) -
     if not requested:
         return list(applicable)
     chosen: set[AgentName] = set()
+    names = ", ".join(pb.Agent.Name(AGENT_TO_PROTO[a]) for a in applicable)
     for index, value in enumerate(requested):
         if value == pb.AGENT_UNSPECIFIED:
-            raise InvalidArgument("agents", f"agents[{index}] is AGENT_UNSPECIFIED")
+            raise InvalidArgument("agents", f"agents[{index}] is AGENT_UNSPECIFIED; use {names}")
         if value not in PROTO_TO_AGENT:
-            raise InvalidArgument("agents", f"agents[{index}] is {value}, not an Agent")
+            raise InvalidArgument("agents", f"agents[{index}] is {value}, not an Agent; use "
+                                            f"{names}")
         name = PROTO_TO_AGENT[value]
         if name not in applicable:
             raise InvalidArgument(
-                "agents", f"{pb.Agent.Name(value)} does not apply to this problem; use "
-                          f"{', '.join(pb.Agent.Name(AGENT_TO_PROTO[a]) for a in applicable)}")
+                "agents", f"{pb.Agent.Name(value)} does not apply to this problem; use {names}")
         chosen.add(name)
     return [name for name in applicable if name in chosen]
 

@@ -42,7 +42,8 @@ def role_options(request: pb.AnswerQueryRequest, settings: OrchestratorSettings,
             "max_steps" outside 1..20, "max_refinements" outside 1..10.
     """
     if request.role not in pb.TextRole.values():
-        raise InvalidArgument("role", f"is {request.role}; not a TextRole")
+        raise InvalidArgument("role", f"is {request.role}; not a TextRole "
+                                     f"({', '.join(pb.TextRole.keys())})")
     branching = _bounded(request, "step_branching", settings.text_step_branching, MAX_BRANCHING)
     max_steps = _bounded(request, "max_steps", settings.text_max_steps, MAX_STEPS)
     refinements = _bounded(request, "max_refinements", settings.text_refine_max_rounds,

@@ -94,12 +94,25 @@ def test_empty_body_is_an_empty_message():
     (b'{"connectFour": {"moves": 4}}', "connect_four.moves"),
     (b'{"connectFour": {"move": "4"}}', "connect_four.move"),
     (b'{"nope": true}', "nope"),
-    (b'{"agents": ["AGENT_MCTS", "BAD"]}', "agents"),
+    (b'{"agents": ["AGENT_MCTS", "BAD"]}', "agents[1]"),
 ])
 def test_body_errors_name_the_field(body, field):
     with pytest.raises(InvalidArgument) as error:
         build_request(SOLVE_THREAD, pb.SolveProblemRequest, body, {"thread_id": "t"}, "")
     assert error.value.field == field
+
+
+@pytest.mark.parametrize("body, field", [(b'{"agents": ["mcts"]}', "agents[0]"),
+                                         (b'{"agents": "mcts"}', "agents"),
+                                         (b'{"searchMode": "fast"}', "search_mode")])
+def test_a_bad_enum_value_lists_the_valid_ones(body, field):
+    kind = pb.AnswerQueryRequest if b"search" in body else pb.SolveProblemRequest
+    binding = BINDINGS[("AnswerQuery", 0)] if b"search" in body else SOLVE_THREAD
+    with pytest.raises(InvalidArgument) as error:
+        build_request(binding, kind, body, {"thread_id": "t"}, "")
+    assert error.value.field == field
+    enum = kind.DESCRIPTOR.fields_by_name[field.split("[")[0]].enum_type
+    assert all(value.name in error.value.description for value in enum.values)
 
 
 def test_errors_inside_repeated_messages_carry_the_index():
