@@ -161,10 +161,10 @@ def usage_of(response: object) -> Usage:
       (`step_search.statistics.simulations`);
     - SolveProblemResponse: `search_statistics.simulations` (the newest search's; the earlier
       rounds of a multi-round solve are not in the response, so they are not charged);
-    - StreamSolveProblemResponse: those of its final `response`;
+    - StreamSolveProblemResponse, StreamAnswerQueryResponse: those of its final `response`;
     - anything else: nothing."""
     name = getattr(getattr(response, "DESCRIPTOR", None), "name", "")
-    if name == "StreamSolveProblemResponse":
+    if name in ("StreamSolveProblemResponse", "StreamAnswerQueryResponse"):
         return usage_of(response.response) if response.HasField("response") else Usage()
     if name == "SolveProblemResponse":
         return Usage(simulations=response.search_statistics.simulations)

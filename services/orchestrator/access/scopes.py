@@ -4,7 +4,7 @@ holding `admin` may call every method.
 | scope | methods |
 |---|---|
 | `solve` | SolveProblem, StreamSolveProblem |
-| `query` | AnswerQuery, GetDocument, ListDocuments |
+| `query` | AnswerQuery, StreamAnswerQuery, GetDocument, ListDocuments |
 | `ingest` | IngestDocuments, StreamIngestDocuments, DeleteDocument |
 | `admin` | DeleteCollection, and any method not in this table |
 | `solve` or `query` | RunService's methods (CreateRun, CreateBatch: each request's own) |
@@ -35,6 +35,7 @@ METHOD_SCOPES: dict[str, str] = {
     _SERVICE + "SolveProblem": SOLVE,
     _SERVICE + "StreamSolveProblem": SOLVE,
     _SERVICE + "AnswerQuery": QUERY,
+    _SERVICE + "StreamAnswerQuery": QUERY,
     _SERVICE + "GetDocument": QUERY,
     _SERVICE + "ListDocuments": QUERY,
     _SERVICE + "IngestDocuments": INGEST,

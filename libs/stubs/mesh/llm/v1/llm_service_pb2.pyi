@@ -49,7 +49,7 @@ class ProviderAttempt(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., outcome: _Optional[str] = ..., latency_ms: _Optional[float] = ..., retries: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("text", "provider", "model", "offline", "usage", "attempts", "cost_usd")
+    __slots__ = ("text", "provider", "model", "offline", "usage", "attempts", "cost_usd", "finish_reason")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class GenerateResponse(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     COST_USD_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     text: str
     provider: str
     model: str
@@ -64,4 +65,25 @@ class GenerateResponse(_message.Message):
     usage: Usage
     attempts: _containers.RepeatedCompositeFieldContainer[ProviderAttempt]
     cost_usd: float
-    def __init__(self, text: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., offline: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[ProviderAttempt, _Mapping]]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
+    finish_reason: str
+    def __init__(self, text: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., offline: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[ProviderAttempt, _Mapping]]] = ..., cost_usd: _Optional[float] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+
+class StreamGenerateRequest(_message.Message):
+    __slots__ = ("prompt", "context", "max_tokens", "temperature")
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    context: _containers.RepeatedCompositeFieldContainer[ContextPassage]
+    max_tokens: int
+    temperature: float
+    def __init__(self, prompt: _Optional[str] = ..., context: _Optional[_Iterable[_Union[ContextPassage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ...) -> None: ...
+
+class StreamGenerateResponse(_message.Message):
+    __slots__ = ("text_delta", "response")
+    TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    text_delta: str
+    response: GenerateResponse
+    def __init__(self, text_delta: _Optional[str] = ..., response: _Optional[_Union[GenerateResponse, _Mapping]] = ...) -> None: ...

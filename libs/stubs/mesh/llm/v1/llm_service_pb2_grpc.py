@@ -42,6 +42,11 @@ class LlmServiceStub:
                 request_serializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.StreamGenerate = channel.unary_stream(
+                '/mesh.llm.v1.LlmService/StreamGenerate',
+                request_serializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.StreamGenerateRequest.SerializeToString,
+                response_deserializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.StreamGenerateResponse.FromString,
+                _registered_method=True)
 
 
 class LlmServiceServicer:
@@ -62,6 +67,30 @@ class LlmServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamGenerate(self, request, context):
+        """Generates as Generate does, streaming the text as the provider writes
+        it: zero or more `text_delta` messages (text to append, in order, never
+        empty), then one `response` message, always the last: the
+        GenerateResponse Generate would have returned, its `text` the deltas
+        joined, its usage and cost counted from the provider's streamed usage
+        exactly as Generate counts them. Timeouts, retries, the circuit
+        breakers and the fallback order apply until the first delta; once a
+        delta is sent no other provider is tried, and a provider failure ends
+        the stream with its status. When the caller cancels the call, the
+        provider's stream (and its HTTP connection) is closed. The offline
+        provider streams its extract in chunks of words.
+        Limits: as Generate (the prompt 1..10,000 characters, max_tokens
+        1..32,768, temperature 0..2).
+        Errors: those of Generate, before any message: INVALID_ARGUMENT naming
+        the field; UNAVAILABLE when every provider failed or has an open
+        circuit; DEADLINE_EXCEEDED. After a delta: UNAVAILABLE naming the
+        provider whose stream failed, DEADLINE_EXCEEDED when the deadline ends
+        first, CANCELLED when the caller left.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LlmServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -69,6 +98,11 @@ def add_LlmServiceServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.GenerateRequest.FromString,
                     response_serializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.GenerateResponse.SerializeToString,
+            ),
+            'StreamGenerate': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamGenerate,
+                    request_deserializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.StreamGenerateRequest.FromString,
+                    response_serializer=mesh_dot_llm_dot_v1_dot_llm__service__pb2.StreamGenerateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -101,6 +135,33 @@ class LlmService:
             '/mesh.llm.v1.LlmService/Generate',
             mesh_dot_llm_dot_v1_dot_llm__service__pb2.GenerateRequest.SerializeToString,
             mesh_dot_llm_dot_v1_dot_llm__service__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamGenerate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mesh.llm.v1.LlmService/StreamGenerate',
+            mesh_dot_llm_dot_v1_dot_llm__service__pb2.StreamGenerateRequest.SerializeToString,
+            mesh_dot_llm_dot_v1_dot_llm__service__pb2.StreamGenerateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,6 +53,11 @@ class OrchestratorServiceStub:
                 request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.AnswerQueryRequest.SerializeToString,
                 response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.AnswerQueryResponse.FromString,
                 _registered_method=True)
+        self.StreamAnswerQuery = channel.unary_stream(
+                '/mesh.orchestrator.v1.OrchestratorService/StreamAnswerQuery',
+                request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamAnswerQueryRequest.SerializeToString,
+                response_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamAnswerQueryResponse.FromString,
+                _registered_method=True)
         self.IngestDocuments = channel.unary_unary(
                 '/mesh.orchestrator.v1.OrchestratorService/IngestDocuments',
                 request_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.IngestDocumentsRequest.SerializeToString,
@@ -136,17 +141,56 @@ class OrchestratorServiceServicer:
         with the sources it used; with a language model, by self-consistency
         over sampled drafts, by a role (decompose, refine) or by a search over
         reasoning steps (mcts_iterations), within the request's token and cost
-        budgets. Errors: INVALID_ARGUMENT naming the field for an empty or
-        10,001-character query, top_k outside 1..20, mcts_iterations outside
-        1..10,000, sample_count outside 1..20, temperature outside 0..2,
-        max_tokens or max_cost_usd out of range, an unknown role,
-        step_branching, max_steps or max_refinements out of range, or a bad
-        thread id; FAILED_PRECONDITION when a role or the search is asked for
-        and only the offline provider answers (a language model is needed);
-        UNAVAILABLE when retrieval is down; DEADLINE_EXCEEDED. When the LLM
-        gateway fails or does
-        not answer in time, the response carries the retrieved passages alone,
-        with `passages_only` set and the failure in `failures`.
+        budgets. With no collection named and the default one not yet created
+        (a fresh mesh, nothing ingested), the query is answered by the language
+        model without sources and the response says so (`ungrounded`).
+        Errors: INVALID_ARGUMENT naming the field for an empty or
+        10,001-character query, a bad collection name, top_k outside 1..20,
+        mcts_iterations outside 1..10,000, sample_count outside 1..20,
+        temperature outside 0..2, max_tokens or max_cost_usd out of range, an
+        unknown role or search_mode or fusion, step_branching, max_steps or
+        max_refinements out of range, or a bad thread id; NOT_FOUND when the
+        request names a collection that does not exist; FAILED_PRECONDITION
+        when a role or the search is asked for and only the offline provider
+        answers (a language model is needed), or no role is configured;
+        UNAVAILABLE when retrieval is down, or when the gateway is down and
+        there is no passage to answer with; DEADLINE_EXCEEDED when the deadline
+        (at most the server's maximum) ends first. With API keys:
+        UNAUTHENTICATED for a missing or unknown key; PERMISSION_DENIED for a
+        key without the "query" scope or not allowed the collection;
+        RESOURCE_EXHAUSTED past a rate limit, the in-flight caps or a budget;
+        UNAVAILABLE when the limits store is unreachable. When the LLM gateway
+        fails or does not answer in time, the response carries the retrieved
+        passages alone, with `passages_only` set and the failure in `failures`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamAnswerQuery(self, request, context):
+        """Answers a text query as AnswerQuery does, streaming its progress and the
+        answer's text as the language model writes it. The default path (one
+        draft: no role, sample_count 1) streams `sources` (the retrieved
+        passages, once, before any text) then `answer_delta` messages, the
+        draft's text in order as the LLM gateway streams it. Paths that need
+        complete drafts before they can answer (self-consistency with
+        sample_count over 1, decompose, refine, the search over steps) stream
+        the consensus loop's events instead (an iteration starting, each agent
+        starting and finishing with its vote, each round's tally) and the
+        chosen answer's text in one `answer_delta` at the end. Last, always,
+        the AnswerQueryResponse AnswerQuery would have returned: it is the
+        authority (when the gateway fails after some text was streamed, the
+        answer falls back to the passages alone, `passages_only`, as
+        AnswerQuery's would). Token and cost budgets, API keys, scopes
+        ("query") and rate limits apply as to AnswerQuery; the tokens streamed
+        are counted as AnswerQuery counts them. When the caller cancels, the
+        LLM gateway's stream (and the provider's) is closed. Over REST the
+        stream is newline-delimited JSON, one {"result": ...} object per
+        message and an {"error": google.rpc.Status} line when the call fails
+        after its first message.
+        Errors: those of AnswerQuery; an error raised before the first message
+        (a bad request, a refused key, a missing collection) ends the call
+        without messages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -237,6 +281,11 @@ def add_OrchestratorServiceServicer_to_server(servicer, server):
                     servicer.AnswerQuery,
                     request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.AnswerQueryRequest.FromString,
                     response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.AnswerQueryResponse.SerializeToString,
+            ),
+            'StreamAnswerQuery': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamAnswerQuery,
+                    request_deserializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamAnswerQueryRequest.FromString,
+                    response_serializer=mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamAnswerQueryResponse.SerializeToString,
             ),
             'IngestDocuments': grpc.unary_unary_rpc_method_handler(
                     servicer.IngestDocuments,
@@ -353,6 +402,33 @@ class OrchestratorService:
             '/mesh.orchestrator.v1.OrchestratorService/AnswerQuery',
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.AnswerQueryRequest.SerializeToString,
             mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.AnswerQueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamAnswerQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mesh.orchestrator.v1.OrchestratorService/StreamAnswerQuery',
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamAnswerQueryRequest.SerializeToString,
+            mesh_dot_orchestrator_dot_v1_dot_orchestrator__service__pb2.StreamAnswerQueryResponse.FromString,
             options,
             channel_credentials,
             insecure,
