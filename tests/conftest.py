@@ -1,4 +1,4 @@
-"""Fixtures every kind of test shares: where the repository and the shared evaluation data are, the
+"""Fixtures every kind of test shares: where the repository and the evaluation data sets are, the
 bench scripts some unit tests import, SIGINT's default disposition, and longer timeouts for the
 tests that start whole meshes."""
 
@@ -13,8 +13,9 @@ from types import ModuleType
 
 import pytest
 
+from libs.data import MissingDataset, dataset
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 BENCH_DIR = REPO_ROOT / "bench"
 
 
@@ -23,12 +24,28 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+class DataSets:
+    """The data sets as `libs.data` finds them (`MCTS_MESH_DATA_DIR` or `../shared/data`, then the
+    repository's `data/`): `data_dir / "connect4-pons"` is that set's folder. A set found nowhere
+    skips the test, with `libs.data.MissingDataset`'s one line as the reason (which set, where it
+    looked, how to provide it), so a clone without `../shared` runs the default suite."""
+
+    def __truediv__(self, name: str) -> Path:
+        try:
+            return dataset(name)
+        except MissingDataset as missing:
+            pytest.skip(str(missing))
+
+
+def data_set(name: str) -> Path:
+    """`DataSets() / name`, for module-level constants: the set's folder, or a skip."""
+    return DataSets() / name
+
+
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    """`../shared/data` beside the repository (real, public evaluation data; used as it is)."""
-    if not DATA_DIR.is_dir():
-        pytest.fail(f"shared data not found at {DATA_DIR}")
-    return DATA_DIR
+def data_dir() -> DataSets:
+    """The data sets (`DataSets`): real, public evaluation data, used as it is."""
+    return DataSets()
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def onnx_path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def texts(data_dir) -> list[str]:
     texts = []
-    with (data_dir / "beir-scifact" / "corpus.jsonl").open() as lines:
+    with (data_dir / "scifact-demo" / "corpus.jsonl").open() as lines:
         for line in lines:
             record = json.loads(line)
             # Title + abstract as ingest embeds them; lengths vary, so batches pad.

@@ -1,7 +1,6 @@
 """ARC: reader, dihedral and colour augmentation, inverses, voting."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,19 +18,20 @@ from libs.puzzles.arc import (
     vote,
 )
 
-ARC = Path("/work/shared/data/arc-agi-1/data")
+SET = "arc-agi-1"
+"""The ARC-AGI-1 data set's folder (its tasks under data/), found by `data_dir`."""
 
 
-def test_reads_a_real_task():
-    task = read_task(ARC / "training" / "007bbfb7.json")
+def test_reads_a_real_task(data_dir):
+    task = read_task(data_dir / SET / "data" / "training" / "007bbfb7.json")
     assert task.task_id == "007bbfb7"
     assert len(task.train) == 5 and len(task.test) == 1
     assert task.train[0].input.shape == (3, 3) and task.train[0].output.shape == (9, 9)
     assert task.test[0].output.dtype == np.uint8
 
 
-def test_reads_a_split():
-    tasks = read_split(ARC / "evaluation", limit=5)
+def test_reads_a_split(data_dir):
+    tasks = read_split(data_dir / SET / "data" / "evaluation", limit=5)
     assert len(tasks) == 5
     assert [t.task_id for t in tasks] == sorted(t.task_id for t in tasks)
 
@@ -63,8 +63,8 @@ def test_eight_distinct_dihedral_transforms_with_inverses():
     assert np.array_equal(dihedral(grid, 6), grid.T)
 
 
-def test_augmentation_keeps_background_and_inverts():
-    task = read_task(ARC / "training" / "007bbfb7.json")
+def test_augmentation_keeps_background_and_inverts(data_dir):
+    task = read_task(data_dir / SET / "data" / "training" / "007bbfb7.json")
     rng = np.random.default_rng(0)
     for _ in range(30):
         aug = random_arc_augmentation(rng)

@@ -1,6 +1,5 @@
 """Readers: Norvig and tdoku line files, HRM-format CSVs."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,20 +14,18 @@ from libs.puzzles.readers import (
 )
 from libs.puzzles.sudoku import BoxShape, check_solution, format_grid, generate, solve
 
-DATA = Path("/work/shared/data")
 
-
-def test_reads_norvig_files_both_blank_styles():
-    top95 = read_sudoku_file(DATA / "sudoku-norvig" / "py_sudoku-top95.txt")
+def test_reads_norvig_files_both_blank_styles(data_dir):
+    top95 = read_sudoku_file(data_dir / "sudoku-norvig" / "py_sudoku-top95.txt")
     assert len(top95) == 95
-    seventeen = read_sudoku_file(DATA / "sudoku-norvig" / "ipynb_sudokus_17.txt", limit=3)
+    seventeen = read_sudoku_file(data_dir / "sudoku-norvig" / "ipynb_sudokus_17.txt", limit=3)
     assert len(seventeen) == 3 and all(int((p != 0).sum()) == 17 for p in seventeen)
 
 
-def test_reads_tdoku_files_skipping_comments_and_crlf():
-    forum = read_sudoku_file(DATA / "sudoku-tdoku-bench" / "puzzles5_forum_hardest_1905_11+", 5)
+def test_reads_tdoku_files_skipping_comments_and_crlf(data_dir):
+    forum = read_sudoku_file(data_dir / "sudoku-tdoku-bench" / "puzzles5_forum_hardest_1905_11+", 5)
     assert len(forum) == 5 and forum[0].shape == (9, 9)
-    serg = read_sudoku_file(DATA / "sudoku-tdoku-bench" / "puzzles7_serg_benchmark", limit=2)
+    serg = read_sudoku_file(data_dir / "sudoku-tdoku-bench" / "puzzles7_serg_benchmark", limit=2)
     assert len(serg) == 2
 
 

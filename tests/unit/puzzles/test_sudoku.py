@@ -1,6 +1,5 @@
 """Sudoku core: parsing, exact solver, uniqueness, contradictions, generator, augmentations."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +19,6 @@ from libs.puzzles.sudoku import (
 )
 from libs.puzzles.sudoku_augment import random_augmentation
 
-DATA = Path("/work/shared/data")
-NORVIG = DATA / "sudoku-norvig"
-TDOKU = DATA / "sudoku-tdoku-bench"
 SIX = BoxShape(2, 3)
 
 # Norvig's example (norvig.com/sudoku.html, "grid1") and its unique solution.
@@ -63,15 +59,16 @@ def test_solves_norvig_example_exactly():
 
 
 @pytest.mark.parametrize(
-    "path",
+    "data_set, name",
     [
-        NORVIG / "py_sudoku-top95.txt",
-        NORVIG / "py_sudoku-hardest.txt",
-        TDOKU / "puzzles5_forum_hardest_1905_11+",
+        ("sudoku-norvig", "py_sudoku-top95.txt"),
+        ("sudoku-norvig", "py_sudoku-hardest.txt"),
+        ("sudoku-tdoku-bench", "puzzles5_forum_hardest_1905_11+"),
     ],
     ids=["top95", "hardest", "forum_hardest"],
 )
-def test_solver_solves_reference_puzzles(path):
+def test_solver_solves_reference_puzzles(data_dir, data_set, name):
+    path = data_dir / data_set / name
     puzzles = read_sudoku_file(path, limit=20)
     assert len(puzzles) == min(20, 11 if "hardest.txt" in path.name else 20)
     for puzzle in puzzles:

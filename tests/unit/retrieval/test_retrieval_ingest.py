@@ -27,7 +27,7 @@ def test_text_file_without_heading_is_titled_by_its_name(tmp_path):
 
 
 def test_beir_jsonl_layout(data_dir):
-    documents = list(read_paths([data_dir / "beir-scifact" / "corpus.jsonl"], limit=3))
+    documents = list(read_paths([data_dir / "scifact-demo" / "corpus.jsonl"], limit=3))
     assert [d.id for d in documents] == ["4983", "5836", "7912"]
     first = documents[0]
     assert first.title.startswith("Microstructural development of human newborn cerebral")
