@@ -131,6 +131,13 @@ class Client:
         return self._unary(ORCHESTRATOR, "AnswerQuery",
                            build(orch.AnswerQueryRequest, request, fields), timeout)
 
+    def stream_answer_query(self, request: orch.StreamAnswerQueryRequest | None = None, /, *,
+                            timeout: float | None = None, **fields: Any
+                            ) -> Iterator[orch.StreamAnswerQueryResponse]:
+        """StreamAnswerQuery: sources, answer deltas or loop events, the response last."""
+        return self._server_stream(ORCHESTRATOR, "StreamAnswerQuery",
+                                   build(orch.StreamAnswerQueryRequest, request, fields), timeout)
+
     def ingest_documents(self, request: orch.IngestDocumentsRequest | None = None, /, *,
                          timeout: float | None = None, **fields: Any
                          ) -> orch.IngestDocumentsResponse:

@@ -25,6 +25,7 @@ from mcts_mesh.client import (
     UnauthenticatedError,
 )
 from mcts_mesh.client.errors import DeadlineExceededError, FailedPreconditionError
+from services.orchestrator.api.servicer import OrchestratorServicer
 
 SOLVE = {"connect_four": {"moves": "4453"}, "agents": [orch.AGENT_MCTS, orch.AGENT_CHECKER],
          "simulations": 200}
@@ -100,6 +101,17 @@ async def test_the_async_client_calls_the_same_methods(client_mesh):
         assert [event async for event in client.watch_run(run.name, timeout=120)]
         assert (await client.get_run(run.name)).state == runs.Run.State.STATE_SUCCEEDED
         await client.delete_collection("collections/biology")
+
+
+@pytest.mark.skipif("StreamAnswerQuery" not in vars(OrchestratorServicer),
+                    reason="the orchestrator does not serve StreamAnswerQuery yet")
+async def test_the_answer_streams_with_the_response_last(client_mesh):
+    async with AsyncClient(client_mesh.target, api_key=client_mesh.admin_key) as client:
+        await client.ingest_documents(collection="biology", documents=DOCUMENTS)
+        messages = [m async for m in client.stream_answer_query(
+            query="How do cells divide?", collection="biology")]
+    assert messages[-1].WhichOneof("event") == "response"
+    assert messages[-1].response.answer
 
 
 async def test_errors_carry_their_google_rpc_details(client_mesh):
