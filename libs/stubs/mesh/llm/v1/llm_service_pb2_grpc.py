@@ -56,12 +56,24 @@ class LlmServiceServicer:
     """
 
     def Generate(self, request, context):
-        """Generates an answer to a prompt, grounded in the passages given.
-        Providers are tried in the fallback order; the response names the one
-        that answered.
-        Errors: INVALID_ARGUMENT for an empty or 10,001-character prompt or
-        max_tokens outside 1..32,768; UNAVAILABLE when every provider failed or
-        has an open circuit; DEADLINE_EXCEEDED when the deadline ends first.
+        """Generates an answer to a prompt, grounded in the passages given, and
+        returns it with the provider and model that answered, the token usage,
+        the cost (when LLM_PRICES prices the model) and every provider attempt.
+        Providers are tried in LLM_FALLBACK_ORDER (openai, anthropic, local,
+        offline; a provider without its key or base URL is skipped); each call
+        to a provider is bounded by LLM_TIMEOUT_S (30 s, shortened by the
+        caller's deadline) and retried LLM_MAX_RETRIES times (2) on 429, 5xx,
+        timeouts and connection failures, with full-jitter backoff from
+        LLM_BACKOFF_INITIAL_S (0.5 s) up to LLM_BACKOFF_MAX_S (8 s);
+        LLM_BREAKER_THRESHOLD (5) failures in a row open a provider's circuit for
+        LLM_BREAKER_TTL_S (30 s). The offline extractive provider answers last
+        unless LLM_OFFLINE_ENABLED is false.
+        Errors: INVALID_ARGUMENT naming the field for an empty or
+        10,001-character prompt ("prompt"), max_tokens outside 1..32,768
+        ("max_tokens"), temperature outside 0..2 ("temperature");
+        UNAVAILABLE when every provider failed or has an open circuit, or none
+        is configured and the offline provider is off; DEADLINE_EXCEEDED when
+        the deadline ends before any provider answered.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -79,11 +79,21 @@ class NeuralServiceServicer:
     """
 
     def EvaluatePositions(self, request, context):
-        """Evaluates Connect Four positions with a policy/value network. Concurrent
-        calls are batched together on the device.
-        Errors: INVALID_ARGUMENT for an empty batch, more than 1,024 positions,
-        or a malformed, illegal or finished position; NOT_FOUND for an unknown
-        model; UNAVAILABLE while no checkpoint is loaded.
+        """Evaluates Connect Four positions with a policy/value network: per
+        position a policy over the 7 columns (0 on full columns, summing to 1)
+        and a value in [-1, 1] for the player to move, with the model that
+        answered. `model` empty means NEURAL_DEFAULT_MODEL ("connect4-pv").
+        Concurrent calls are batched together on the device: at most
+        NEURAL_MAX_BATCH (256) positions per forward pass, the first call
+        waiting NEURAL_MAX_WAIT_MS (0: none) for others; on the CPU the network
+        runs in NEURAL_PV_RUNTIME (onnxruntime, or torch), on a GPU in torch
+        (with CUDA graphs unless NEURAL_CUDA_GRAPHS is false); NEURAL_DEVICE
+        chooses the device.
+        Errors: INVALID_ARGUMENT for no positions or more than 1,024
+        ("positions"), a malformed, illegal or finished position
+        ("positions[i].moves"), or a model that is not a Connect Four
+        policy/value network ("model"); NOT_FOUND for an unknown model (checked
+        before the positions); UNAVAILABLE while no checkpoint is loaded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,9 +105,10 @@ class NeuralServiceServicer:
         and returns the prediction after each. Concurrent calls to the same model
         are batched together on the device.
         Errors: INVALID_ARGUMENT (naming the field) for a missing or unknown
-        model, a grid of the wrong size or with characters outside the model's
-        alphabet (a maze also needs exactly one 'S' and one 'G'), or
-        max_segments outside 1..64; FAILED_PRECONDITION when the model is not a
+        model ("model"), a grid of the wrong size or with characters outside the
+        model's alphabet (a maze also needs exactly one 'S' and one 'G')
+        ("grid"), a halting_mode that is not a HaltingMode ("halting_mode"), or
+        max_segments outside 1..64 ("max_segments"); FAILED_PRECONDITION when the model is not a
         reasoning model (for example "connect4-pv") or has no task; UNAVAILABLE
         while no checkpoint is loaded.
         """
@@ -106,7 +117,9 @@ class NeuralServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListModels(self, request, context):
-        """Lists the models in the registry.
+        """Lists the models in the registry (the checkpoint directories loaded from
+        NEURAL_MODELS_DIR), with their architecture, task, version and
+        metadata; empty while none is loaded. No errors of its own.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -114,7 +127,8 @@ class NeuralServiceServicer:
 
     def GetModel(self, request, context):
         """Returns one model of the registry.
-        Errors: NOT_FOUND for an unknown model.
+        Errors: INVALID_ARGUMENT ("name") for an empty name; NOT_FOUND for an
+        unknown model; UNAVAILABLE while no checkpoint is loaded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -126,8 +140,9 @@ class NeuralServiceServicer:
         new checkpoint is fully loaded and warmed up before it replaces the old
         one; requests already batched finish on the old one. Returns the model
         now served.
-        Errors: INVALID_ARGUMENT for a missing name or one that is not a plain
-        directory name; NOT_FOUND when the directory does not exist;
+        Errors: INVALID_ARGUMENT ("name") for a missing name or one that is not
+        a plain directory name (1-100 letters, digits, '.', '_', '-'); NOT_FOUND
+        when the directory does not exist under NEURAL_MODELS_DIR;
         FAILED_PRECONDITION when the checkpoint is corrupt (unreadable
         safetensors or JSON, weights whose SHA-256 differs from config.json, a
         pickle) or mismatched (weights or task that do not fit the config): the

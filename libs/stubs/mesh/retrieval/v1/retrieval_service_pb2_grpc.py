@@ -86,7 +86,13 @@ class RetrievalServiceServicer:
 
     def IngestDocuments(self, request, context):
         """Chunks, embeds and stores documents in a collection, creating it when
-        absent. Re-ingesting a document id with other text, title or source
+        absent, and returns the counts of documents stored, updated and skipped
+        and of chunks written. Chunks are RETRIEVAL_CHUNK_SIZE characters (1,000)
+        overlapping by RETRIEVAL_CHUNK_OVERLAP (200), embedded by
+        all-MiniLM-L6-v2 (RETRIEVAL_EMBEDDER: the int8 ONNX export, or torch) in
+        batches of RETRIEVAL_EMBED_BATCH_SIZE, with a BM25 vector each, into the
+        embedded store under RETRIEVAL_DATA_DIR or the Qdrant server at
+        RETRIEVAL_QDRANT_URL (1.16 or later). Re-ingesting a document id with other text, title or source
         stores a new version of it (counted as updated); with the same ones, and
         its served version stored whole, it is skipped, not embedded again. Every
         document is checked before anything is written, and nothing is written
@@ -107,7 +113,11 @@ class RetrievalServiceServicer:
         RESOURCE_EXHAUSTED, naming the limit, for a new collection beyond
         RETRIEVAL_MAX_COLLECTIONS or new documents beyond
         RETRIEVAL_MAX_DOCUMENTS_PER_COLLECTION (nothing written);
-        CANCELLED / DEADLINE_EXCEEDED with nothing written.
+        CANCELLED / DEADLINE_EXCEEDED with nothing written; UNAVAILABLE when the
+        store cannot be reached (the Qdrant server down, the embedded store's
+        folder gone); FAILED_PRECONDITION when the collection holds vectors of
+        another size than the embedder's or the Qdrant server is older than
+        1.16.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -135,15 +145,18 @@ class RetrievalServiceServicer:
         Errors: INVALID_ARGUMENT for an invalid collection name, an empty or
         10,001-character query, top_k outside 1..100, a non-finite min_score (or
         one outside [-1, 1] for dense search), a filter key other than
-        document_id, source, title, or a mode the collection was not built for
-        ("mode"); NOT_FOUND for an unknown collection.
+        document_id, source, title ("filter"), a mode or fusion outside its enum
+        or a mode the collection was not built for ("mode", "fusion"); NOT_FOUND for an unknown collection; UNAVAILABLE when the
+        store cannot be reached; FAILED_PRECONDITION when the collection holds
+        vectors of another size than the embedder's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListCollections(self, request, context):
-        """Lists the collections with their sizes.
+        """Lists the collections with their chunk counts.
+        Errors: UNAVAILABLE when the store cannot be reached.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
