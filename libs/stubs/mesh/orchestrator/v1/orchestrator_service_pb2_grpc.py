@@ -30,6 +30,21 @@ class OrchestratorServiceStub:
     """The mesh's public API: a consensus loop over agents (MCTS, neural
     networks, exact checkers, retrieval, LLMs) that answers problems with a
     checker and text queries.
+
+    Every method: a call runs at most ORCHESTRATOR_MAX_DEADLINE_S (600 s),
+    whatever deadline its caller set, then ends DEADLINE_EXCEEDED; a call
+    without a deadline gets ORCHESTRATOR_REQUEST_DEADLINE_S (60 s) for its
+    work. With API keys (sent as `x-api-key` or `authorization: Bearer`
+    metadata; required when ORCHESTRATOR_REQUIRE_API_KEY is true, checked
+    whenever sent), every method may also fail UNAUTHENTICATED (ErrorInfo
+    reason API_KEY_MISSING, API_KEY_INVALID), PERMISSION_DENIED
+    (SCOPE_NOT_GRANTED with the scope needed in its metadata,
+    COLLECTION_NOT_ALLOWED), RESOURCE_EXHAUSTED with a RetryInfo
+    (RATE_LIMIT_EXCEEDED, the key's or the server's in-flight cap) or with a
+    QuotaFailure naming each budget used up (BUDGET_EXCEEDED), and
+    UNAVAILABLE with a RetryInfo when the limits store (Redis) is
+    unreachable. Every INVALID_ARGUMENT carries a google.rpc.BadRequest
+    naming the field.
     """
 
     def __init__(self, channel):
@@ -94,25 +109,51 @@ class OrchestratorServiceServicer:
     """The mesh's public API: a consensus loop over agents (MCTS, neural
     networks, exact checkers, retrieval, LLMs) that answers problems with a
     checker and text queries.
+
+    Every method: a call runs at most ORCHESTRATOR_MAX_DEADLINE_S (600 s),
+    whatever deadline its caller set, then ends DEADLINE_EXCEEDED; a call
+    without a deadline gets ORCHESTRATOR_REQUEST_DEADLINE_S (60 s) for its
+    work. With API keys (sent as `x-api-key` or `authorization: Bearer`
+    metadata; required when ORCHESTRATOR_REQUIRE_API_KEY is true, checked
+    whenever sent), every method may also fail UNAUTHENTICATED (ErrorInfo
+    reason API_KEY_MISSING, API_KEY_INVALID), PERMISSION_DENIED
+    (SCOPE_NOT_GRANTED with the scope needed in its metadata,
+    COLLECTION_NOT_ALLOWED), RESOURCE_EXHAUSTED with a RetryInfo
+    (RATE_LIMIT_EXCEEDED, the key's or the server's in-flight cap) or with a
+    QuotaFailure naming each budget used up (BUDGET_EXCEEDED), and
+    UNAVAILABLE with a RetryInfo when the limits store (Redis) is
+    unreachable. Every INVALID_ARGUMENT carries a google.rpc.BadRequest
+    naming the field.
     """
 
     def SolveProblem(self, request, context):
         """Solves a problem with a checker (a Connect Four position, a Sudoku grid,
         a maze): agents propose, the checker scores or verifies, the loop
         iterates until consensus or its budget ends. A Sudoku or maze answer is
-        always one the exact checker verified.
-        Errors: INVALID_ARGUMENT naming the field for a malformed, illegal or
+        always one the exact checker verified. Returns the answer (a column with
+        its outcome, a grid, a path), the votes, the agents used and the
+        statistics. Unset `simulations` means ORCHESTRATOR_DEFAULT_SIMULATIONS
+        (20,000; doubled each iteration the agents disagree), unset
+        `max_iterations` ORCHESTRATOR_MAX_ITERATIONS (3); the checker solves
+        within ORCHESTRATOR_CHECKER_MAX_NODES (2,000,000) nodes and
+        ORCHESTRATOR_CHECKER_TIME_BUDGET_MS, and abstains beyond them, so
+        AGENT_CHECKER alone answers only positions it can solve (near the end of
+        a game).
+        Errors: INVALID_ARGUMENT naming the field for no problem set
+        ("problem"), a malformed, illegal or
         finished position ("connect_four.moves"), a Sudoku grid of the wrong
         size, with characters outside '.', '0', '1'..'N', an unsupported N or box
         shape, contradictory givens (reported as such) or no solution
         ("sudoku.puzzle", "sudoku.box_rows"), a maze with ragged rows, characters
         outside '#', ' ', 'S', 'G', not exactly one S and one G, or G unreachable
-        ("maze.grid"), agents that do not apply to the problem ("agents"),
+        ("maze.grid"), agents that are not Agent values or do not apply to the
+        problem, or AGENT_CHECKER alone on a puzzle ("agents"),
         simulations outside 1..10,000,000, max_iterations outside 1..10, or a
         thread id outside ^[a-zA-Z0-9_-]{1,100}$; FAILED_PRECONDITION when the
         request names AGENT_HRM or AGENT_TRM and the neural service has no model
         of that architecture for the grid (a Sudoku of that N, a maze of that
-        size), or when no proposal passed the checker; UNAVAILABLE when every
+        size), or when no proposal passed the checker or no agent proposed one
+        (the message gives each agent's reason); UNAVAILABLE when every
         agent it needs is down; DEADLINE_EXCEEDED when the deadline ends first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -329,6 +370,21 @@ class OrchestratorService:
     """The mesh's public API: a consensus loop over agents (MCTS, neural
     networks, exact checkers, retrieval, LLMs) that answers problems with a
     checker and text queries.
+
+    Every method: a call runs at most ORCHESTRATOR_MAX_DEADLINE_S (600 s),
+    whatever deadline its caller set, then ends DEADLINE_EXCEEDED; a call
+    without a deadline gets ORCHESTRATOR_REQUEST_DEADLINE_S (60 s) for its
+    work. With API keys (sent as `x-api-key` or `authorization: Bearer`
+    metadata; required when ORCHESTRATOR_REQUIRE_API_KEY is true, checked
+    whenever sent), every method may also fail UNAUTHENTICATED (ErrorInfo
+    reason API_KEY_MISSING, API_KEY_INVALID), PERMISSION_DENIED
+    (SCOPE_NOT_GRANTED with the scope needed in its metadata,
+    COLLECTION_NOT_ALLOWED), RESOURCE_EXHAUSTED with a RetryInfo
+    (RATE_LIMIT_EXCEEDED, the key's or the server's in-flight cap) or with a
+    QuotaFailure naming each budget used up (BUDGET_EXCEEDED), and
+    UNAVAILABLE with a RetryInfo when the limits store (Redis) is
+    unreachable. Every INVALID_ARGUMENT carries a google.rpc.BadRequest
+    naming the field.
     """
 
     @staticmethod
