@@ -91,13 +91,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from libs.errors import MeshError
+from libs.errors import MeshError, to_status
 from libs.in_process import CallFailed, InProcessServer
 from libs.rest.bindings import HttpBinding, Routable, Router, RouteStatus, service_bindings
 from libs.rest.endpoints import Endpoints
 from libs.rest.extras import Caller, Extras, FrontRoute
 from libs.rest.jsonl import LinesUpload, is_json_lines, name_lines
-from libs.rest.limits import check_media_type, check_query, read_body
+from libs.rest.limits import check_json_depth, check_media_type, check_query, read_body
 from libs.rest.metadata import (
     credential_metadata,
     request_metadata,
@@ -115,7 +115,7 @@ from libs.rest.status import (
     error_response,
     status_response,
 )
-from libs.rest.streaming import NdjsonStream, cancel_on_disconnect
+from libs.rest.streaming import NdjsonStream, cancel_on_disconnect, wait_for_disconnect
 from libs.rest.transcoding import apply_path_and_query, apply_query, response_json
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class _Gateway:
 
     async def _transcode_and_call(self, request: Request, receive: Receive, binding: Routable,
                                   path_values: dict[str, str]) -> Response | _Stream:
-        refusal = self._refuse_unauthenticated(request)
+        refusal = self._refuse_unauthenticated(request, binding)
         if refusal is not None:
             return refusal
         watch = self._extras.watches.get(binding.method.full_name) \
@@ -210,14 +210,17 @@ class _Gateway:
                 request.headers.items(), request.headers.get("host"),
                 request.client.host if request.client else None)
             if isinstance(binding, FrontRoute):
-                caller = Caller(self._server, _with_trace_context(metadata), timeout,
-                                _peer(request))
-                return await binding.handler(caller, path_values, request.url.query)
+                return await self._own_route(request, receive, binding, path_values, metadata,
+                                             timeout)
             message, lines = await self._build_request(request, binding, path_values, watch)
         except MeshError as error:
+            if isinstance(binding, FrontRoute) and binding.error_body is not None:
+                return _route_error(binding, to_status(error, self._settings.error_service),
+                                    {"Connection": "close"} if getattr(error, "close", False)
+                                    else None, getattr(error, "http_status", None))
             return error_response(error, self._settings.error_service)
         except CallFailed as error:  # a route's own call
-            return status_response(error.status, response_headers(error.initial_metadata))
+            return _route_error(binding, error.status, response_headers(error.initial_metadata))
         metadata = _with_trace_context(metadata)
         peer = _peer(request)
         if binding.method.server_streaming:
@@ -241,7 +244,37 @@ class _Gateway:
         return Response(response_json(reply, binding.response_body), status_code=200,
                         headers=response_headers(call.initial_metadata()), media_type=JSON)
 
-    def _refuse_unauthenticated(self, request: Request) -> Response | None:
+    async def _own_route(self, request: Request, receive: Receive, binding: FrontRoute,
+                         path_values: dict[str, str], metadata: list, timeout: float
+                         ) -> Response:
+        """A route of the front's own: its body read (when it takes one) within the limits,
+        then its handler, cancelled if the HTTP client leaves before it returns.
+
+        Raises:
+            MeshError: a refused body (415, 413, 400).
+            CallFailed: a call of the handler failed.
+        """
+        body = b""
+        if binding.body:
+            check_media_type(request.headers.get("content-type"))
+            body = await read_body(request, self._settings.max_body_bytes)
+            check_json_depth(body, self._settings.max_json_depth)
+        caller = Caller(self._server, _with_trace_context(metadata), timeout, _peer(request),
+                        body)
+        handler = asyncio.ensure_future(binding.handler(caller, path_values, request.url.query))
+        left = asyncio.ensure_future(wait_for_disconnect(receive))
+        try:
+            await asyncio.wait({handler, left}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+            if not handler.done():
+                handler.cancel()
+        if not handler.done() or handler.cancelled():
+            return _route_error(binding, code_status(grpc.StatusCode.CANCELLED,
+                                                     "the HTTP client went away"))
+        return handler.result()
+
+    def _refuse_unauthenticated(self, request: Request, binding: Routable) -> Response | None:
         """The 401 for a missing or invalid key (when the app was given access control), from
         the credential headers alone, before the query or the body is looked at; None otherwise.
         The in-process call's interceptor still decides the call (admission, limits)."""
@@ -254,8 +287,7 @@ class _Gateway:
         declared = headers.get("content-length", "0").strip()
         unread = "transfer-encoding" in headers or not declared.isdigit() \
             or int(declared) > _UNREAD_BODY_BYTES
-        return status_response(refusal,
-                               {"Connection": "close"} if unread else None)
+        return _route_error(binding, refusal, {"Connection": "close"} if unread else None)
 
     async def _build_request(self, request: Request, binding: HttpBinding,
                              path_values: dict[str, str], watch: SseWatch | None
@@ -345,6 +377,19 @@ class _Gateway:
         return NdjsonStream(call, first, binding.response_body, headers)
 
 
+def _route_error(binding: Routable, status: status_pb2.Status,
+                 headers: dict[str, str] | None = None, status_code: int | None = None
+                 ) -> Response:
+    """The error response for `status`: in the route's own form when it has one (a
+    `FrontRoute.error_body`), else a `google.rpc.Status` (`status_response`)."""
+    response = status_response(status, headers, status_code)
+    if isinstance(binding, FrontRoute) and binding.error_body is not None:
+        kept = {name: value for name, value in response.headers.items()
+                if name.lower() not in ("content-length", "content-type")}
+        return binding.error_body(status, response.status_code, kept)
+    return response
+
+
 def _peer(request: Request) -> str:
     """The HTTP client in gRPC's peer form ("ipv4:10.0.0.1:51234"); "" when unknown."""
     if request.client is None:
@@ -406,6 +451,7 @@ def build_rest_app(
         Route("/ready", GetOnly(endpoints.ready)),
         Route("/openapi.json", GetOnly(endpoints.openapi)),
         Route("/metrics", GetOnly(endpoints.metrics)),
+        *extras.pages,
         Route("/{path:path}", gateway),
     ]
 

@@ -1,0 +1,31 @@
+"""What each choice of a chat completion reports beyond its text: the `mesh` extension field
+and OpenAI's `usage`."""
+
+from __future__ import annotations
+
+from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+from libs.rest.transcoding import message_to_json_value
+
+_EXTENSION_FIELDS = ("sources", "agents", "votes", "failures", "confidence", "provider",
+                     "offline", "role", "stopReason", "passagesOnly", "ungrounded",
+                     "iterations", "threadId", "costUsd", "totalTokens")
+
+
+def mesh_extension(response: pb.AnswerQueryResponse) -> dict[str, object]:
+    """The `mesh` extension field of one choice: from the AnswerQueryResponse (proto3 JSON
+    names): sources (document_id, title, text, score, source), agents, votes, failures,
+    confidence in [0, 1], provider, offline, role, stopReason, passagesOnly, ungrounded,
+    iterations, threadId, costUsd, totalTokens."""
+    value = message_to_json_value(response)
+    return {name: value[name] for name in _EXTENSION_FIELDS if name in value}
+
+
+def usage(responses: list[pb.AnswerQueryResponse]) -> dict[str, int]:
+    """OpenAI's `usage` over the choices' answers: prompt and completion tokens as the LLM
+    gateway counted them (when the response says them; else only `total_tokens` is known and
+    the split is 0)."""
+    total = sum(int(r.total_tokens) for r in responses)
+    prompt = sum(int(getattr(r, "prompt_tokens", 0)) for r in responses)
+    completion = sum(int(getattr(r, "completion_tokens", 0)) for r in responses)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
