@@ -3,18 +3,23 @@ caller's deadline."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from libs.errors import DeadlineExceeded, Unavailable
 from services.llm import metrics
 from services.llm.providers.anthropic_provider import AnthropicProvider
+from services.llm.providers.errors import ProviderError
 from services.llm.providers.offline_provider import OfflineProvider
 from services.llm.providers.openai_provider import OpenAIProvider
 from services.llm.providers.provider import Generation, GenerationRequest, Provider
 from services.llm.resilience import (
     Attempt,
+    OpenedStream,
     ResilientProvider,
     RetryPolicy,
     new_breakers,
@@ -91,6 +96,41 @@ class Gateway:
             raise DeadlineExceeded(f"the deadline passed before any provider answered ({tried})")
         raise Unavailable(f"every LLM provider failed ({tried})")
 
+    async def stream(self, request: GenerationRequest,
+                     timeout_s: float | None) -> AsyncIterator[str | Answer]:
+        """The first provider's answer in the fallback order, streamed: text deltas, then the
+        Answer (its generation's text the deltas joined, its usage the provider's streamed
+        usage), last. Retries, breakers and fallback apply until a provider's first item; after
+        it a failure ends the stream (no other provider is tried) and counts against that
+        provider's circuit. Closing the iterator (or cancelling its consumer) closes the
+        provider's stream.
+
+        Raises:
+            DeadlineExceeded: the deadline passed before any provider answered, or while one
+                was streaming.
+            Unavailable: every provider failed or has an open circuit (before the first delta),
+                or the streaming provider failed (after it).
+        """
+        if not self.providers:
+            raise Unavailable(NO_PROVIDER)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        attempts: list[Attempt] = []
+        for provider in self.providers:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            attempt, opened = await provider.open_stream(request, deadline)
+            attempts.append(attempt)
+            if opened is not None:
+                async for item in _follow(provider, opened, attempts, deadline):
+                    yield item
+                return
+            await _observe(provider, attempt)
+            log.warning("provider %s failed: %s", provider.name, attempt.error)
+        tried = "; ".join(f"{a.provider}: {a.outcome}" for a in attempts) or "none tried"
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlineExceeded(f"the deadline passed before any provider answered ({tried})")
+        raise Unavailable(f"every LLM provider failed ({tried})")
+
     async def publish_circuit_states(self) -> None:
         """Sets `mesh_llm_circuit_state` of every provider from its breaker (at start-up; after
         that each call updates its provider's)."""
@@ -113,6 +153,46 @@ async def _observe(provider: ResilientProvider, attempt: Attempt) -> None:
         metrics.TOKENS.labels(provider.name, "completion").inc(
             attempt.generation.completion_tokens)
     metrics.set_circuit_state(provider.name, await provider.circuit_state())
+
+
+async def _follow(provider: ResilientProvider, opened: OpenedStream, attempts: list[Attempt],
+                  deadline: float | None) -> AsyncIterator[str | Answer]:
+    """The rest of a provider's opened stream (see `Gateway.stream`): its deltas, then the
+    Answer; the last attempt's latency and the metrics cover the whole stream. A cancelled
+    stream is counted as outcome "cancelled" with no tokens (the usage comes last)."""
+    started, resumed = attempts[-1], time.monotonic()
+    generation: Generation | None = None
+    outcome = "cancelled"
+    try:
+        item = opened.first
+        while True:
+            if isinstance(item, Generation):
+                generation = item
+                break
+            yield item
+            try:
+                async with asyncio.timeout_at(deadline):
+                    item = await anext(opened.rest)
+            except StopAsyncIteration:
+                raise ProviderError(provider.name, "error", "the stream ended without its usage",
+                                    retryable=False) from None
+        outcome = "ok"
+    except ProviderError as error:
+        outcome = error.outcome
+        await provider.record_failure(error)
+        raise Unavailable(
+            f"LLM provider {provider.name} failed while streaming: {error}") from error
+    except TimeoutError as error:
+        outcome = "timeout"
+        raise DeadlineExceeded(
+            f"the deadline passed while {provider.name} was streaming") from error
+    finally:
+        await opened.rest.aclose()
+        elapsed_ms = started.latency_ms + (time.monotonic() - resumed) * 1e3
+        attempts[-1] = dataclasses.replace(started, outcome=outcome, latency_ms=elapsed_ms,
+                                           generation=generation)
+        await _observe(provider, attempts[-1])
+    yield Answer(generation, provider.name, tuple(attempts))
 
 
 def configured_providers(settings: LlmSettings) -> list[Provider]:

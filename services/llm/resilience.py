@@ -18,7 +18,10 @@ cancelled call (the caller left; it says nothing about the provider).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from purgatory import AsyncCircuitBreakerFactory
@@ -37,7 +40,7 @@ from services.llm.providers.errors import (
     ProviderError,
     RequestRejected,
 )
-from services.llm.providers.provider import Generation, GenerationRequest, Provider
+from services.llm.providers.provider import Generation, GenerationRequest, Provider, StreamItem
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,32 @@ class Attempt:
     retries: int
     generation: Generation | None = None
     error: str = ""
+
+
+@dataclass(frozen=True)
+class OpenedStream:
+    """A provider's stream that has produced its `first` item; `rest` yields the others. Whoever
+    holds it must close `rest` (`aclose`), which closes the provider's stream."""
+
+    first: StreamItem
+    rest: AsyncIterator[StreamItem]
+
+
+def _first_item(provider: Provider):
+    """The operation that opens `provider`'s stream and reads its first item; a stream that
+    fails or ends before it is closed before the error is raised."""
+    async def first_item(request: GenerationRequest, timeout_s: float) -> OpenedStream:
+        stream = provider.stream(request, timeout_s)
+        try:
+            return OpenedStream(await anext(stream), stream)
+        except StopAsyncIteration as error:
+            raise ProviderError(provider.name, "error", "the stream ended without an answer",
+                                retryable=False) from error
+        except BaseException:
+            await stream.aclose()
+            raise
+
+    return first_item
 
 
 def new_breakers(threshold: int, ttl_s: float) -> AsyncCircuitBreakerFactory:
@@ -118,6 +147,35 @@ class ResilientProvider:
         Returns:
             The Attempt: outcome "ok" with the generation, or the last failure's outcome.
         """
+        attempt, generation = await self._with_retries(self.provider.generate, request, deadline)
+        if generation is None:
+            return attempt
+        return dataclasses.replace(attempt, generation=generation)
+
+    async def open_stream(self, request: GenerationRequest, deadline: float | None
+                          ) -> tuple[Attempt, OpenedStream | None]:
+        """Opens the provider's stream and waits for its first item, with the retries, the
+        per-try timeout and the breaker of `call` (a stream that fails before its first item is
+        a failed try). Never raises for a provider failure.
+
+        Returns:
+            The Attempt up to the first item (outcome "ok", or the last failure's), and the
+            opened stream, None when it failed. The caller reads the rest of it and closes it.
+        """
+        return await self._with_retries(_first_item(self.provider), request, deadline)
+
+    async def record_failure(self, error: ProviderError) -> None:
+        """Counts `error` (a stream that failed after its first item) against the circuit, as a
+        failed call would be."""
+        breaker = await self._breakers.get_breaker(self.name)
+        with contextlib.suppress(ProviderError, OpenedState):
+            async with breaker:
+                raise error
+
+    async def _with_retries(self, operation, request: GenerationRequest,
+                            deadline: float | None):
+        """`operation(request, timeout_s)` with the policy's retries, each try through
+        `_try_once`; (the Attempt, its result or None when it failed)."""
         started = time.monotonic()
         tries = 0
         last_call_error: ProviderError | None = None
@@ -132,7 +190,7 @@ class ResilientProvider:
                 with try_state:
                     tries += 1
                     try:
-                        generation = await self._try_once(request, deadline)
+                        result = await self._try_once(operation, request, deadline)
                     except CircuitOpen:
                         raise
                     except ProviderError as error:
@@ -141,12 +199,12 @@ class ResilientProvider:
         except CircuitOpen as error:
             # A circuit that opened during our own retries: the failure that opened it says more.
             shown = last_call_error or error
-            return self._attempt(started, shown.outcome, tries, error=str(shown))
+            return self._attempt(started, shown.outcome, tries, error=str(shown)), None
         except ProviderError as error:
-            return self._attempt(started, error.outcome, tries, error=str(error))
-        return self._attempt(started, "ok", tries, generation=generation)
+            return self._attempt(started, error.outcome, tries, error=str(error)), None
+        return self._attempt(started, "ok", tries), result
 
-    async def _try_once(self, request: GenerationRequest, deadline: float | None) -> Generation:
+    async def _try_once(self, operation, request: GenerationRequest, deadline: float | None):
         timeout_s = self.policy.timeout_s
         if deadline is not None:
             timeout_s = min(timeout_s, deadline - time.monotonic())
@@ -158,7 +216,7 @@ class ResilientProvider:
             async with breaker:
                 try:
                     async with asyncio.timeout(timeout_s):
-                        return await self.provider.generate(request, timeout_s)
+                        return await operation(request, timeout_s)
                 except TimeoutError as error:
                     raise ProviderError(self.name, "timeout", f"no answer in {timeout_s:.3f} s",
                                         retryable=True) from error

@@ -4,6 +4,7 @@ deadline, and turns the Answer into a GenerateResponse."""
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
 
 import grpc
 from mesh.llm.v1 import llm_service_pb2, llm_service_pb2_grpc
@@ -45,15 +46,46 @@ class LlmServicer(llm_service_pb2_grpc.LlmServiceServicer):
         """
         generation_request = to_generation_request(request)
         answer = await self._gateway.generate(generation_request, context.time_remaining())
-        set_work_attributes({
-            "mesh.llm.provider": answer.provider,
-            "mesh.llm.model": answer.generation.model,
-            "mesh.llm.prompt_tokens": answer.generation.prompt_tokens,
-            "mesh.llm.completion_tokens": answer.generation.completion_tokens,
-            "mesh.llm.offline": answer.generation.offline,
-            "mesh.llm.attempts": len(answer.attempts),
-        })
+        _describe(answer)
         return to_response(answer, self._prices)
+
+    async def StreamGenerate(
+        self, request: llm_service_pb2.StreamGenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[llm_service_pb2.StreamGenerateResponse]:
+        """The first answer in the fallback order, streamed: a `text_delta` message per delta,
+        then the `response` (Generate's) last. A caller that cancels cancels this generator,
+        which closes the provider's stream.
+
+        Raises:
+            InvalidArgument: as Generate, before any message.
+            Unavailable: every provider failed (before any message), or the streaming one did.
+            DeadlineExceeded: the call's deadline passed first.
+        """
+        generation_request = to_generation_request(
+            llm_service_pb2.GenerateRequest.FromString(request.SerializeToString()))
+        stream = self._gateway.stream(generation_request, context.time_remaining())
+        try:
+            async for item in stream:
+                if isinstance(item, str):
+                    yield llm_service_pb2.StreamGenerateResponse(text_delta=item)
+                else:
+                    _describe(item)
+                    yield llm_service_pb2.StreamGenerateResponse(
+                        response=to_response(item, self._prices))
+        finally:
+            await stream.aclose()
+
+
+def _describe(answer: Answer) -> None:
+    """The answer's provider, model, tokens and attempts on the call's span."""
+    set_work_attributes({
+        "mesh.llm.provider": answer.provider,
+        "mesh.llm.model": answer.generation.model,
+        "mesh.llm.prompt_tokens": answer.generation.prompt_tokens,
+        "mesh.llm.completion_tokens": answer.generation.completion_tokens,
+        "mesh.llm.offline": answer.generation.offline,
+        "mesh.llm.attempts": len(answer.attempts),
+    })
 
 
 def to_generation_request(request: llm_service_pb2.GenerateRequest) -> GenerationRequest:
@@ -107,6 +139,7 @@ def to_response(answer: Answer, prices: dict[str, tuple[float, float]] | None = 
         provider=answer.provider,
         model=generation.model,
         offline=generation.offline,
+        finish_reason=generation.finish_reason,
         usage=llm_service_pb2.Usage(
             prompt_tokens=generation.prompt_tokens,
             completion_tokens=generation.completion_tokens,

@@ -5,11 +5,21 @@ JSON; "429" and "500" answer that status with OpenAI's error body (429 with `Ret
 "hang" sends nothing for `hang_s` seconds (a timeout before the first token); "cut" sends the
 status line, the headers and half the body, then closes the connection (a failure in the middle
 of the response). It runs on 127.0.0.1, port 0, in a thread, and counts the requests it got.
+
+A request with `"stream": true` gets server-sent events as OpenAI sends them (chunked transfer
+encoding, one `chat.completion.chunk` per word of the answer, then the finish reason, then, when
+`stream_options.include_usage` is set, a chunk with no choices and the usage, then
+`data: [DONE]`): "ok" streams it all; "cut" streams the first delta then closes the connection (a
+failure after the first token); "stall" streams the first delta then waits, watching the socket,
+until the client closes the connection (recorded in `disconnects` and `disconnected`) or
+`hang_s` passes. The usage streamed is the same as the whole completion's.
 """
 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +33,12 @@ class ScriptedOpenAI:
         self.default = "ok"
         self.hang_s = hang_s
         self.requests = 0
+        self.bodies: list[dict] = []
+        """Every request body, in order."""
+        self.disconnects = 0
+        """Streams ("stall") and hangs ("hang") whose client closed the connection while the
+        server waited."""
+        self.disconnected = threading.Event()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -38,9 +54,10 @@ class ScriptedOpenAI:
         self._server.shutdown()
         self._server.server_close()
 
-    def next_step(self) -> str:
+    def next_step(self, body: dict | None = None) -> str:
         with self._lock:
             self.requests += 1
+            self.bodies.append(body or {})
             return self.script.pop(0) if self.script else self.default
 
     def reset(self, *script: str, default: str = "ok") -> None:
@@ -49,14 +66,58 @@ class ScriptedOpenAI:
             self.default = default
 
 
+ANSWER = "Four chambers [1]."
+USAGE = {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35}
+
+
 def _completion(model: str) -> bytes:
     return json.dumps({
         "id": "chatcmpl-fault", "object": "chat.completion", "created": 1_700_000_000,
         "model": model,
         "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "Four chambers [1]."}}],
-        "usage": {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35},
+                     "message": {"role": "assistant", "content": ANSWER}}],
+        "usage": USAGE,
     }).encode()
+
+
+def _chunk(model: str, delta: dict, finish_reason: str | None = None,
+           usage: dict | None = None) -> bytes:
+    """One server-sent event of a streamed completion."""
+    choices = [] if usage is not None else [
+        {"index": 0, "delta": delta, "finish_reason": finish_reason}]
+    return b"data: " + json.dumps({
+        "id": "chatcmpl-fault", "object": "chat.completion.chunk", "created": 1_700_000_000,
+        "model": model, "choices": choices, "usage": usage}).encode() + b"\n\n"
+
+
+def stream_events(body: dict) -> list[bytes]:
+    """The events of a streamed answer to `body`: a delta per word (the first with the role),
+    the finish reason, the usage when asked for, and [DONE]."""
+    model = body.get("model", "")
+    words = ANSWER.split(" ")
+    deltas = [word if i == 0 else " " + word for i, word in enumerate(words)]
+    events = [_chunk(model, {"role": "assistant", "content": deltas[0]})]
+    events += [_chunk(model, {"content": delta}) for delta in deltas[1:]]
+    events.append(_chunk(model, {}, "stop"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append(_chunk(model, {}, usage=USAGE))
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def wait_for_disconnect(connection: socket.socket, limit_s: float) -> bool:
+    """True when the peer closed `connection` within `limit_s` seconds (the socket turns
+    readable with no data left), False when the time passed first."""
+    deadline = time.monotonic() + limit_s
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([connection], [], [], min(left, 0.05))
+        if readable:
+            try:
+                if not connection.recv(1, socket.MSG_PEEK):
+                    return True
+            except (ConnectionResetError, OSError):
+                return True
+    return False
 
 
 def _error(status: int) -> bytes:
@@ -72,10 +133,16 @@ def _handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0")))
                               or b"{}")
-            step = server.next_step()
+            step = server.next_step(body)
+            if body.get("stream") and step in ("ok", "cut", "stall"):
+                self._stream(step, body)
+                return
             try:
-                if step == "hang":
-                    time.sleep(server.hang_s)
+                if step == "hang":  # until the client leaves (counted) or hang_s passes
+                    if wait_for_disconnect(self.connection, server.hang_s):
+                        with server._lock:
+                            server.disconnects += 1
+                        server.disconnected.set()
                     self.close_connection = True
                     return
                 status = {"429": 429, "500": 500}.get(step, 200)
@@ -92,6 +159,28 @@ def _handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True
                     return
                 self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up first
+
+        def _stream(self, step: str, body: dict) -> None:
+            """Server-sent events in chunked transfer encoding (see the module's docstring)."""
+            events = stream_events(body)
+            try:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for event in events if step == "ok" else events[:1]:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                if step == "ok":
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                if step == "stall" and wait_for_disconnect(self.connection, server.hang_s):
+                    with server._lock:
+                        server.disconnects += 1
+                    server.disconnected.set()
+                self.close_connection = True
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up first
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from services.llm.providers.provider import Generation, GenerationRequest
+from services.llm.providers.provider import Generation, GenerationRequest, StreamItem
 
 MODEL = "offline-extractive"
 LABEL = "Offline extractive answer (no language model was used; sentences quoted from the sources):"
@@ -26,6 +27,9 @@ NO_CONTEXT = (
     "so there is no context to answer from."
 )
 
+STREAM_WORDS = 4
+"""Words per streamed chunk."""
+_CHUNK = re.compile(r"\s*\S+\s*")
 TOKEN_PATTERN = re.compile(r"\w+|[^\w\s]")
 _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -60,7 +64,8 @@ class OfflineProvider:
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
         """The extractive answer; `timeout_s` is unused (no I/O). Never raises."""
-        text = truncate_tokens(self.answer(request), request.max_tokens)
+        full = self.answer(request)
+        text = truncate_tokens(full, request.max_tokens)
         read = [request.prompt, *(passage.text for passage in request.context)]
         return Generation(
             text=text,
@@ -68,7 +73,18 @@ class OfflineProvider:
             prompt_tokens=sum(count_tokens(part) for part in read),
             completion_tokens=count_tokens(text),
             offline=True,
+            finish_reason="stop" if text == full else "length",
         )
+
+    async def stream(self, request: GenerationRequest,
+                     timeout_s: float) -> AsyncIterator[StreamItem]:
+        """The extractive answer of `generate` in chunks of `STREAM_WORDS` words (each with the
+        whitespace after it), then its Generation. Never raises."""
+        generation = await self.generate(request, timeout_s)
+        words = _CHUNK.findall(generation.text)
+        for start in range(0, len(words), STREAM_WORDS):
+            yield "".join(words[start:start + STREAM_WORDS])
+        yield generation
 
     async def aclose(self) -> None:
         """Nothing to release: no connections."""

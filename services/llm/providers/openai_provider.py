@@ -1,19 +1,23 @@
-"""OpenAI Chat Completions through the official `openai` AsyncOpenAI client.
+"""OpenAI Chat Completions through the official `openai` AsyncOpenAI client, whole or streamed.
 
 The same class serves OpenAI-compatible local servers (LM Studio, Ollama, vLLM): configure a second
 instance named "local" with that server's base URL and model. The SDK's own retries are off
 (`max_retries=0`): `resilience.py` retries, so every call made is one the gateway counted.
+Streams ask for usage (`stream_options={"include_usage": True}`): the last chunk carries the same
+prompt and completion counts a whole completion reports.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Literal
 
+import httpx2
 import openai
 
 from services.llm.providers.errors import ProviderError, status_error
 from services.llm.providers.prompt import system_prompt, user_message
-from services.llm.providers.provider import Generation, GenerationRequest
+from services.llm.providers.provider import Generation, GenerationRequest, StreamItem
 from services.llm.redaction import scrub, url_secrets
 
 TokenLimitField = Literal["max_completion_tokens", "max_tokens"]
@@ -49,6 +53,18 @@ class OpenAIProvider:
         """A provider's error text without this provider's key or URL credentials."""
         return scrub(message, self._secrets)
 
+    def _arguments(self, request: GenerationRequest, timeout_s: float) -> dict:
+        return {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": system_prompt(request)},
+                {"role": "user", "content": user_message(request)},
+            ],
+            "temperature": request.temperature,
+            "timeout": timeout_s,
+            self._token_limit_field: request.max_tokens,
+        }
+
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
         """One chat completion within `timeout_s` seconds (the SDK's request timeout).
 
@@ -57,28 +73,9 @@ class OpenAIProvider:
         """
         try:
             completion = await self._client.chat.completions.create(
-                model=self.model,
-                messages=[
-                    {"role": "system", "content": system_prompt(request)},
-                    {"role": "user", "content": user_message(request)},
-                ],
-                temperature=request.temperature,
-                timeout=timeout_s,
-                **{self._token_limit_field: request.max_tokens},
-            )
-        except openai.APITimeoutError as error:
-            raise ProviderError(self.name, "timeout", self._scrub(str(error)),
-                                retryable=True) from error
-        except openai.APIConnectionError as error:
-            raise ProviderError(self.name, "error",
-                                f"connection failed: {self._scrub(str(error))}",
-                                retryable=True) from error
-        except openai.APIStatusError as error:
-            raise status_error(self.name, error.status_code, self._scrub(error.message),
-                               error.response.headers) from error
-        except openai.APIError as error:
-            raise ProviderError(self.name, "error", self._scrub(str(error)),
-                                retryable=False) from error
+                **self._arguments(request, timeout_s))
+        except (openai.APIError, httpx2.HTTPError) as error:
+            raise self._error(error) from error
         if not completion.choices or not completion.choices[0].message.content:
             raise ProviderError(self.name, "error", "the completion has no text", retryable=False)
         usage = completion.usage
@@ -87,7 +84,60 @@ class OpenAIProvider:
             model=completion.model or self.model,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
+            finish_reason=completion.choices[0].finish_reason or "stop",
         )
+
+    async def stream(self, request: GenerationRequest,
+                     timeout_s: float) -> AsyncIterator[StreamItem]:
+        """A streamed chat completion (`stream=True`, server-sent events): each chunk's content
+        as a delta, then the Generation with the usage of the last chunk. `timeout_s` bounds the
+        response's start and each read. Closing this iterator closes the SDK's stream (and so
+        the HTTP connection).
+
+        Raises:
+            ProviderError: as `generate`; also when the stream breaks or ends without text.
+        """
+        try:
+            stream = await self._client.chat.completions.create(
+                **self._arguments(request, timeout_s), stream=True,
+                stream_options={"include_usage": True})
+        except (openai.APIError, httpx2.HTTPError) as error:
+            raise self._error(error) from error
+        parts: list[str] = []
+        model, finish_reason, usage = self.model, "stop", None
+        try:
+            async for chunk in stream:
+                model = chunk.model or model
+                usage = chunk.usage or usage
+                for choice in chunk.choices[:1]:
+                    finish_reason = choice.finish_reason or finish_reason
+                    if choice.delta.content:
+                        parts.append(choice.delta.content)
+                        yield choice.delta.content
+        except (openai.APIError, httpx2.HTTPError) as error:
+            raise self._error(error) from error
+        finally:
+            await stream.close()
+        if not parts:
+            raise ProviderError(self.name, "error", "the completion has no text", retryable=False)
+        yield Generation(text="".join(parts), model=model,
+                         prompt_tokens=usage.prompt_tokens if usage else 0,
+                         completion_tokens=usage.completion_tokens if usage else 0,
+                         finish_reason=finish_reason)
+
+    def _error(self, error: Exception) -> ProviderError:
+        """The ProviderError of an SDK or HTTP failure (raw httpx errors come from a stream's
+        reads), its text scrubbed of this provider's secrets."""
+        if isinstance(error, openai.APITimeoutError | httpx2.TimeoutException):
+            return ProviderError(self.name, "timeout", self._scrub(str(error)), retryable=True)
+        if isinstance(error, openai.APIConnectionError | httpx2.TransportError):
+            return ProviderError(self.name, "error",
+                                 f"connection failed: {self._scrub(str(error) or repr(error))}",
+                                 retryable=True)
+        if isinstance(error, openai.APIStatusError):
+            return status_error(self.name, error.status_code, self._scrub(error.message),
+                                error.response.headers)
+        return ProviderError(self.name, "error", self._scrub(str(error)), retryable=False)
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,7 +35,8 @@ class Generation:
 
     `prompt_tokens` and `completion_tokens` are the provider's own counts (0 when an
     OpenAI-compatible local server reports no usage). `offline` is True only for the offline
-    extractive provider.
+    extractive provider. `finish_reason`: "stop" (the model ended, or met a stop sequence),
+    "length" (max_tokens reached), "content_filter", or the provider's own word otherwise.
     """
 
     text: str
@@ -42,6 +44,12 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     offline: bool = False
+    finish_reason: str = "stop"
+
+
+StreamItem = str | Generation
+"""What a provider's stream yields: text deltas (never empty), then one Generation, last, whose
+`text` is the deltas joined and whose token counts are the provider's streamed usage."""
 
 
 class Provider(Protocol):
@@ -54,6 +62,17 @@ class Provider(Protocol):
 
         Raises:
             ProviderError: the provider failed; its `outcome` and `retryable` say how.
+        """
+        ...
+
+    def stream(self, request: GenerationRequest, timeout_s: float) -> AsyncIterator[StreamItem]:
+        """Generates as `generate` does, yielding the text as it comes (see `StreamItem`).
+        `timeout_s` bounds the wait for the response's start and for each next chunk. Closing
+        the iterator (`aclose`, or cancelling its consumer) closes the provider's stream and its
+        HTTP connection.
+
+        Raises:
+            ProviderError: as `generate`, before or after the first delta.
         """
         ...
 
