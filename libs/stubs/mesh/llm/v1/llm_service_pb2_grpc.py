@@ -29,6 +29,12 @@ class LlmServiceStub:
     """One front for LLM providers (OpenAI, Anthropic, OpenAI-compatible local
     servers, and an offline provider) behind timeouts, retries, circuit
     breakers and a fallback order.
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (LLM_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def __init__(self, channel):
@@ -53,6 +59,12 @@ class LlmServiceServicer:
     """One front for LLM providers (OpenAI, Anthropic, OpenAI-compatible local
     servers, and an offline provider) behind timeouts, retries, circuit
     breakers and a fallback order.
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (LLM_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def Generate(self, request, context):
@@ -128,6 +140,12 @@ class LlmService:
     """One front for LLM providers (OpenAI, Anthropic, OpenAI-compatible local
     servers, and an offline provider) behind timeouts, retries, circuit
     breakers and a fallback order.
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (LLM_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     @staticmethod

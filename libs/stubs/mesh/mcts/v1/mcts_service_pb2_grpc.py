@@ -27,6 +27,12 @@ if _version_not_supported:
 
 class MctsServiceStub:
     """Monte Carlo Tree Search over built-in games, JIT-compiled with numba.
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (MCTS_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def __init__(self, channel):
@@ -49,6 +55,12 @@ class MctsServiceStub:
 
 class MctsServiceServicer:
     """Monte Carlo Tree Search over built-in games, JIT-compiled with numba.
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (MCTS_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def Search(self, request, context):
@@ -133,6 +145,12 @@ def add_MctsServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class MctsService:
     """Monte Carlo Tree Search over built-in games, JIT-compiled with numba.
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (MCTS_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     @staticmethod

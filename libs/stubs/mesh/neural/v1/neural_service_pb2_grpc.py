@@ -28,6 +28,12 @@ if _version_not_supported:
 class NeuralServiceStub:
     """Neural network inference: policy/value networks for games, served from a
     registry of checkpoints (safetensors plus a JSON config).
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (NEURAL_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def __init__(self, channel):
@@ -76,6 +82,12 @@ class NeuralServiceStub:
 class NeuralServiceServicer:
     """Neural network inference: policy/value networks for games, served from a
     registry of checkpoints (safetensors plus a JSON config).
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (NEURAL_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def EvaluatePositions(self, request, context):
@@ -232,6 +244,12 @@ def add_NeuralServiceServicer_to_server(servicer, server):
 class NeuralService:
     """Neural network inference: policy/value networks for games, served from a
     registry of checkpoints (safetensors plus a JSON config).
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (NEURAL_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     @staticmethod

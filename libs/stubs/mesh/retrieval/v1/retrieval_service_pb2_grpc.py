@@ -29,6 +29,12 @@ if _version_not_supported:
 class RetrievalServiceStub:
     """Documents chunked, embedded and searched in Qdrant (embedded on disk by
     default, a Qdrant server when configured).
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (RETRIEVAL_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def __init__(self, channel):
@@ -82,6 +88,12 @@ class RetrievalServiceStub:
 class RetrievalServiceServicer:
     """Documents chunked, embedded and searched in Qdrant (embedded on disk by
     default, a Qdrant server when configured).
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (RETRIEVAL_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     def IngestDocuments(self, request, context):
@@ -258,6 +270,12 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
 class RetrievalService:
     """Documents chunked, embedded and searched in Qdrant (embedded on disk by
     default, a Qdrant server when configured).
+
+    A backend of the mesh: every method but health needs the mesh token as
+    `x-mesh-token` metadata (RETRIEVAL_MESH_TOKEN; `mcts-mesh up` makes one per
+    run) or mutual TLS where configured, and fails UNAUTHENTICATED without
+    it. Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the
+    field.
     """
 
     @staticmethod
