@@ -292,7 +292,7 @@ class StreamSolveProblemResponse(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., elapsed_ms: _Optional[float] = ..., iteration_started: _Optional[_Union[IterationStarted, _Mapping]] = ..., agent_started: _Optional[_Union[AgentStarted, _Mapping]] = ..., agent_finished: _Optional[_Union[AgentFinished, _Mapping]] = ..., tally: _Optional[_Union[RoundTally, _Mapping]] = ..., response: _Optional[_Union[SolveProblemResponse, _Mapping]] = ...) -> None: ...
 
 class AnswerQueryRequest(_message.Message):
-    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion", "role", "step_branching", "max_steps", "max_refinements")
+    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion", "max_answer_tokens", "role", "step_branching", "max_steps", "max_refinements")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +304,7 @@ class AnswerQueryRequest(_message.Message):
     MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
     SEARCH_MODE_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_ANSWER_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     STEP_BRANCHING_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -319,11 +320,12 @@ class AnswerQueryRequest(_message.Message):
     max_cost_usd: float
     search_mode: _common_pb2.SearchMode
     fusion: _common_pb2.FusionMethod
+    max_answer_tokens: int
     role: TextRole
     step_branching: int
     max_steps: int
     max_refinements: int
-    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ..., role: _Optional[_Union[TextRole, str]] = ..., step_branching: _Optional[int] = ..., max_steps: _Optional[int] = ..., max_refinements: _Optional[int] = ...) -> None: ...
+    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ..., max_answer_tokens: _Optional[int] = ..., role: _Optional[_Union[TextRole, str]] = ..., step_branching: _Optional[int] = ..., max_steps: _Optional[int] = ..., max_refinements: _Optional[int] = ...) -> None: ...
 
 class SubQuestion(_message.Message):
     __slots__ = ("question", "answer", "document_ids")
@@ -388,7 +390,7 @@ class Source(_message.Message):
     def __init__(self, document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class AnswerQueryResponse(_message.Message):
-    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known", "role", "sub_questions", "refinements", "step_search", "route_decider", "route_confidence", "ungrounded")
+    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known", "role", "sub_questions", "refinements", "step_search", "route_decider", "route_confidence", "ungrounded", "prompt_tokens", "completion_tokens")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -413,6 +415,8 @@ class AnswerQueryResponse(_message.Message):
     ROUTE_DECIDER_FIELD_NUMBER: _ClassVar[int]
     ROUTE_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     UNGROUNDED_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     answer: str
     confidence: float
     sources: _containers.RepeatedCompositeFieldContainer[Source]
@@ -437,10 +441,12 @@ class AnswerQueryResponse(_message.Message):
     route_decider: RouteDecider
     route_confidence: float
     ungrounded: bool
-    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ..., role: _Optional[_Union[TextRole, str]] = ..., sub_questions: _Optional[_Iterable[_Union[SubQuestion, _Mapping]]] = ..., refinements: _Optional[_Iterable[_Union[Refinement, _Mapping]]] = ..., step_search: _Optional[_Union[StepSearchResult, _Mapping]] = ..., route_decider: _Optional[_Union[RouteDecider, str]] = ..., route_confidence: _Optional[float] = ..., ungrounded: _Optional[bool] = ...) -> None: ...
+    prompt_tokens: int
+    completion_tokens: int
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ..., role: _Optional[_Union[TextRole, str]] = ..., sub_questions: _Optional[_Iterable[_Union[SubQuestion, _Mapping]]] = ..., refinements: _Optional[_Iterable[_Union[Refinement, _Mapping]]] = ..., step_search: _Optional[_Union[StepSearchResult, _Mapping]] = ..., route_decider: _Optional[_Union[RouteDecider, str]] = ..., route_confidence: _Optional[float] = ..., ungrounded: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class StreamAnswerQueryRequest(_message.Message):
-    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion", "role", "step_branching", "max_steps", "max_refinements")
+    __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion", "max_answer_tokens", "role", "step_branching", "max_steps", "max_refinements")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -452,6 +458,7 @@ class StreamAnswerQueryRequest(_message.Message):
     MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
     SEARCH_MODE_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_ANSWER_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     STEP_BRANCHING_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -467,11 +474,12 @@ class StreamAnswerQueryRequest(_message.Message):
     max_cost_usd: float
     search_mode: _common_pb2.SearchMode
     fusion: _common_pb2.FusionMethod
+    max_answer_tokens: int
     role: TextRole
     step_branching: int
     max_steps: int
     max_refinements: int
-    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ..., role: _Optional[_Union[TextRole, str]] = ..., step_branching: _Optional[int] = ..., max_steps: _Optional[int] = ..., max_refinements: _Optional[int] = ...) -> None: ...
+    def __init__(self, query: _Optional[str] = ..., collection: _Optional[str] = ..., top_k: _Optional[int] = ..., mcts_iterations: _Optional[int] = ..., thread_id: _Optional[str] = ..., sample_count: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., search_mode: _Optional[_Union[_common_pb2.SearchMode, str]] = ..., fusion: _Optional[_Union[_common_pb2.FusionMethod, str]] = ..., max_answer_tokens: _Optional[int] = ..., role: _Optional[_Union[TextRole, str]] = ..., step_branching: _Optional[int] = ..., max_steps: _Optional[int] = ..., max_refinements: _Optional[int] = ...) -> None: ...
 
 class SourcesRetrieved(_message.Message):
     __slots__ = ("sources",)
