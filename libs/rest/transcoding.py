@@ -181,9 +181,9 @@ def locate_parse_error(descriptor: Descriptor, value: object, message: str,
 
 def _enum_error(field: FieldDescriptor, member: object, path: str, error: str
                 ) -> tuple[str, str]:
-    """The path ("agents[1]" for a list's item) and description of a JSON value that is not one of
-    the enum field's values, listing them (json_format names none); `error` when every value
-    is one."""
+    """The path and description of a JSON value that is not one of the enum field's values,
+    listing them (json_format names none; a list's item is named in the description, the field
+    stays the list's, as the services name it); `error` when every value is one."""
     enum = field.enum_type
     items = (list(enumerate(member)) if field.is_repeated and isinstance(member, list)
              else [(None, member)])
@@ -192,8 +192,8 @@ def _enum_error(field: FieldDescriptor, member: object, path: str, error: str
         numbered = isinstance(item, int) and not isinstance(item, bool)
         if not (named or numbered):
             names = ", ".join(value.name for value in enum.values)
-            where = path if index is None else f"{path}[{index}]"
-            return where, f"{item!r} is not a value of {enum.full_name} ({names})"
+            what = "" if index is None else f"{path}[{index}] "
+            return path, f"{what}{item!r} is not a value of {enum.full_name} ({names})"
     return path, error
 
 

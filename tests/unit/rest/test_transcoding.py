@@ -94,7 +94,7 @@ def test_empty_body_is_an_empty_message():
     (b'{"connectFour": {"moves": 4}}', "connect_four.moves"),
     (b'{"connectFour": {"move": "4"}}', "connect_four.move"),
     (b'{"nope": true}', "nope"),
-    (b'{"agents": ["AGENT_MCTS", "BAD"]}', "agents[1]"),
+    (b'{"agents": ["AGENT_MCTS", "BAD"]}', "agents"),
 ])
 def test_body_errors_name_the_field(body, field):
     with pytest.raises(InvalidArgument) as error:
@@ -102,7 +102,7 @@ def test_body_errors_name_the_field(body, field):
     assert error.value.field == field
 
 
-@pytest.mark.parametrize("body, field", [(b'{"agents": ["mcts"]}', "agents[0]"),
+@pytest.mark.parametrize("body, field", [(b'{"agents": ["mcts"]}', "agents"),
                                          (b'{"agents": "mcts"}', "agents"),
                                          (b'{"searchMode": "fast"}', "search_mode")])
 def test_a_bad_enum_value_lists_the_valid_ones(body, field):
@@ -111,7 +111,7 @@ def test_a_bad_enum_value_lists_the_valid_ones(body, field):
     with pytest.raises(InvalidArgument) as error:
         build_request(binding, kind, body, {"thread_id": "t"}, "")
     assert error.value.field == field
-    enum = kind.DESCRIPTOR.fields_by_name[field.split("[")[0]].enum_type
+    enum = kind.DESCRIPTOR.fields_by_name[field].enum_type
     assert all(value.name in error.value.description for value in enum.values)
 
 
