@@ -29,15 +29,14 @@ from starlette.responses import Response
 from libs.in_process import CallFailed
 from libs.rest.extras import Caller, FrontRoute
 from libs.rest.path_template import parse_template
-from libs.rest.status import http_status
 from services.orchestrator.api.openai_errors import (
     JSON,
     ChatParamError,
     error_body,
+    failure_response,
     json_error,
     openai_error_response,
     param_error_response,
-    status_error,
 )
 from services.orchestrator.api.openai_models import MODELS, find_model, model_object
 from services.orchestrator.api.openai_openapi import (
@@ -73,8 +72,7 @@ async def chat_completions(caller: Caller, _path: dict[str, str], _query: str) -
     try:
         replies = await _answers(caller, messages)
     except CallFailed as failure:
-        code = http_status(failure.status.code)
-        return json_error(status_error(failure.status, code), code)
+        return failure_response(failure.status)
     return Response(json.dumps(_completion(request, model.id, replies)), media_type=JSON)
 
 

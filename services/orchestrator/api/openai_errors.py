@@ -23,6 +23,7 @@ from google.rpc import error_details_pb2, status_pb2
 from starlette.responses import Response
 
 from libs.errors import InvalidArgument
+from libs.rest.status import status_response
 
 JSON = "application/json"
 _TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
@@ -95,6 +96,15 @@ def _field_of(status: status_pb2.Status) -> str:
             if bad.field_violations:
                 return bad.field_violations[0].field
     return ""
+
+
+def failure_response(status: status_pb2.Status) -> Response:
+    """The error response of a failed call: the status's HTTP status and headers
+    (Retry-After from its RetryInfo, WWW-Authenticate), OpenAI's body."""
+    base = status_response(status)
+    headers = {name: value for name, value in base.headers.items()
+               if name.lower() not in ("content-length", "content-type")}
+    return openai_error_response(status, base.status_code, headers)
 
 
 def openai_error_response(status: status_pb2.Status, http_status: int,

@@ -165,14 +165,17 @@ def parse_chat(body: bytes) -> tuple[ChatRequest, MeshModel]:
     return request, model
 
 
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "literal"}
+
+
 def _param(loc: tuple) -> str:
-    """A pydantic error location as a parameter path (`messages[0].role`); the union's type
-    names that pydantic inserts (`str`, `list[...]`) are dropped."""
+    """A pydantic error location as a parameter path (`messages[0].role`); the union members'
+    type names that pydantic inserts (`str`, `list[TextPart]`) are dropped."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif isinstance(part, str) and part.isidentifier():
+        elif isinstance(part, str) and part.isidentifier() and part not in _UNION_TAGS:
             out += f".{part}" if out else part
     return out or "body"
 

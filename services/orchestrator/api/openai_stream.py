@@ -34,7 +34,7 @@ from starlette.responses import Response, StreamingResponse
 from libs.in_process import CallFailed
 from libs.rest.extras import Caller
 from libs.rest.status import http_status
-from services.orchestrator.api.openai_errors import json_error, status_error
+from services.orchestrator.api.openai_errors import failure_response, status_error
 from services.orchestrator.api.openai_request import ChatRequest, answer_request
 from services.orchestrator.api.openai_response import mesh_extension, usage
 
@@ -150,8 +150,7 @@ async def chat_stream(caller: Caller, request: ChatRequest, model, completion_id
                 task.result().cancel()
         if not isinstance(error, CallFailed):
             raise
-        code = http_status(error.status.code)
-        return json_error(status_error(error.status, code), code)
+        return failure_response(error.status)
     chunks = _Chunks(completion_id, model.id, request)
     return StreamingResponse(chunks.body(sources), media_type=EVENT_STREAM,
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -13,6 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mesh.common.v1 import common_pb2
+from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
 from libs.rest import serve_rest
 from libs.server import start_server
 from services.llm.main import build_servicers as llm_servicers
@@ -44,6 +47,18 @@ class OpenAIMesh:
     async def close(self) -> None:
         for stop in reversed(self._stops):
             await stop()
+
+
+HEART = common_pb2.Document(id="heart", title="The heart", source="anatomy.txt",
+                            text="The human heart has four chambers: two atria and two "
+                                 "ventricles.")
+
+
+async def _ingest(server, key: str) -> None:
+    """The one document of the default collection."""
+    await server.unary_unary("/mesh.orchestrator.v1.OrchestratorService/IngestDocuments",
+                             pb.IngestDocumentsRequest(collection="default", documents=[HEART]),
+                             60.0, (("x-api-key", key),))
 
 
 EMBEDDER = Path(RetrievalSettings().onnx_path)
@@ -95,6 +110,7 @@ async def start_openai_mesh(tmp_path: Path, **orchestrator_fields) -> OpenAIMesh
         app = build_rest_app(orchestrator.in_process, rest_settings(settings), access=access)
         rest = await serve_rest(app, "127.0.0.1", 0)
         stops.append(rest.stop)
+        await _ingest(orchestrator.in_process, key)
     except BaseException:
         for stop in reversed(stops):
             await stop()
