@@ -41,6 +41,7 @@ from services.orchestrator.agents.puzzle_checker import PuzzleCheckerAgent
 from services.orchestrator.agents.reasoning import ReasoningAgent, ReasoningModels
 from services.orchestrator.agents.retrieval import RetrievalAgent, search_passages
 from services.orchestrator.agents.solver import SolverAgent
+from services.orchestrator.api.console import console_routes
 from services.orchestrator.api.rest import batch_upload, build_rest_app
 from services.orchestrator.api.run_execution import RunExecutor
 from services.orchestrator.api.runs import RunServicer
@@ -295,7 +296,8 @@ async def run(settings: OrchestratorSettings,
             running.in_process, rest_settings(settings), access=access,
             dependencies=lambda: [*watcher.report(), *access.report(),
                                   *(runs.upkeep.report() if runs is not None else [])],
-            batch_upload=batch_upload(settings.batch_max_items, settings.batch_max_bytes))
+            batch_upload=batch_upload(settings.batch_max_items, settings.batch_max_bytes),
+            pages=console_routes(settings.rest_jaeger_ui_url) if settings.rest_console else ())
         rest = await serve_rest(app, settings.host, settings.rest_port, settings.drain_grace_s)
 
         async def stop() -> None:

@@ -58,6 +58,12 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     rest_head_timeout_s: float = 10.0
     """Seconds a REST request's head may take to arrive (408 beyond; a silent connection is
     closed)."""
+    rest_console: bool = True
+    """Serve the web console (static pages, no key needed to load them; the API calls they make
+    carry the key the user enters) at `/console/` on the REST port."""
+    rest_jaeger_ui_url: str = ""
+    """Address of a Jaeger UI (`http://localhost:16686`) that the console links each answer's
+    trace to (`<url>/trace/<trace id>`); empty: the console shows the trace id without a link."""
 
     mcts_target: str = "127.0.0.1:50052"
     """gRPC address (host:port) of the mcts service; `mcts-mesh up` sets it."""
@@ -295,6 +301,15 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """Most runs in one batch (CreateBatch beyond: INVALID_ARGUMENT naming this limit)."""
     batch_max_bytes: int = 4 * 1024 * 1024
     """Most bytes of a batch's serialized requests (beyond: INVALID_ARGUMENT naming this limit)."""
+
+    @field_validator("rest_jaeger_ui_url")
+    @classmethod
+    def _ui_url(cls, value: str) -> str:
+        """An http(s) address without its trailing slash, or empty."""
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"rest_jaeger_ui_url must start with http:// or https://, got "
+                             f"{value!r}")
+        return value.rstrip("/")
 
     @field_validator("run_retention", mode="before")
     @classmethod
