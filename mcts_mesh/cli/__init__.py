@@ -13,6 +13,7 @@ import os
 import sys
 
 from libs.data import MissingDataset
+from libs.errors import MeshError
 from mcts_mesh.cli import keys, models, puzzles, query, runs, serve, solve, train
 from mcts_mesh.cli.common import DEFAULT_TARGET
 from mcts_mesh.client import API_KEY_ENV
@@ -55,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         # the interpreter's final flush from raising again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except MeshError as error:
+        # A domain error raised in this process (a checkpoint that does not load, a bad file
+        # a command parsed itself): its message says it all.
+        print(f"mcts-mesh: {error.message}", file=sys.stderr)
+        return 2
     except UnicodeDecodeError as error:
         print(f"mcts-mesh: {_input_file(args)}: not UTF-8 text (byte {error.start}: "
               f"{error.reason})", file=sys.stderr)

@@ -28,6 +28,14 @@ def test_a_bad_input_file_is_one_line(command, kind, tmp_path, monkeypatch, caps
     assert err.startswith(f"mcts-mesh: {path}: "), err
 
 
+def test_a_checkpoint_that_does_not_load_is_one_line(tmp_path, capsys):
+    status = main(["train", "trm", "--preset", "trm-mlp-cpu-sudoku6", "--steps", "1",
+                   "--init-from", str(tmp_path / "nosuch"), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert status == 2 and err == f"mcts-mesh: {tmp_path / 'nosuch' / 'config.json'}: missing\n"
+
+
 def test_a_closed_stdout_stops_the_command_quietly():
     # SIGPIPE ignored, as Python starts: the write fails with EPIPE (BrokenPipeError).
     child = subprocess.Popen(
