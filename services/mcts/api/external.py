@@ -77,6 +77,11 @@ def _external_config(m: pb.ExternalSearchSettings, rule: str, settings: MctsSett
                                   f"{MIN_CAPACITY} and num_actions + 1, the root and its "
                                   "children)")
         max_nodes = min(max_nodes, m.max_nodes)
+    if max_nodes < m.num_actions + 1:
+        raise InvalidArgument("settings.num_actions",
+                              f"is {m.num_actions}; this service's trees hold at most "
+                              f"{max_nodes} nodes (MCTS_MAX_TREE_NODES), fewer than the root "
+                              "and its children")
     return BatchedConfig(
         rule=rule,
         c_puct=optional_float(m, "c_puct", "settings.c_puct", settings.c_puct),

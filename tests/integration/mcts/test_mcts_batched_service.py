@@ -303,6 +303,16 @@ async def test_without_a_deadline_the_service_reply_timeout_ends_the_search(mcts
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+async def test_a_service_tree_too_small_for_the_actions_names_num_actions(mcts):
+    stub = await mcts(max_tree_nodes=8)
+    call = stub.SearchExternal(timeout=30)
+    await call.write(external_settings(num_actions=20, simulations=5))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_of(caught.value) == "settings.num_actions"
+
+
 async def test_the_reply_timeout_covers_a_stream_that_never_sends_settings(mcts):
     stub = await mcts(external_reply_timeout_s=0.3)
     call = stub.SearchExternal()
