@@ -49,9 +49,9 @@ export function askPanel(root) {
     h("div", { class: "toolbar" }, h("label", {}, "collection ", collection),
       h("label", { title: "one draft streams its text as it is written; more vote on the answer" },
         "drafts ", drafts), askButton),
-    h("div", { class: "split" },
+    h("div", { class: "split even" },
       h("div", {}, h("h3", {}, "Answer"), text, summary),
-      h("div", {}, h("h3", {}, "Sources"), sources, h("h3", {}, "Steps"), log)));
+      h("div", {}, h("h3", {}, "Sources"), sources, log)));
 }
 
 async function streamed(body, signal, { text, sources, log, summary }) {
@@ -92,8 +92,13 @@ function show(response, traceId, { text, sources, summary }) {
       `; ${response.totalTokens || 0} tokens${cost}`),
     response.stopReason ? h("p", { class: "muted" }, response.stopReason) : null,
     traceLink(traceId),
-    response.votes && response.votes.length ? votesTable(response.votes) : null,
+    response.votes && response.votes.length ? votesTable(response.votes, shorten) : null,
     failuresList(response.failures)));
+}
+
+function shorten(proposal) {
+  const flat = String(proposal || "").replace(/\s+/g, " ");
+  return flat.length > 60 ? `${flat.slice(0, 60)}…` : flat;
 }
 
 function sourceList(items) {

@@ -159,7 +159,7 @@ function searchStatistics(stats) {
       Number(a.value).toFixed(3), Number(a.prior).toFixed(3)]), { class: "actions" }));
 }
 
-// A bar `width` percent wide (set through the CSSOM: the page's policy forbids inline styles).
+// A bar `width` pixels wide, 100 at most (set through the CSSOM: the page's policy forbids inline styles).
 function bar(width) {
   const element = h("span", { class: "bar" });
   element.style.width = `${Math.round(width)}px`;
