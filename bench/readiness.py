@@ -19,7 +19,9 @@ machine cannot drop them.
 The mesh row times `launcher.start_mesh` (all five services, free loopback ports, no REST front)
 until the orchestrator is SERVING, with the warm numba cache.
 
-Each row gives the median, min and max seconds over its starts; `--json` prints them as JSON.
+Each row gives the median, min and max seconds over its starts and the median CPU seconds (user +
+system, from /proc) the process used until SERVING, which depends much less on the shared
+machine's load than the wall time; `--json` prints them as JSON.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import procstat  # noqa: E402 - bench/ on the path first
 
 SERVICES = ("mcts", "neural", "retrieval", "llm", "orchestrator")
 START_TIMEOUT_S = 300.0
@@ -57,8 +62,9 @@ def service_env(name: str, cache_dir: Path, work: Path) -> dict[str, str]:
     return env
 
 
-def time_start(name: str, cache_dir: Path, work: Path) -> float:
-    """Seconds from spawning `mcts-mesh serve name` to its port file (SERVING); stops it after.
+def time_start(name: str, cache_dir: Path, work: Path) -> tuple[float, float]:
+    """Seconds from spawning `mcts-mesh serve name` to its port file (SERVING), and the CPU
+    seconds (user + system) the process used by then; stops it after.
 
     Raises:
         RuntimeError: the service exited or was not SERVING within START_TIMEOUT_S.
@@ -77,9 +83,10 @@ def time_start(name: str, cache_dir: Path, work: Path) -> float:
                 raise RuntimeError(f"{name} did not start:\n{log_path.read_text()[-2000:]}")
             time.sleep(0.005)
         seconds = time.perf_counter() - started
+        cpu = procstat.cpu_seconds(process.pid)
         if "grpc" not in json.loads(port_file.read_text()):
             raise RuntimeError(f"{name} did not start: {port_file.read_text()}")
-        return seconds
+        return seconds, cpu
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -102,11 +109,18 @@ def time_mesh(cache_dir: Path, work: Path) -> float:
     return seconds
 
 
-def summary(label: str, mode: str, times: list[float]) -> dict:
-    """One row: median, min and max seconds of `times`."""
+def summary(label: str, mode: str, times: list[float], cpu: list[float] | None = None) -> dict:
+    """One row: median, min and max seconds of `times`, and the median CPU seconds of `cpu`."""
     return {"what": label, "cache": mode, "starts": len(times),
             "median_s": round(statistics.median(times), 2), "min_s": round(min(times), 2),
-            "max_s": round(max(times), 2)}
+            "max_s": round(max(times), 2),
+            "cpu_s": round(statistics.median(cpu), 2) if cpu else None}
+
+
+def starts(name: str, count: int, cache_dir_of, work: Path) -> tuple[list[float], list[float]]:
+    """`count` timed starts of `name`, each with the cache folder `cache_dir_of()` gives."""
+    runs = [time_start(name, cache_dir_of(), work) for _ in range(count)]
+    return [wall for wall, _ in runs], [cpu for _, cpu in runs]
 
 
 def measure(args, work: Path) -> list[dict]:
@@ -115,14 +129,14 @@ def measure(args, work: Path) -> list[dict]:
     warm_dir = work / "numba-warm"
     for name in args.services:
         if not args.no_cold:
-            cold = [time_start(name, Path(tempfile.mkdtemp(dir=work, prefix="numba-cold-")), work)
-                    for _ in range(args.starts)]
-            rows.append(summary(name, "cold", cold))
+            rows.append(summary(name, "cold", *starts(
+                name, args.starts,
+                lambda: Path(tempfile.mkdtemp(dir=work, prefix="numba-cold-")), work)))
             print(rows[-1], flush=True)
         if not args.no_warm:
             time_start(name, warm_dir, work)  # fills the cache; not timed
-            warm = [time_start(name, warm_dir, work) for _ in range(args.starts)]
-            rows.append(summary(name, "warm", warm))
+            rows.append(summary(name, "warm", *starts(name, args.starts, lambda: warm_dir,
+                                                      work)))
             print(rows[-1], flush=True)
     if args.mesh:
         time_mesh(warm_dir, work)  # fills the cache for every service; not timed
@@ -148,10 +162,13 @@ def main() -> int:
         args.starts, args.mesh, args.no_warm = 1, False, True
     with tempfile.TemporaryDirectory(prefix="readiness-") as folder:
         rows = measure(args, Path(folder))
-    print(f"\n{'what':<18} {'cache':<5} {'starts':>6} {'median s':>9} {'min s':>6} {'max s':>6}")
+    print(f"\n{'what':<18} {'cache':<5} {'starts':>6} {'median s':>9} {'min s':>6} {'max s':>6} "
+          f"{'CPU s':>6}")
     for row in rows:
+        cpu = "" if row["cpu_s"] is None else row["cpu_s"]
         print(f"{row['what']:<18} {row['cache']:<5} {row['starts']:>6} {row['median_s']:>9} "
-              f"{row['min_s']:>6} {row['max_s']:>6}")
+              f"{row['min_s']:>6} {row['max_s']:>6} {cpu:>6}")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0
