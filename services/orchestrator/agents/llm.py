@@ -1,5 +1,7 @@
 """The LLM agent: a client of mesh.llm.v1.LlmService.Generate that drafts an answer grounded in the
-retrieved passages (the gateway picks the provider and falls back to its offline provider).
+retrieved passages (the gateway picks the provider and falls back to its offline provider). In a
+streamed answer (`text.streaming.ANSWER_STREAM` set) a single draft comes through StreamGenerate,
+its text passed on as the gateway streams it.
 
 With a `Sampling` (`for_request`), the agent does self-consistency (Wang et al. 2022): each round
 samples a batch of drafts concurrently at the request's temperature, and votes the winning answer
@@ -18,6 +20,7 @@ from libs.errors import DeadlineExceeded, Unavailable, propagate
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.text.query import Draft, Passage, TextProblem, grounding_confidence
 from services.orchestrator.text.self_consistency import SampledDraft, Sampling, extract_answer
+from services.orchestrator.text.streaming import ANSWER_STREAM, AnswerStream
 
 
 class LlmAgent:
@@ -74,20 +77,50 @@ class LlmAgent:
             prompt=problem.query,
             context=[llm_service_pb2.ContextPassage(text=p.text, source=p.document_id,
                                                     title=p.title) for p in passages],
-            max_tokens=self._max_tokens,
+            max_tokens=problem.answer_tokens or self._max_tokens,
             temperature=0.0,
         )
+        stream = ANSWER_STREAM.get()
         try:
-            response = await self._stub.Generate(request, timeout=timeout)
+            if stream is None:
+                response = await self._stub.Generate(request, timeout=timeout)
+            else:
+                response = await self._streamed(request, timeout, stream, passages)
         except grpc.aio.AioRpcError as error:
             raise propagate(error, "llm") from error
         if not response.text.strip():
             raise Unavailable(f"llm: provider {response.provider!r} returned an empty draft")
-        draft = Draft(response.text, response.provider, response.model, response.offline)
+        draft = Draft(response.text, response.provider, response.model, response.offline,
+                      prompt_tokens=response.usage.prompt_tokens,
+                      completion_tokens=response.usage.completion_tokens,
+                      cost_usd=response.cost_usd if response.HasField("cost_usd") else None)
         tokens = response.usage.completion_tokens
         return Proposal(response.text, grounding_confidence(passages),
                         f"drafted by {response.provider} ({response.model}), {tokens} tokens, "
                         f"{len(passages)} passage(s)", detail=draft)
+
+    async def _streamed(self, request: llm_service_pb2.GenerateRequest, timeout: float,
+                        stream: AnswerStream, passages: tuple[Passage, ...]
+                        ) -> llm_service_pb2.GenerateResponse:
+        """The draft through StreamGenerate, its passages then each text delta sent to `stream`
+        as they come; the gateway's final response. Leaving early (cancelled) cancels the call,
+        which closes the provider's stream.
+
+        Raises:
+            grpc.aio.AioRpcError: the call failed. Unavailable: it ended without a response.
+        """
+        stream.sources(passages)
+        call = self._stub.StreamGenerate(
+            llm_service_pb2.StreamGenerateRequest.FromString(request.SerializeToString()),
+            timeout=timeout)
+        try:
+            async for message in call:
+                if message.WhichOneof("chunk") == "response":
+                    return message.response
+                stream.delta(message.text_delta)
+        finally:
+            call.cancel()
+        raise Unavailable("llm: the gateway's stream ended without its response")
 
     async def _sample(self, sampling: Sampling, problem: TextProblem,
                       passages: tuple[Passage, ...], iteration: int, timeout: float) -> Proposal:
@@ -126,6 +159,8 @@ class LlmAgent:
                     answer="" if outcome.offline else extract_answer(outcome.text),
                     iteration=iteration, provider=outcome.provider, model=outcome.model,
                     total_tokens=outcome.usage.prompt_tokens + outcome.usage.completion_tokens,
+                    prompt_tokens=outcome.usage.prompt_tokens,
+                    completion_tokens=outcome.usage.completion_tokens,
                     cost_usd=outcome.cost_usd if outcome.HasField("cost_usd") else None,
                     offline=outcome.offline))
         if not drafts:

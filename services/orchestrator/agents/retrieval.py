@@ -6,9 +6,14 @@ from __future__ import annotations
 import grpc
 from mesh.retrieval.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
-from libs.errors import DeadlineExceeded, propagate
+from libs.errors import DeadlineExceeded, NotFound, propagate
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
-from services.orchestrator.text.query import Passage, TextProblem, grounding_confidence
+from services.orchestrator.text.query import (
+    NoDefaultCollection,
+    Passage,
+    TextProblem,
+    grounding_confidence,
+)
 
 
 class RetrievalAgent:
@@ -35,14 +40,22 @@ class RetrievalAgent:
 
         Raises:
             DeadlineExceeded: no time left, or the call ran past its deadline.
-            NotFound: the collection does not exist.
+            NotFound: the collection the request named does not exist (the default one, not
+                named, answers no passages: `detail` is a NoDefaultCollection).
             Unavailable: the retrieval service is down or failed.
         """
         problem: TextProblem = round_.problem
         timeout = min(self._deadline_s, round_.remaining_s())
         if timeout <= 0:
             raise DeadlineExceeded("retrieval: no time left for a search")
-        passages = await search_passages(self._stub, problem, timeout)
+        try:
+            passages = await search_passages(self._stub, problem, timeout)
+        except NotFound:
+            if problem.collection_named:
+                raise
+            return Proposal(None, 0.0, f"the default collection {problem.collection!r} does not "
+                            "exist yet (nothing ingested): no passages",
+                            detail=NoDefaultCollection(problem.collection))
         if not passages:
             return Proposal(None, 0.0, f"no passage of {problem.collection!r} matched",
                             detail=())

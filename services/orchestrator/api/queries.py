@@ -9,7 +9,7 @@ import time
 
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-from libs.errors import DeadlineExceeded, FailedPrecondition, Unavailable
+from libs.errors import DeadlineExceeded, FailedPrecondition, NotFound, Unavailable
 from services.orchestrator.api.enums import decider_to_proto
 from services.orchestrator.api.responses import query_response
 from services.orchestrator.api.roles import (
@@ -20,6 +20,7 @@ from services.orchestrator.api.roles import (
 )
 from services.orchestrator.loop.checkpoint import Durable
 from services.orchestrator.loop.consensus import ConsensusLoop
+from services.orchestrator.loop.events import EventSink
 from services.orchestrator.loop.tracing import observe_result, observe_role
 from services.orchestrator.loop.types import Budget
 from services.orchestrator.routing.log import RoutingLog, log_loop, role_record, text_fields
@@ -52,10 +53,11 @@ class Queries:
 
     async def answer(self, request: pb.AnswerQueryRequest, problem: TextProblem,
                      options: SamplingOptions, chosen_role: RoleOptions | None,
-                     deadline: float, durable: Durable | None = None) -> pb.AnswerQueryResponse:
+                     deadline: float, durable: Durable | None = None,
+                     events: EventSink | None = None) -> pb.AnswerQueryResponse:
         """The request's role when it names one; else the text router's when it is followed
         and can run; else drafts in the loop (whose events and checkpoints go to a durable
-        run's `durable`, which may resume it)."""
+        run's `durable`, which may resume it; or its events to `events`, a streamed answer's)."""
         if chosen_role is not None:
             return await self._with_role(problem, chosen_role, request.thread_id, deadline,
                                          "request", None)
@@ -77,18 +79,18 @@ class Queries:
             else:
                 log.debug("text query left to the rules: %s", why_not)
         return await self._drafts(request, problem, options, deadline, decided_by, confidence,
-                                  durable)
+                                  durable, events)
 
     async def _drafts(self, request: pb.AnswerQueryRequest, problem: TextProblem,
                       options: SamplingOptions, deadline: float, decided_by: str,
-                      confidence: float | None, durable: Durable | None = None
-                      ) -> pb.AnswerQueryResponse:
+                      confidence: float | None, durable: Durable | None = None,
+                      events: EventSink | None = None) -> pb.AnswerQueryResponse:
         """Drafts (self-consistent when the request samples) in the consensus loop."""
         sampling = Sampling(options) if options.sample_count > 1 else None
         loop: ConsensusLoop[TextAnswer] = ConsensusLoop(
             self._agents.for_text(sampling), self._routers.text, synthesize_text,
             problem.query_length_norm, fallback=synthesize_passages,
-            events=durable.events if durable is not None else None,
+            events=durable.events if durable is not None else events,
             checkpoints=durable.checkpoints if durable is not None else None)
         budget = Budget(max_iterations=self._settings.text_max_iterations, deadline=deadline)
         started = time.perf_counter()
@@ -137,7 +139,9 @@ class Queries:
 
         Raises:
             FailedPrecondition: no role is configured here, or only the offline provider answers.
-            NotFound, Unavailable, DeadlineExceeded: retrieval failed, or time ran out.
+            NotFound: the collection the request named does not exist (the default one, not
+                named, is searched as empty: the response is `ungrounded`).
+            Unavailable, DeadlineExceeded: retrieval failed, or time ran out.
         """
         if self._roles is None:
             raise FailedPrecondition(f"the {options.role} role is not configured here")
@@ -145,11 +149,18 @@ class Queries:
         timeout = min(self._roles.retrieval_deadline_s, deadline - time.monotonic())
         if timeout <= 0:
             raise DeadlineExceeded("retrieval: no time left for a search")
-        passages = await self._roles.retrieve(problem, timeout)
+        missing = False
+        try:
+            passages = await self._roles.retrieve(problem, timeout)
+        except NotFound:
+            if problem.collection_named:
+                raise
+            passages, missing = (), True  # a fresh mesh: the default collection is not there
         timings = [pb.StepTiming(step="retrieve", iteration=1,
                                  elapsed_ms=(time.perf_counter() - started) * 1e3)]
         response = await self._run_role(self._roles, problem, options, thread_id, deadline,
                                         passages, timings)
+        response.ungrounded = missing
         response.route_decider = decider_to_proto(decided_by)
         response.route_confidence = confidence or 0.0
         if self._routing_log is not None:

@@ -40,6 +40,8 @@ MAX_DOCUMENTS = 10_000
 MAX_SAMPLE_COUNT = 20
 MAX_TEXT_TOKENS = 10_000_000
 MAX_COST_USD = 1_000.0
+MAX_ANSWER_TOKENS = 32_768
+"""The LLM gateway's bound on max_tokens of one generation."""
 THREAD_ID = re.compile(r"[a-zA-Z0-9_-]{1,100}")
 COLLECTION = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -128,7 +130,7 @@ def parse_query(request: pb.AnswerQueryRequest, settings: OrchestratorSettings) 
 
     Raises:
         InvalidArgument: "query", "collection", "top_k", "thread_id", "mcts_iterations",
-            "search_mode" or "fusion" is bad.
+            "search_mode", "fusion" or "max_answer_tokens" is bad.
     """
     if not request.query.strip():
         raise InvalidArgument("query", "must not be empty")
@@ -151,7 +153,24 @@ def parse_query(request: pb.AnswerQueryRequest, settings: OrchestratorSettings) 
         raise InvalidArgument("fusion", f"is {request.fusion}; not a FusionMethod "
                                        f"({', '.join(common_pb2.FusionMethod.keys())})")
     return TextProblem(request.query, request.collection or settings.default_collection,
-                       top_k, request.search_mode, request.fusion)
+                       top_k, request.search_mode, request.fusion,
+                       collection_named=bool(request.collection),
+                       answer_tokens=answer_tokens(request, settings))
+
+
+def answer_tokens(request: pb.AnswerQueryRequest, settings: OrchestratorSettings) -> int:
+    """Most tokens one language-model call of the request may generate: `max_answer_tokens`,
+    else the setting.
+
+    Raises:
+        InvalidArgument: "max_answer_tokens" outside 1..32,768.
+    """
+    if not request.HasField("max_answer_tokens"):
+        return settings.max_answer_tokens
+    if not 1 <= request.max_answer_tokens <= MAX_ANSWER_TOKENS:
+        raise InvalidArgument("max_answer_tokens", f"is {request.max_answer_tokens}; must be in "
+                                                   f"1..{MAX_ANSWER_TOKENS:,}")
+    return request.max_answer_tokens
 
 
 def sampling_options(request: pb.AnswerQueryRequest,
@@ -179,7 +198,8 @@ def sampling_options(request: pb.AnswerQueryRequest,
         raise InvalidArgument("max_cost_usd", f"is {max_cost}; must be in 0..{MAX_COST_USD:,.0f}")
     return SamplingOptions(sample_count=count, temperature=temperature,
                            agreement=settings.text_agreement, max_tokens=max_tokens,
-                           max_cost_usd=max_cost, draft_tokens=settings.max_answer_tokens)
+                           max_cost_usd=max_cost,
+                           draft_tokens=answer_tokens(request, settings))
 
 
 def parse_position(moves: str) -> Position:

@@ -20,7 +20,7 @@ from services.orchestrator.loop.types import AgentName, Decider, LoopResult, Vot
 from services.orchestrator.problems.connect_four import ConnectFourAnswer
 from services.orchestrator.problems.maze import MazeAnswer
 from services.orchestrator.problems.sudoku import SudokuAnswer
-from services.orchestrator.text.query import TextAnswer
+from services.orchestrator.text.query import NoDefaultCollection, TextAnswer
 from services.orchestrator.text.self_consistency import Sampling
 
 
@@ -139,8 +139,18 @@ def query_response(result: LoopResult[TextAnswer], thread_id: str,
         failures=_failures(result),
         passages_only=answer.passages_only,
     )
+    retrieval = result.proposals.get(AgentName.RETRIEVAL)
+    response.ungrounded = retrieval is not None and isinstance(retrieval.detail,
+                                                               NoDefaultCollection)
     if sampling is not None:
         _add_drafts(response, result, sampling)
+    elif answer.draft is not None:
+        draft = answer.draft
+        response.prompt_tokens = draft.prompt_tokens
+        response.completion_tokens = draft.completion_tokens
+        response.total_tokens = draft.prompt_tokens + draft.completion_tokens
+        response.cost_usd = draft.cost_usd or 0.0
+        response.cost_known = draft.cost_usd is not None
     return response
 
 
@@ -161,6 +171,8 @@ def _add_drafts(response: pb.AnswerQueryResponse, result: LoopResult[TextAnswer]
                                 f"{sampling.options.agreement:.2f}")
     response.stop_reason = sampling.stop_reason
     response.total_tokens = sampling.total_tokens
+    response.prompt_tokens = sampling.prompt_tokens
+    response.completion_tokens = sampling.completion_tokens
     response.cost_usd = sampling.cost_usd
     response.cost_known = sampling.cost_known
 

@@ -64,7 +64,7 @@ def role_options(request: pb.AnswerQueryRequest, settings: OrchestratorSettings,
                        max_cost_usd=sampling.max_cost_usd, max_refinements=refinements,
                        max_parts=settings.text_decompose_max_parts,
                        simulations=request.mcts_iterations, branching=branching,
-                       max_steps=max_steps, answer_tokens=settings.max_answer_tokens)
+                       max_steps=max_steps, answer_tokens=sampling.draft_tokens)
 
 
 def _sources(passages: tuple[Passage, ...]) -> list[pb.Source]:
@@ -106,7 +106,8 @@ def role_response(result: RoleResult, ledger: Ledger, provider: str,
         thread_id=thread_id,
         passages_only=not result.answer,
         stop_reason=result.stop_reason,
-        total_tokens=ledger.total_tokens,
+        total_tokens=ledger.total_tokens, prompt_tokens=ledger.prompt_tokens,
+        completion_tokens=ledger.completion_tokens,
         cost_usd=ledger.cost_usd,
         cost_known=ledger.cost_known,
         role=ROLE_TO_PROTO[result.role],
@@ -135,6 +136,8 @@ def failed_role_response(role: TextRole, error: MeshError, ledger: Ledger,
         sources=_sources(passages), agents=_agents(role), iterations=1, timings=timings,
         thread_id=thread_id, passages_only=True, role=ROLE_TO_PROTO[role],
         stop_reason=f"the {role} role failed: {error.message}",
-        total_tokens=ledger.total_tokens, cost_usd=ledger.cost_usd, cost_known=ledger.cost_known,
+        total_tokens=ledger.total_tokens, prompt_tokens=ledger.prompt_tokens,
+        completion_tokens=ledger.completion_tokens, cost_usd=ledger.cost_usd,
+        cost_known=ledger.cost_known,
         failures=[pb.AgentFailure(agent=agent, code=error.code.name, message=error.message,
                                   iteration=1)])

@@ -35,11 +35,11 @@ from services.orchestrator.problems.connect_four import ExactResult
 from services.orchestrator.problems.puzzle import Verdict
 from services.orchestrator.runs.execution import Deferred, Outcome, RunProgress
 from services.orchestrator.runs.model import RunRecord, RunState
-from services.orchestrator.text.query import Draft, Passage
+from services.orchestrator.text.query import Draft, NoDefaultCollection, Passage
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_TYPES = (ExactResult, Verdict, Draft, Passage)
+CHECKPOINT_TYPES = (ExactResult, Verdict, Draft, Passage, NoDefaultCollection)
 """The agents' details and context (beside protobuf messages) a checkpoint may hold."""
 METHODS = {"solve": "/mesh.orchestrator.v1.OrchestratorService/SolveProblem",
            "answer": "/mesh.orchestrator.v1.OrchestratorService/AnswerQuery"}

@@ -19,6 +19,7 @@ from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 from mesh.retrieval.v1 import retrieval_service_pb2_grpc
 
 from libs.telemetry import set_work_attributes
+from services.orchestrator.api.answer_stream import stream_answer
 from services.orchestrator.api.documents import Documents
 from services.orchestrator.api.ingest import ingest, stream_ingest
 from services.orchestrator.api.queries import Queries
@@ -124,11 +125,14 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
 
     async def AnswerQuery(self, request: pb.AnswerQueryRequest,
                           context: grpc.aio.ServicerContext,
-                          durable: Durable | None = None) -> pb.AnswerQueryResponse:
+                          durable: Durable | None = None,
+                          events: EventSink | None = None) -> pb.AnswerQueryResponse:
         """Retrieves passages and drafts an answer grounded in them. When the gateway fails or
         does not answer before the deadline, the answer is the passages alone, flagged
-        `passages_only`, with the failure in `failures`. `durable`: as for SolveProblem (the
-        drafts' loop only; a text role runs again from its start when resumed).
+        `passages_only`, with the failure in `failures`. With no collection named and the
+        default one missing (a fresh mesh), the answer has no sources and is `ungrounded`.
+        `durable`: as for SolveProblem (the drafts' loop only; a text role runs again from its
+        start when resumed); `events` (StreamAnswerQuery's) receives the drafts' loop events.
 
         Raises:
             InvalidArgument: "query", "collection", "top_k", "mcts_iterations", "thread_id",
@@ -136,7 +140,7 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
                 is bad.
             FailedPrecondition: a role or the search (mcts_iterations) is asked for and only the
                 offline provider answers (a language model is needed), or no role is configured.
-            NotFound: the collection does not exist.
+            NotFound: the collection the request named does not exist.
             Unavailable: retrieval is down, or the gateway is and no passage matched.
             DeadlineExceeded: the deadline passed first (or while it waited for one of
                 `max_running_solves`, which queries share with solves).
@@ -148,7 +152,30 @@ class OrchestratorServicer(orchestrator_service_pb2_grpc.OrchestratorServiceServ
         deadline = self._deadline(context)
         async with self._admission.hold(deadline):
             return await self._queries.answer(request, problem, options, chosen_role, deadline,
-                                              durable)
+                                              durable, events)
+
+    async def StreamAnswerQuery(self, request: pb.StreamAnswerQueryRequest,
+                                context: grpc.aio.ServicerContext
+                                ) -> AsyncIterator[pb.StreamAnswerQueryResponse]:
+        """AnswerQuery, streamed (`answer_stream.stream_answer`): on the single-draft path
+        (sample_count 1, no role) the passages and the draft's text deltas as the gateway
+        streams them, on the others the loop's events and the answer in one delta; then the
+        AnswerQueryResponse. A caller that leaves cancels the work and the gateway's stream.
+
+        Raises:
+            the errors of AnswerQuery; a bad request fails before any message.
+        """
+        started = time.perf_counter()
+        answer_request = pb.AnswerQueryRequest.FromString(request.SerializeToString())
+        self.validate(answer_request)
+        single_draft = (sampling_options(answer_request, self._settings).sample_count == 1
+                        and role_options(answer_request, self._settings,
+                                         sampling_options(answer_request, self._settings))
+                        is None)
+        async for message in stream_answer(
+                lambda events: self.AnswerQuery(answer_request, context, events=events),
+                started, single_draft):
+            yield message
 
     def validate(self, request: pb.SolveProblemRequest | pb.AnswerQueryRequest) -> None:
         """The checks SolveProblem or AnswerQuery make of `request` before any work, alone (what

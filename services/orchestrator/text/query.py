@@ -14,13 +14,17 @@ MAX_QUERY_CHARS = 10_000
 class TextProblem:
     """Answer `query` from the `top_k` best passages of `collection`, retrieved with
     `search_mode` and `fusion` (mesh.common.v1.SearchMode / FusionMethod values; 0: the
-    retrieval service's default, hybrid with DBSF)."""
+    retrieval service's default, hybrid with DBSF). `collection_named`: the request named the
+    collection (False: the default one, which may not exist yet on a fresh mesh).
+    `answer_tokens`: most tokens a draft may generate (None: the agent's setting)."""
 
     query: str
     collection: str
     top_k: int
     search_mode: int = 0
     fusion: int = 0
+    collection_named: bool = True
+    answer_tokens: int | None = None
 
     @property
     def query_length_norm(self) -> float:
@@ -45,12 +49,29 @@ class Passage:
 
 @dataclass(frozen=True)
 class Draft:
-    """A drafted answer and who wrote it (`offline`: the extractive offline provider)."""
+    """A drafted answer and who wrote it (`offline`: the extractive offline provider), with the
+    tokens the gateway reported for it and its cost in US dollars (None: the model has no
+    price; a draft that stands for a self-consistency vote carries none: the vote counts them)."""
 
     text: str
     provider: str
     model: str
     offline: bool
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+
+
+@dataclass(frozen=True)
+class NoDefaultCollection:
+    """The retrieval agent's detail when the request named no collection and the default one
+    does not exist (a fresh mesh): no passages, and the answer says it is ungrounded. Falsy, so
+    the loop adds nothing to the context."""
+
+    collection: str
+
+    def __bool__(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,8 @@ class TextAnswer:
     provider: str
     offline: bool
     passages_only: bool = False
+    draft: Draft | None = None
+    """The winning draft (its tokens and cost); None when passages_only."""
 
 
 def grounding_confidence(passages: tuple[Passage, ...]) -> float:
@@ -90,7 +113,7 @@ def synthesize_text(tally: Tally, proposals: dict[AgentName, Proposal],
         if proposal.answer == tally.answer and isinstance(proposal.detail, Draft):
             draft = proposal.detail
             passages = tuple(p for p in context if isinstance(p, Passage))
-            return TextAnswer(draft.text, passages, draft.provider, draft.offline)
+            return TextAnswer(draft.text, passages, draft.provider, draft.offline, draft=draft)
     raise ValueError("the winning answer is not a draft of the LLM agent")
 
 

@@ -59,6 +59,7 @@ class Call:
         provider, model: who answered.
         total_tokens: prompt plus completion tokens as the provider reported them.
         cost_usd: US dollars from the gateway's prices; None when the model has none.
+        prompt_tokens, completion_tokens: the two parts of `total_tokens`.
     """
 
     purpose: str
@@ -67,6 +68,8 @@ class Call:
     model: str
     total_tokens: int
     cost_usd: float | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass
@@ -84,6 +87,14 @@ class Ledger:
     @property
     def total_tokens(self) -> int:
         return sum(call.total_tokens for call in self.calls)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(call.prompt_tokens for call in self.calls)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(call.completion_tokens for call in self.calls)
 
     @property
     def cost_usd(self) -> float:
@@ -177,7 +188,8 @@ class LanguageModel:
         self.ledger.calls.append(Call(
             purpose, response.text, response.provider, response.model,
             response.usage.prompt_tokens + response.usage.completion_tokens,
-            response.cost_usd if response.HasField("cost_usd") else None))
+            response.cost_usd if response.HasField("cost_usd") else None,
+            response.usage.prompt_tokens, response.usage.completion_tokens))
         return response.text
 
 

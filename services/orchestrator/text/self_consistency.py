@@ -78,6 +78,7 @@ class SampledDraft:
         total_tokens: prompt plus completion tokens as the provider reported them.
         cost_usd: US dollars from the gateway's prices; None when the model has none.
         offline: drafted by the offline extractive provider (never a vote).
+        prompt_tokens, completion_tokens: the two parts of `total_tokens`.
     """
 
     text: str
@@ -88,6 +89,8 @@ class SampledDraft:
     total_tokens: int
     cost_usd: float | None
     offline: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     @property
     def votes(self) -> bool:
@@ -171,6 +174,14 @@ class Sampling:
     @property
     def total_tokens(self) -> int:
         return sum(draft.total_tokens for draft in self.drafts)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(draft.prompt_tokens for draft in self.drafts)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(draft.completion_tokens for draft in self.drafts)
 
     @property
     def cost_usd(self) -> float:
