@@ -463,9 +463,8 @@ def build_rest_app(
             decoder.close()
 
     app = Starlette(routes=routes, middleware=middleware(settings, [*bindings, *extras.routes]),
-                    lifespan=lifespan,
-                    exception_handlers={HTTPException: http_exception,
-                                        Exception: unexpected_exception})
+                    lifespan=lifespan, exception_handlers={HTTPException: http_exception,
+                                                           Exception: unexpected_exception})
     app.state.rest_settings = settings
     app.state.rest_closing = gateway.closing
     return app

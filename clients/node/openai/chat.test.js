@@ -21,7 +21,7 @@ test("models are listed, each with a description", {skip: !baseURL}, async () =>
     assert.ok(model.description, model.id);
     ids.push(model.id);
   }
-  assert.deepEqual(ids, ["mesh", "mesh-self-consistency", "mesh-step-search", "mesh-decompose",
+  assert.deepEqual(ids, ["mesh", "mesh-draft", "mesh-self-consistency", "mesh-step-search", "mesh-decompose",
                          "mesh-refine"]);
 });
 
@@ -36,19 +36,22 @@ test("a completion carries the answer, usage and the mesh extension", {skip: !ba
 
 test("a streamed completion arrives as chunks", {skip: !baseURL}, async () => {
   const stream = await client().chat.completions.create({
-    model: "mesh", messages, stream: true, stream_options: {include_usage: true}});
+    model: "mesh-draft", messages, stream: true, stream_options: {include_usage: true}});
   let text = "";
+  let deltas = 0;
   const finishes = [];
   let usage = null;
   for await (const chunk of stream) {
     assert.equal(chunk.object, "chat.completion.chunk");
     for (const choice of chunk.choices) {
       text += choice.delta.content ?? "";
+      if (choice.delta.content) deltas += 1;
       if (choice.finish_reason) finishes.push(choice.finish_reason);
     }
     if (chunk.usage) usage = chunk.usage;
   }
   assert.equal(text, "Four chambers [1].");
+  assert.equal(deltas, 3);  // the provider's words, as they came
   assert.deepEqual(finishes, ["stop"]);
   assert.ok(usage.total_tokens > 0);
 });

@@ -35,6 +35,9 @@ MODELS: tuple[MeshModel, ...] = (
     MeshModel("mesh", "The mesh's default: passages retrieved, then the text router (when one "
               "is configured and confident) or the rules choose how to answer; by the rules, "
               "drafts voted on in the consensus loop."),
+    MeshModel("mesh-draft", "One draft grounded in the retrieved passages, no vote: the "
+              "quickest answer, streamed token by token as the language model writes it.",
+              sample_count=1),
     MeshModel("mesh-self-consistency", "Self-consistency (Wang et al. 2022): 5 drafts sampled "
               "per iteration (mesh.sample_count), their final answers voted on, more sampled "
               "while the winner's share is below the agreement threshold.",

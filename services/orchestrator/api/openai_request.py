@@ -224,7 +224,7 @@ def answer_request(request: ChatRequest, model: MeshModel,
     if request.temperature is not None:
         out.temperature = float(request.temperature)
     answer_tokens = request.max_completion_tokens or request.max_tokens
-    if answer_tokens is not None and "max_answer_tokens" in out.DESCRIPTOR.fields_by_name:
+    if answer_tokens is not None:
         out.max_answer_tokens = answer_tokens
     _apply_mesh(out, request.mesh)
     return out

@@ -22,10 +22,9 @@ def mesh_extension(response: pb.AnswerQueryResponse) -> dict[str, object]:
 
 
 def usage(responses: list[pb.AnswerQueryResponse]) -> dict[str, int]:
-    """OpenAI's `usage` over the choices' answers: prompt and completion tokens as the LLM
-    gateway counted them (when the response says them; else only `total_tokens` is known and
-    the split is 0)."""
-    total = sum(int(r.total_tokens) for r in responses)
-    prompt = sum(int(getattr(r, "prompt_tokens", 0)) for r in responses)
-    completion = sum(int(getattr(r, "completion_tokens", 0)) for r in responses)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+    """OpenAI's `usage` over the choices' answers: prompt and completion tokens of every
+    language-model call as the LLM gateway counted them (the providers' own counts)."""
+    prompt = sum(int(r.prompt_tokens) for r in responses)
+    completion = sum(int(r.completion_tokens) for r in responses)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}

@@ -42,8 +42,8 @@ async def test_models_are_listed_with_descriptions(mesh):
     client = _client(mesh)
     models = [model async for model in client.models.list()]
     ids = [model.id for model in models]
-    assert ids == ["mesh", "mesh-self-consistency", "mesh-step-search", "mesh-decompose",
-                   "mesh-refine"]
+    assert ids == ["mesh", "mesh-draft", "mesh-self-consistency", "mesh-step-search",
+                   "mesh-decompose", "mesh-refine"]
     assert all(model.owned_by == "mcts-mesh" and model.model_extra["description"]
                for model in models)
     refine = await client.models.retrieve("mesh-refine")
@@ -53,6 +53,20 @@ async def test_models_are_listed_with_descriptions(mesh):
     assert missing.value.body["code"] == "model_not_found"
 
 
+async def test_the_openapi_document_describes_the_routes_and_the_mesh_field(mesh):
+    async with httpx.AsyncClient(timeout=60) as http:
+        document = (await http.get(mesh.base_url.removesuffix("/v1") + "/openapi.json")).json()
+    chat = document["paths"]["/v1/chat/completions"]["post"]
+    schema = chat["requestBody"]["content"]["application/json"]["schema"]
+    assert {"model", "messages", "temperature", "max_tokens", "n", "stop", "stream",
+            "mesh"} <= set(schema["properties"])
+    assert {"collection", "top_k", "token_budget", "max_cost_usd"} <= \
+        set(schema["properties"]["mesh"]["properties"])
+    extension = chat["responses"]["200"]["content"]["application/json"]["schema"]
+    assert "mesh" in extension["properties"]["choices"]["items"]["properties"]
+    assert {"/v1/models", "/v1/models/{model}"} <= set(document["paths"])
+
+
 async def test_a_completion_carries_the_answer_usage_and_the_mesh_extension(mesh):
     completion = await _client(mesh).chat.completions.create(
         model="mesh", messages=MESSAGES, temperature=0.2)
@@ -60,17 +74,21 @@ async def test_a_completion_carries_the_answer_usage_and_the_mesh_extension(mesh
     assert choice.message.role == "assistant" and choice.message.content == "Four chambers [1]."
     assert choice.finish_reason == "stop"
     assert completion.object == "chat.completion" and completion.model == "mesh"
-    assert completion.usage.total_tokens > 0
+    usage = completion.usage  # the scripted provider's 30 + 5 per call
+    assert usage.prompt_tokens % 30 == 0 and usage.completion_tokens % 5 == 0
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens > 0
     extension = choice.model_extra["mesh"]
     assert [source["documentId"] for source in extension["sources"]] == ["heart"]
     assert "AGENT_LLM" in extension["agents"] and extension["provider"] == "local"
     assert mesh.provider.requests > 0
 
 
-async def test_n_choices_stop_and_mesh_options(mesh):
+async def test_n_choices_stop_max_tokens_and_mesh_options(mesh):
     completion = await _client(mesh).chat.completions.create(
         model="mesh-self-consistency", messages=MESSAGES, n=2, stop=["chambers"],
-        extra_body={"mesh": {"sample_count": 2, "top_k": 1}})
+        max_tokens=77, extra_body={"mesh": {"sample_count": 2, "top_k": 1}})
+    assert len(mesh.provider.bodies) == 4  # 2 choices of 2 drafts
+    assert {body["max_tokens"] for body in mesh.provider.bodies} == {77}
     assert [choice.index for choice in completion.choices] == [0, 1]
     assert all(choice.message.content == "Four " for choice in completion.choices)
     assert all(len(choice.model_extra["mesh"]["sources"]) == 1 for choice in completion.choices)
@@ -88,6 +106,12 @@ async def test_streamed_chunks_end_with_done_and_usage(mesh):
     assert [chunk.choices[0].finish_reason for chunk in finals] == ["stop"]
     assert finals[0].choices[0].model_extra["mesh"]["sources"][0]["documentId"] == "heart"
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+
+    stream = await _client(mesh).chat.completions.create(  # one draft: token by token
+        model="mesh-draft", messages=MESSAGES, stream=True, stop="[")
+    deltas = [chunk.choices[0].delta.content async for chunk in stream
+              if chunk.choices and chunk.choices[0].delta.content]
+    assert deltas == ["Four", " chambers", " "]
 
     async with httpx.AsyncClient(timeout=60) as http:  # the raw framing
         reply = await http.post(f"{mesh.base_url}/chat/completions",
