@@ -5,8 +5,9 @@ loopback ports, the offline LLM provider, the run store in a temporary SQLite fi
 The browser loads the console (no key needed for the page), sees the mesh's own refusal while no
 key is entered, enters the key once, plays a Connect Four move and sees the mesh's reply with its
 votes and streamed loop, solves a Sudoku generated in the page (checked here to have exactly one
-solution, which must be the one shown), sees a typed-in bad Sudoku refused with the mesh's
-message, asks a question and sees the answer with its sources, and lists the durable runs.
+solution, which must be the one shown) and a generated maze (a shortest path), sees a typed-in
+bad Sudoku refused with the mesh's message, asks a question and sees the answer with its sources,
+and lists and watches a durable run.
 
 `CONSOLE_SCREENSHOTS=1` also saves each panel to docs/images/console-*.png. Skips, saying why,
 where chromium is not installed or cannot start.
@@ -24,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from libs.puzzles.maze import parse_maze, shortest_path
 from libs.puzzles.sudoku import BoxShape, parse_puzzle, solve
 from mcts_mesh.launcher import start_mesh
 from services.orchestrator.access.keys import FileKeyStore
@@ -230,3 +232,20 @@ def test_runs_are_listed_and_watched(page, mesh):
     page.click("#panel-runs >> text=Refresh")
     page.wait_for_selector(f"#panel-runs tr[data-run='{name}'][data-state='succeeded']")
     _screenshot(page, "runs")
+
+
+def test_generated_maze_is_solved_with_a_shortest_path(page, mesh):
+    _, key = mesh
+    page.goto("/console/#puzzles")
+    _enter_key(page, key)
+    page.select_option("#panel-puzzles select", "maze")
+    page.fill("#panel-puzzles input[type=number]", "3")
+    page.click("#panel-puzzles >> text=Generate")
+    rows = page.input_value("#panel-puzzles textarea").split("\n")
+    grid = parse_maze("".join(rows), width=len(rows[0]))
+    length = len(shortest_path(grid)) - 1
+
+    page.click("#panel-puzzles >> text=Solve")
+    page.wait_for_selector("#panel-puzzles section.card[data-answered-by]")
+    assert f"optimal: {length} steps" in page.locator("#panel-puzzles .verdict").inner_text()
+    assert page.locator("#panel-puzzles pre.maze").inner_text().count("o") == length - 1
