@@ -244,6 +244,12 @@ class _Gateway:
         return Response(response_json(reply, binding.response_body), status_code=200,
                         headers=response_headers(call.initial_metadata()), media_type=JSON)
 
+    def _keyless(self, binding: Routable) -> bool:
+        """True when `binding` is a route that serves an unknown key as no key
+        (`FrontRoute.unknown_key_as_none`) and a call without a key may be made here."""
+        return isinstance(binding, FrontRoute) and binding.unknown_key_as_none \
+            and self._access is not None and self._access.refuse([]) is None
+
     async def _own_route(self, request: Request, receive: Receive, binding: FrontRoute,
                          path_values: dict[str, str], metadata: list, timeout: float
                          ) -> Response:
@@ -254,6 +260,10 @@ class _Gateway:
             MeshError: a refused body (415, 413, 400).
             CallFailed: a call of the handler failed.
         """
+        if self._keyless(binding) and self._access.refuse(  # type: ignore[union-attr]
+                credential_metadata(request.headers.items())) is not None:
+            metadata = [(name, value) for name, value in metadata
+                        if name.removesuffix("-bin") not in ("authorization", "x-api-key")]
         body = b""
         if binding.body:
             check_media_type(request.headers.get("content-type"))
@@ -281,7 +291,7 @@ class _Gateway:
         if self._access is None:
             return None
         refusal = self._access.refuse(credential_metadata(request.headers.items()))
-        if refusal is None:
+        if refusal is None or self._keyless(binding):
             return None
         headers = request.headers
         declared = headers.get("content-length", "0").strip()

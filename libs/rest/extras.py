@@ -88,6 +88,10 @@ class FrontRoute:
         rpc_path: the main RPC it stands for, recorded on its REST span as `rpc.method`.
         body: True when it takes a JSON body (read into `Caller.body`).
         error_body: its own form of error responses; None: a `google.rpc.Status`.
+        unknown_key_as_none: where callers without a key are let in (keys not required), a key
+            that is not known is served as no key (dropped from the calls' metadata) instead of
+            refused 401, as vLLM and Ollama serve OpenAI's SDKs, which always send one; a
+            known key is used as everywhere. Where keys are required it changes nothing.
     """
 
     http_method: str
@@ -97,6 +101,7 @@ class FrontRoute:
     rpc_path: str
     body: bool = False
     error_body: ErrorBody | None = None
+    unknown_key_as_none: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """OpenAI's chat-completions API on the orchestrator's REST front, as routes of the front's own
 (`libs.rest.extras.FrontRoute`): the same key check (`Authorization: Bearer <key>` or
-`x-api-key`) before the body is read, the same body limits, and in-process calls that pass access
-control (scope `query`), admission, rate limits and budgets as AnswerQuery's do.
+`x-api-key`) before the body is read (where keys are not required, an unknown key is served as
+no key, since OpenAI's SDKs always send one), the same body limits, and in-process calls that
+pass access control (scope `query`), admission, rate limits and budgets as AnswerQuery's do.
 
 - `GET /v1/models`, `GET /v1/models/{model}`: the models (`openai_models.MODELS`), each a way
   the mesh answers text.
@@ -129,9 +130,10 @@ def openai_routes() -> tuple[FrontRoute, ...]:
     models = _Models()
     return (
         FrontRoute("POST", parse_template("/v1/chat/completions"), chat_completions,
-                   CHAT_OPERATION, ANSWER_QUERY, body=True, error_body=openai_error_response),
+                   CHAT_OPERATION, ANSWER_QUERY, body=True, error_body=openai_error_response,
+                   unknown_key_as_none=True),
         FrontRoute("GET", parse_template("/v1/models"), models.list, MODELS_OPERATION,
-                   ANSWER_QUERY, error_body=openai_error_response),
+                   ANSWER_QUERY, error_body=openai_error_response, unknown_key_as_none=True),
         FrontRoute("GET", parse_template("/v1/models/{model}"), models.get, MODEL_OPERATION,
-                   ANSWER_QUERY, error_body=openai_error_response),
+                   ANSWER_QUERY, error_body=openai_error_response, unknown_key_as_none=True),
     )

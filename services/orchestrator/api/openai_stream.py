@@ -6,8 +6,7 @@ Each choice is one StreamAnswerQuery call (in process, with the request's key): 
 choice carries `delta.role: "assistant"`), its final `response` (the AnswerQueryResponse, the
 authority) ends the choice with `finish_reason: "stop"` and the `mesh` extension field; text of
 the final answer not yet streamed (a path that answers in one piece, or a fallback) is sent
-before it. Where StreamAnswerQuery is not served, each choice is one AnswerQuery call whose
-answer is sent as one delta. The `n` choices stream concurrently, interleaved.
+before it. The `n` choices stream concurrently, interleaved.
 
 With `stream_options.include_usage`, every chunk has `usage: null` and one last chunk (no
 choices) has the usage. A failure before any event (a refused key, limits, a bad request) is
@@ -31,19 +30,18 @@ import grpc
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from starlette.responses import Response, StreamingResponse
 
-from libs.in_process import CallFailed
+from libs.in_process import CallFailed, InProcessStreamCall
 from libs.rest.extras import Caller
 from libs.rest.status import http_status
 from services.orchestrator.api.openai_errors import failure_response, status_error
+from services.orchestrator.api.openai_models import MeshModel
 from services.orchestrator.api.openai_request import ChatRequest, answer_request
 from services.orchestrator.api.openai_response import mesh_extension, usage
 
 SERVICE = "/mesh.orchestrator.v1.OrchestratorService"
 STREAM_ANSWER = f"{SERVICE}/StreamAnswerQuery"
-ANSWER_QUERY = f"{SERVICE}/AnswerQuery"
 EVENT_STREAM = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
-_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
 
 
 def apply_stops(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -86,14 +84,11 @@ class StopScanner:
 class _Source:
     """One choice's events: ("delta", text) and ("final", AnswerQueryResponse)."""
 
-    def __init__(self, call: object, first: object) -> None:
+    def __init__(self, call: InProcessStreamCall, first: object) -> None:
         self._call = call
         self._first = first
 
     async def events(self) -> AsyncIterator[tuple[str, object]]:
-        if isinstance(self._first, pb.AnswerQueryResponse):  # AnswerQuery's whole answer
-            yield "final", self._first
-            return
         message = self._first
         while message is not grpc.aio.EOF:
             kind = message.WhichOneof("event")  # type: ignore[attr-defined]
@@ -101,41 +96,28 @@ class _Source:
                 yield "delta", message.answer_delta  # type: ignore[attr-defined]
             elif kind == "response":
                 yield "final", message.response  # type: ignore[attr-defined]
-            message = await self._call.read()  # type: ignore[attr-defined]
+            message = await self._call.read()
 
     def cancel(self) -> None:
-        if self._call is not None:
-            self._call.cancel()  # type: ignore[attr-defined]
+        self._call.cancel()
 
 
-async def _open(caller: Caller, request: ChatRequest, model) -> _Source:
-    """One choice's call, started and read up to its first message.
+async def _open(caller: Caller, request: ChatRequest, model: MeshModel) -> _Source:
+    """One choice's StreamAnswerQuery call, started and read up to its first message.
 
     Raises:
         CallFailed: the call failed before its first message.
-        ChatParamError: an oversize conversation.
     """
-    if hasattr(pb, "StreamAnswerQueryRequest"):
-        try:
-            call = await caller.stream(STREAM_ANSWER,
-                                       answer_request(request, model, pb.StreamAnswerQueryRequest))
-        except CallFailed as failure:
-            if failure.status.code != _UNIMPLEMENTED:
-                raise
-        else:
-            try:
-                return _Source(call, await call.read())
-            except CallFailed as failure:
-                if failure.status.code != _UNIMPLEMENTED:
-                    raise
-            except BaseException:
-                call.cancel()
-                raise
-    reply = await caller.unary(ANSWER_QUERY, answer_request(request, model))
-    return _Source(None, reply)
+    call = await caller.stream(STREAM_ANSWER,
+                               answer_request(request, model, pb.StreamAnswerQueryRequest))
+    try:
+        return _Source(call, await call.read())
+    except BaseException:
+        call.cancel()
+        raise
 
 
-async def chat_stream(caller: Caller, request: ChatRequest, model, completion_id: str
+async def chat_stream(caller: Caller, request: ChatRequest, model: MeshModel, completion_id: str
                       ) -> Response:
     """The SSE response of a streamed chat completion, or the error response of a failure
     before any event (see the module docstring)."""

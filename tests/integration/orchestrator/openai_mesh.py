@@ -4,8 +4,8 @@ tests/fault (`scripted_openai.ScriptedOpenAI`), and whose retrieval service (in 
 an empty store in a temporary folder; its ONNX embedder from `make setup`) has nothing
 ingested, so answers come from the language model alone.
 
-API keys are on: `key` may call everything, `solve_only` has only the `solve` scope,
-`slow_key` one request per minute."""
+API keys are required unless `require_api_key=False` is passed: `key` may call everything,
+`solve_only` has only the `solve` scope, `slow_key` one request per minute."""
 
 from __future__ import annotations
 
@@ -97,8 +97,8 @@ async def start_openai_mesh(tmp_path: Path, **orchestrator_fields) -> OpenAIMesh
         slow_key = await keys.create("carol", RateLimits(per_minute=1))
         settings = OrchestratorSettings(
             port=0, rest_port=0, llm_target=f"127.0.0.1:{llm.port}",
-            retrieval_target=f"127.0.0.1:{retrieval.port}", require_api_key=True,
-            api_keys_file=str(keys.path), **orchestrator_fields)
+            retrieval_target=f"127.0.0.1:{retrieval.port}", api_keys_file=str(keys.path),
+            **{"require_api_key": True, **orchestrator_fields})
         access = await open_access(settings)
         stops.append(access.aclose)
         wiring = Wiring(settings)

@@ -185,6 +185,29 @@ async def test_keys_scopes_and_rate_limits_apply(mesh):
     assert limited.value.body["type"] == "rate_limit_error"
 
 
+async def test_without_required_keys_an_unknown_key_is_served_as_none(tmp_path):
+    """OpenAI's SDKs always send a key: where keys are optional, a made-up one is served as no
+    key on these routes (a known key keeps its scopes); the mesh's own routes still refuse it."""
+    if not EMBEDDER.exists():
+        pytest.skip(f"{EMBEDDER} is absent: `make setup` exports the retrieval embedder")
+    mesh = await start_openai_mesh(tmp_path, require_api_key=False)
+    try:
+        async with openai.AsyncOpenAI(base_url=mesh.base_url, api_key="anything",
+                                      max_retries=0) as client:
+            completion = await client.chat.completions.create(model="mesh", messages=MESSAGES)
+            assert completion.choices[0].message.content == "Four chambers [1]."
+        async with openai.AsyncOpenAI(base_url=mesh.base_url, api_key=mesh.solve_only,
+                                      max_retries=0) as client:
+            with pytest.raises(openai.PermissionDeniedError):
+                await client.chat.completions.create(model="mesh", messages=MESSAGES)
+        async with httpx.AsyncClient(timeout=60) as http:
+            reply = await http.post(mesh.base_url + "/queries:answer", json={"query": QUESTION},
+                                    headers={"Authorization": "Bearer anything"})
+        assert reply.status_code == 401
+    finally:
+        await mesh.close()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_client_that_leaves_stops_the_work(mesh, stream):
     """The provider hangs until its client leaves; the chat client gives up; the orchestrator's
