@@ -42,6 +42,7 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "rest_cost": (),
     "gsm8k": (),
     "readiness": (),
+    "ttft": (),
 }
 """Maintained benches by name, with the arguments every run of it takes (before `--quick`)."""
 

@@ -90,7 +90,7 @@ async def _stream(stub, **fields) -> list[pb.StreamAnswerQueryResponse]:
         pb.StreamAnswerQueryRequest(query=QUESTION, **fields), timeout=30)]
 
 
-async def test_a_fresh_mesh_answers_without_sources_and_says_so(mesh):
+async def test_a_fresh_mesh_answers_without_sources_and_says_so(mesh, wire):
     unary = await mesh.AnswerQuery(pb.AnswerQueryRequest(query=QUESTION, sample_count=1),
                                    timeout=30)
     assert unary.answer == ANSWER and not unary.passages_only
@@ -99,7 +99,8 @@ async def test_a_fresh_mesh_answers_without_sources_and_says_so(mesh):
         USAGE["prompt_tokens"], USAGE["completion_tokens"], USAGE["total_tokens"])
     assert unary.cost_usd == pytest.approx(COST) and unary.cost_known
 
-    messages = await _stream(mesh, sample_count=1)
+    messages = await _stream(mesh, sample_count=1, max_answer_tokens=77)
+    assert wire.bodies[-1]["max_tokens"] == 77 and wire.bodies[-1]["stream"] is True
     assert _kinds(messages) == ["sources"] + ["answer_delta"] * len(ANSWER.split(" ")) + [
         "response"]
     assert list(messages[0].sources.sources) == []
@@ -153,13 +154,14 @@ async def test_self_consistency_streams_the_loop_then_the_answer_in_one_delta(me
     assert final.total_tokens == USAGE["total_tokens"] * len(final.drafts)
 
 
-async def test_a_bad_request_fails_before_any_message(mesh):
-    call = mesh.StreamAnswerQuery(pb.StreamAnswerQueryRequest(query=QUESTION, top_k=99),
+@pytest.mark.parametrize("field,value", [("top_k", 99), ("max_answer_tokens", 40_000)])
+async def test_a_bad_request_fails_before_any_message(mesh, field, value):
+    call = mesh.StreamAnswerQuery(pb.StreamAnswerQueryRequest(query=QUESTION, **{field: value}),
                                   timeout=30)
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call.read()
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "top_k" in raised.value.details()
+    assert raised.value.details().startswith(field)
 
 
 async def test_a_caller_that_cancels_closes_the_providers_connection(mesh, wire):

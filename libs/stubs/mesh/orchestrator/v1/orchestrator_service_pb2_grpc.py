@@ -188,10 +188,10 @@ class OrchestratorServiceServicer:
         Errors: INVALID_ARGUMENT naming the field for an empty or
         10,001-character query, a bad collection name, top_k outside 1..20,
         mcts_iterations outside 1..10,000, sample_count outside 1..20,
-        temperature outside 0..2, max_tokens or max_cost_usd out of range, an
-        unknown role or search_mode or fusion, step_branching, max_steps or
-        max_refinements out of range, or a bad thread id; NOT_FOUND when the
-        request names a collection that does not exist; FAILED_PRECONDITION
+        temperature outside 0..2, max_tokens, max_cost_usd or max_answer_tokens
+        out of range, an unknown role or search_mode or fusion, step_branching,
+        max_steps or max_refinements out of range, or a bad thread id; NOT_FOUND
+        when the request names a collection that does not exist; FAILED_PRECONDITION
         when a role or the search is asked for and only the offline provider
         answers (a language model is needed), or no role is configured;
         UNAVAILABLE when retrieval is down, or when the gateway is down and
@@ -210,15 +210,16 @@ class OrchestratorServiceServicer:
 
     def StreamAnswerQuery(self, request, context):
         """Answers a text query as AnswerQuery does, streaming its progress and the
-        answer's text as the language model writes it. The default path (one
-        draft: no role, sample_count 1) streams `sources` (the retrieved
-        passages, once, before any text) then `answer_delta` messages, the
-        draft's text in order as the LLM gateway streams it. Paths that need
-        complete drafts before they can answer (self-consistency with
-        sample_count over 1, decompose, refine, the search over steps) stream
-        the consensus loop's events instead (an iteration starting, each agent
-        starting and finishing with its vote, each round's tally) and the
-        chosen answer's text in one `answer_delta` at the end. Last, always,
+        answer's text as the language model writes it. With one draft
+        (sample_count 1, no role, no mcts_iterations) it streams `sources` (the
+        retrieved passages, once, before any text) then `answer_delta`
+        messages, the draft's text in order as the LLM gateway streams it.
+        Paths that need complete drafts before they can answer (self-consistency,
+        the default when sample_count is unset; decompose, refine, the search
+        over steps) stream the consensus loop's events instead where there is a
+        loop (the retrieval's, then from the first iteration on: an iteration
+        starting, each agent starting and finishing with its vote, each round's
+        tally) and the chosen answer's text in one `answer_delta` at the end. Last, always,
         the AnswerQueryResponse AnswerQuery would have returned: it is the
         authority (when the gateway fails after some text was streamed, the
         answer falls back to the passages alone, `passages_only`, as
