@@ -329,6 +329,9 @@ async def test_openapi_lists_every_binding(mesh):
         "/v1/runs", "/v1/runs/{run}", "/v1/runs/{run}:cancel", "/v1/runs/{run}:watch",
         "/v1/batches", "/v1/batches/{batch}", "/v1/batches/{batch}:cancel",
         "/v1/batches/{batch}:watch", "/v1/batches/{batch}/results",
+        "/v1/queries:streamAnswer",
+        # OpenAI's chat completions and models, routes of the front's own
+        "/v1/chat/completions", "/v1/models", "/v1/models/{model}",
     }
     assert set(paths["/v1/collections/{collection}/documents/{document}"]) == {"get", "delete"}
     assert set(paths["/v1/collections/{collection}"]) == {"delete"}
