@@ -249,3 +249,22 @@ def test_generated_maze_is_solved_with_a_shortest_path(page, mesh):
     page.wait_for_selector("#panel-puzzles section.card[data-answered-by]")
     assert f"optimal: {length} steps" in page.locator("#panel-puzzles .verdict").inner_text()
     assert page.locator("#panel-puzzles pre.maze").inner_text().count("o") == length - 1
+
+
+def test_a_running_run_is_cancelled(page, mesh):
+    base, key = mesh
+    # Ten million simulations from the empty board: a search of many seconds, cancelled at once.
+    created = httpx.post(f"{base}/v1/runs", json={"solve": {
+        "connectFour": {"moves": ""}, "simulations": "10000000", "agents": ["AGENT_MCTS"]}},
+        headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert created.status_code == 200, created.text
+    name = created.json()["name"]
+    page.goto("/console/#runs")
+    _enter_key(page, key)
+    page.click("#panel-runs >> text=Refresh")
+    row = f"#panel-runs tr[data-run='{name}']"
+    page.click(f"{row} >> text=Cancel")
+    # The panel lists the runs again every few seconds while one is active.
+    page.wait_for_selector(f"{row}[data-state='cancelled']")
+    ended = httpx.get(f"{base}/v1/{name}", headers={"X-Api-Key": key}, timeout=30).json()
+    assert ended["state"] == "STATE_CANCELLED"

@@ -5,6 +5,7 @@ import { call, events } from "./api.js";
 import { agentName, clear, errorBox, h, loopEventLine, table, traceLink } from "./ui.js";
 
 const ACTIVE = new Set(["STATE_QUEUED", "STATE_RUNNING"]);
+const REFRESH_MS = 2000;
 
 function stateName(state) {
   return String(state || "").replace(/^STATE_/, "").toLowerCase();
@@ -20,21 +21,27 @@ export function runsPanel(root) {
   const watch = h("div", { class: "watch" });
   const message = h("div", {});
   const moves = h("input", { type: "text", value: "4453", size: 10, "aria-label": "moves" });
-  let watching = null;
+  let watching = null, timer = null;
 
+  // Lists the runs and batches; again every few seconds while one is active and the tab shown.
   const refresh = async () => {
-    clear(message);
+    clearTimeout(timer);
     try {
       const [runList, batchList] = await Promise.all([
         call("GET", "v1/runs?page_size=50"), call("GET", "v1/batches?page_size=20")]);
+      const found = [...(runList.data.runs || []), ...(batchList.data.batches || [])];
       clear(runs, runTable(runList.data.runs || [], { cancel, watchRun }));
       clear(batches, batchTable(batchList.data.batches || [], { cancel }));
+      if (found.some((item) => ACTIVE.has(item.state)) && !root.hidden) {
+        timer = setTimeout(refresh, REFRESH_MS);
+      }
     } catch (error) {
       clear(message, errorBox(error));
     }
   };
 
   const cancel = async (name) => {
+    clear(message);
     try {
       await call("POST", `v1/${name}:cancel`, {});
       await refresh();
@@ -73,7 +80,7 @@ export function runsPanel(root) {
 
   clear(root,
     h("div", { class: "toolbar" },
-      h("button", { onclick: refresh }, "Refresh"),
+      h("button", { onclick: () => { clear(message); refresh(); } }, "Refresh"),
       h("label", {}, "new Connect Four run, moves ", moves),
       h("button", { onclick: submit }, "Submit run")),
     message,
