@@ -78,7 +78,7 @@ class MeshOptions(BaseModel):
     """The mesh's own options (the body's `mesh` object), each as AnswerQueryRequest's field of
     the same name; unset means the orchestrator's default."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     collection: StrictStr | None = Field(None, description="Retrieval collection; unset: the "
                                          "default collection (answered without sources when it "
                                          "does not exist).")
@@ -107,7 +107,7 @@ class MeshOptions(BaseModel):
 class ChatRequest(BaseModel):
     """The body of POST /v1/chat/completions."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     model: StrictStr
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     temperature: _Number | None = Field(None, ge=0, le=2)
@@ -239,8 +239,12 @@ def _apply_mesh(out: Message, options: MeshOptions | None) -> None:
     if "fusion" in values:
         out.fusion = _FUSIONS[values.pop("fusion")]
     if "token_budget" in values:
-        out.max_tokens = values.pop("token_budget")
+        values["max_tokens"] = values.pop("token_budget")
     if "max_cost_usd" in values:
         out.max_cost_usd = float(values.pop("max_cost_usd"))
     for name, value in values.items():
-        setattr(out, name, value)
+        try:
+            setattr(out, name, value)
+        except ValueError:  # over the proto field's integer range
+            param = "token_budget" if name == "max_tokens" else name
+            raise ChatParamError(f"mesh.{param}", f"{value} is out of range") from None

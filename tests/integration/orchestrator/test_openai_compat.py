@@ -113,6 +113,14 @@ async def test_streamed_chunks_end_with_done_and_usage(mesh):
               if chunk.choices and chunk.choices[0].delta.content]
     assert deltas == ["Four", " chambers", " "]
 
+    stream = await _client(mesh).chat.completions.create(  # two choices, interleaved
+        model="mesh-draft", messages=MESSAGES, stream=True, n=2)
+    texts = ["", ""]
+    async for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts == ["Four chambers [1]."] * 2
+
     async with httpx.AsyncClient(timeout=60) as http:  # the raw framing
         reply = await http.post(f"{mesh.base_url}/chat/completions",
                                 headers={"Authorization": f"Bearer {mesh.key}"},

@@ -8,6 +8,8 @@ import json
 
 import pytest
 from google.rpc import error_details_pb2, status_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
@@ -39,6 +41,15 @@ def test_a_request_maps_to_answer_query_fields():
     assert streamed.sample_count == 1 and streamed.max_answer_tokens == 9
 
 
+@pytest.mark.parametrize(("mesh", "param"), [
+    ({"top_k": 10**12}, "mesh.top_k"), ({"token_budget": 10**20}, "mesh.token_budget"),
+])
+def test_integers_over_the_proto_range_name_their_param(mesh, param):
+    with pytest.raises(ChatParamError) as refused:
+        answer_request(*_parse(mesh=mesh))
+    assert refused.value.field == param
+
+
 def test_the_conversation_becomes_the_query():
     messages = _parse(messages=[
         {"role": "system", "content": "Be brief."},
@@ -61,6 +72,10 @@ def test_the_conversation_becomes_the_query():
      "stop"),
     (b'{"model": "mesh", "messages": [{"role": "user", "content": "x"}], "logprobs": true}',
      "logprobs"),
+    (b'{"model": "mesh", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+     "temperature"),
+    (b'{"model": "mesh", "messages": [{"role": "user", "content": "x"}], '
+     b'"mesh": {"max_cost_usd": Infinity}}', "mesh.max_cost_usd"),
 ])
 def test_malformed_bodies_name_their_param(body, param):
     with pytest.raises(ChatParamError) as refused:
@@ -89,3 +104,30 @@ def test_stop_sequences_cut_text_split_across_deltas():
     open_ended = StopScanner(["END!"])
     sent = "".join(open_ended.feed(delta) for delta in ["no stop E", "N"])
     assert sent + open_ended.flush() == "no stop EN" and not open_ended.stopped
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=3),
+    max_leaves=8)
+_KEYS = ["model", "messages", "temperature", "max_tokens", "max_completion_tokens", "n", "stop",
+         "stream", "stream_options", "mesh", "tools", "logprobs", "response_format"]
+_MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "x"]),
+                                  "content": _JSON | st.text(max_size=30)})
+_MESH = st.dictionaries(st.sampled_from(["collection", "top_k", "sample_count", "token_budget",
+                                         "max_cost_usd", "search_mode", "fusion", "thread_id",
+                                         "mcts_iterations", "other"]), _JSON, max_size=4)
+
+
+@given(st.fixed_dictionaries(
+    {"model": st.sampled_from(["mesh", "mesh-refine", "nope"]) | _JSON,
+     "messages": st.lists(_MESSAGE, max_size=3) | _JSON},
+    optional={key: _JSON for key in _KEYS[2:]} | {"mesh": _MESH}))
+@settings(max_examples=300, deadline=None)
+def test_any_body_is_answered_or_refused_naming_a_param(body):
+    try:
+        request, model = parse_chat(json.dumps(body).encode())
+        answer_request(request, model)
+    except ChatParamError as refused:
+        assert refused.field and refused.http_status in (400, 413)
