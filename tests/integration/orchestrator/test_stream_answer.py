@@ -14,19 +14,23 @@ that cancels the stream closes the provider's HTTP connection.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 from mesh.orchestrator.v1 import orchestrator_service_pb2_grpc
 
+from libs.rest import RestSettings, serve_rest
 from libs.server import start_server
 from services.llm.main import build_servicers as llm_servicers
 from services.llm.settings import LlmSettings
 from services.orchestrator.access.budgets import Usage, usage_of
+from services.orchestrator.api.rest import build_rest_app
 from services.orchestrator.main import Wiring, build_servicers
 from services.orchestrator.settings import OrchestratorSettings
 from services.retrieval.embedder import load_embedder
@@ -73,7 +77,9 @@ async def mesh(wire, embedder, tmp_path):
     orchestrator = await start_server("orchestrator", settings,
                                       *await build_servicers(settings, wiring))
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{orchestrator.port}")
-    yield orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+    stub = orchestrator_service_pb2_grpc.OrchestratorServiceStub(channel)
+    stub.in_process = orchestrator.in_process  # for the REST front
+    yield stub
     await channel.close()
     await orchestrator.stop(0)
     await wiring.aclose()
@@ -162,6 +168,26 @@ async def test_a_bad_request_fails_before_any_message(mesh, field, value):
         await call.read()
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert raised.value.details().startswith(field)
+
+
+async def test_the_rest_front_streams_the_answer_as_ndjson(mesh):
+    app = build_rest_app(mesh.in_process, RestSettings(port=0, default_deadline_s=30.0))
+    rest = await serve_rest(app, "127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{rest.port}",
+                                     timeout=30) as client:
+            reply = await client.post("/v1/queries:streamAnswer",
+                                      json={"query": QUESTION, "sampleCount": 1})
+            missing = await client.post("/v1/queries:streamAnswer",
+                                        json={"query": QUESTION, "collection": "nope"})
+    finally:
+        await rest.stop()
+    assert reply.status_code == 200
+    lines = [json.loads(line)["result"] for line in reply.text.splitlines() if line]
+    assert [next(iter(set(line) - {"iteration", "elapsedMs"})) for line in lines] == [
+        "sources"] + ["answerDelta"] * len(ANSWER.split(" ")) + ["response"]
+    assert lines[-1]["response"]["answer"] == ANSWER and lines[-1]["response"]["ungrounded"]
+    assert missing.status_code == 404 and "nope" in missing.json()["message"]
 
 
 async def test_a_caller_that_cancels_closes_the_providers_connection(mesh, wire):
