@@ -8,6 +8,10 @@ authority) ends the choice with `finish_reason: "stop"` and the `mesh` extension
 the final answer not yet streamed (a path that answers in one piece, or a fallback) is sent
 before it. The `n` choices stream concurrently, interleaved.
 
+The mesh's progress before the text (the sources found, each iteration, agent and tally of the
+consensus loop) is sent as SSE comment lines (`: agent_finished`), which clients skip: a long
+self-consistency or search keeps its connection visibly alive.
+
 With `stream_options.include_usage`, every chunk has `usage: null` and one last chunk (no
 choices) has the usage. A failure before any event (a refused key, limits, a bad request) is
 an ordinary error response with its HTTP status; a failure after the stream started is one last
@@ -82,7 +86,8 @@ class StopScanner:
 
 
 class _Source:
-    """One choice's events: ("delta", text) and ("final", AnswerQueryResponse)."""
+    """One choice's events: ("delta", text), ("progress", event name) and ("final",
+    AnswerQueryResponse)."""
 
     def __init__(self, call: InProcessStreamCall, first: object) -> None:
         self._call = call
@@ -96,6 +101,8 @@ class _Source:
                 yield "delta", message.answer_delta  # type: ignore[attr-defined]
             elif kind == "response":
                 yield "final", message.response  # type: ignore[attr-defined]
+            else:  # sources, the loop's progress
+                yield "progress", kind
             message = await self._call.read()
 
     def cancel(self) -> None:
@@ -178,6 +185,9 @@ class _Chunks:
                     code = http_status(value.code)  # type: ignore[attr-defined]
                     yield b"data: " + json.dumps(status_error(value, code)).encode() + b"\n\n"
                     return
+                if kind == "progress":
+                    yield f": {value}\n\n".encode()
+                    continue
                 if kind == "delta":
                     text = scanner.feed(value)  # type: ignore[arg-type]
                     if text:
