@@ -215,3 +215,22 @@ async def test_a_bad_request_fails_before_any_message(start, openai_wire):
         await call.read()
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "prompt" in raised.value.details()
+
+
+async def test_a_failure_after_the_first_token_counts_against_the_circuit(start, openai_wire,
+                                                                          anthropic_wire):
+    openai_wire.reset("cut")
+    anthropic_wire.reset()
+    stub = await start(fallback_order=["local", "anthropic"], local_base_url=openai_wire.url,
+                       anthropic_api_key="sk-ant-test", anthropic_base_url=anthropic_wire.url,
+                       max_retries=0, breaker_threshold=1, breaker_ttl_s=60)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _collect(stub.StreamGenerate(_request(llm_service_pb2.StreamGenerateRequest),
+                                           timeout=10))
+    sent = openai_wire.requests
+    _, final = await _collect(stub.StreamGenerate(
+        _request(llm_service_pb2.StreamGenerateRequest), timeout=10))
+    assert openai_wire.requests == sent, "the circuit opened by the broken stream sends nothing"
+    assert [(a.provider, a.outcome) for a in final.attempts] == [
+        ("local", "circuit_open"), ("anthropic", "ok")]
+    openai_wire.reset()
