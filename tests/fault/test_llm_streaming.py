@@ -85,6 +85,11 @@ def _tokens(provider: str, direction: str) -> float:
                                      {"provider": provider, "direction": direction}) or 0.0
 
 
+def _calls(provider: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("mesh_llm_calls_total",
+                                     {"provider": provider, "outcome": outcome}) or 0.0
+
+
 def _accounting(response: llm_service_pb2.GenerateResponse) -> tuple:
     return (response.text, response.provider, response.model, response.usage.prompt_tokens,
             response.usage.completion_tokens, response.cost_usd, response.finish_reason)
@@ -186,6 +191,7 @@ async def test_a_caller_that_cancels_closes_the_providers_connection(
     disconnects = wire.disconnects
     stub = await start(fallback_order=[provider], local_base_url=openai_wire.url,
                        anthropic_api_key="sk-ant-test", anthropic_base_url=anthropic_wire.url)
+    cancelled = _calls(provider, "cancelled")
     call = stub.StreamGenerate(_request(llm_service_pb2.StreamGenerateRequest), timeout=30)
     first = await call.read()
     assert first.text_delta
@@ -194,6 +200,10 @@ async def test_a_caller_that_cancels_closes_the_providers_connection(
     disconnected = await asyncio.to_thread(wire.disconnected.wait, 8.0)
     assert disconnected, "the provider's connection was left open"
     assert wire.disconnects == disconnects + 1
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while _calls(provider, "cancelled") == cancelled:  # counted when the handler has unwound
+        assert asyncio.get_running_loop().time() < deadline, "the cancelled call was not counted"
+        await asyncio.sleep(0.01)
     wire.reset()
 
 
