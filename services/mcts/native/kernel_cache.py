@@ -9,10 +9,11 @@ bytecode hash and source file stamp. The compiled code is independent of the dis
 (the functions are inlined or linked into the kernel), so a loaded kernel is registered under the
 signature of the call that asked for it.
 
-Numba's own cache invalidates an entry when the kernel's source file changes, not when a module
-it calls does; the key here also holds the stamps of every source file of the packages the kernels
-are made of (`services.mcts` core, games, native, rollout, batched), so any edit there (a rule, a
-game) compiles the kernels afresh.
+Numba's own cache drops a kernel's entries when the kernel's source file changes, not when a
+module it calls does; here the stamp that the index is checked against also holds the stamps of
+every source file of the packages the kernels are made of (`services.mcts` core, games, native,
+rollout, batched), so any edit there (a rule, a game) compiles the kernels afresh and the stale
+entries are replaced, not piled up.
 
 `enable(dispatcher)` turns this cache on for one `njit` dispatcher (declared without
 `cache=True`); the directory is numba's (`NUMBA_CACHE_DIR`, or `__pycache__` beside the source).
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from numba.core import types
-from numba.core.caching import FunctionCache
+from numba.core.caching import FunctionCache, IndexDataCacheFile
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _KERNEL_PACKAGES = ("core", "games", "native", "rollout", "batched")
@@ -78,12 +79,17 @@ def stable_key(numba_type: types.Type) -> Any:
 
 
 class StableFunctionCache(FunctionCache):
-    """Numba's `FunctionCache` with `stable_key` signatures and the package stamp in its index
-    key (see the module doc)."""
+    """Numba's `FunctionCache` with `stable_key` signatures, and an index valid only for the
+    kernel packages' current sources (see the module doc)."""
+
+    def __init__(self, py_func) -> None:
+        super().__init__(py_func)
+        self._cache_file = IndexDataCacheFile(
+            cache_path=self._cache_path, filename_base=self._impl.filename_base,
+            source_stamp=(self._impl.locator.get_source_stamp(), package_stamp()))
 
     def _index_key(self, sig, codegen):
-        key = super()._index_key(tuple(stable_key(arg) for arg in sig), codegen)
-        return (*key, package_stamp())
+        return super()._index_key(tuple(stable_key(arg) for arg in sig), codegen)
 
     def _load_overload(self, sig, target_context):
         compiled = super()._load_overload(sig, target_context)

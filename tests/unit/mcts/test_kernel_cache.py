@@ -26,8 +26,14 @@ print(json.dumps({"hits": sum(kernel.run_simulations._cache_hits.values()),
 """
 
 
-def _search_in_new_process(cache_dir, repo_root) -> dict:
-    run = subprocess.run([sys.executable, "-c", SEARCH], cwd=repo_root, capture_output=True,
+STAMPED = """
+from services.mcts.native import kernel_cache
+kernel_cache.package_stamp = lambda: "sources edited since"
+""" + SEARCH
+
+
+def _search_in_new_process(cache_dir, repo_root, script: str = SEARCH) -> dict:
+    run = subprocess.run([sys.executable, "-c", script], cwd=repo_root, capture_output=True,
                          text=True, timeout=900,
                          env={**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)})
     assert run.returncode == 0, run.stderr[-3000:]
@@ -40,6 +46,16 @@ def test_a_new_process_loads_the_rollout_kernel_from_the_cache(tmp_path, repo_ro
     assert (first["hits"], first["misses"]) == (0, 1)
     assert (second["hits"], second["misses"]) == (1, 0)
     assert second["visits"] == first["visits"]
+
+
+def test_an_edit_to_the_kernel_sources_compiles_afresh_and_replaces_the_entry(tmp_path,
+                                                                            repo_root) -> None:
+    _search_in_new_process(tmp_path, repo_root)
+    edited = _search_in_new_process(tmp_path, repo_root, STAMPED)
+    assert (edited["hits"], edited["misses"]) == (0, 1)
+    again = _search_in_new_process(tmp_path, repo_root, STAMPED)
+    assert (again["hits"], again["misses"]) == (1, 0)
+    assert len(list(tmp_path.rglob("kernel.run_simulations-*.nbc"))) == 1
 
 
 def test_the_key_of_a_game_names_its_functions_not_their_dispatchers() -> None:
