@@ -55,12 +55,12 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
         store: the run store.
         validator: the synchronous servicer, whose `validate` checks requests up front.
         access: who calls (None: every call is the anonymous administrator, as without keys).
-        queued: called after a run or batch is created (wakes this process's idle workers).
+        queued: called with the number of runs created (wakes this process's idle workers).
         watch_poll_s: how often a watch reads events other replicas wrote.
     """
 
     def __init__(self, store: RunStore, validator: OrchestratorServicer,
-                 access: AccessControl | None, queued: Callable[[], None] = lambda: None,
+                 access: AccessControl | None, queued: Callable[[int], None] = lambda runs: None,
                  watch_poll_s: float = WATCH_POLL_S) -> None:
         self._store = store
         self._validator = validator
@@ -106,7 +106,7 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
         kind, data = await self._checked(context, caller, request.run, "run")
         record = await self._store.create_run(caller.owner, kind, data,
                                               request.request_id or None)
-        self._queued()
+        self._queued(1)
         return run_message(record)
 
     async def GetRun(self, request: pb.GetRunRequest, context) -> pb.Run:
@@ -137,7 +137,7 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
                  for index, item in enumerate(request.items)]
         record = await self._store.create_batch(caller.owner, items, request.request_id or None,
                                                 request.batch.display_name)
-        self._queued()
+        self._queued(len(items))
         return batch_message(record)
 
     async def GetBatch(self, request: pb.GetBatchRequest, context) -> pb.Batch:

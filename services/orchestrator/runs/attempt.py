@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 
 from libs.errors import MeshError, Unavailable
@@ -31,6 +32,8 @@ BACKOFF_S = 0.1
 """First wait before retrying a write the store refused as unavailable (doubled up to MAX)."""
 MAX_BACKOFF_S = 5.0
 MAX_DEFERRAL_S = 60.0
+WRITE_INTERVAL_S = 0.05
+"""Progress queued within this many seconds is stored in one write (see ProgressWriter)."""
 """A deferred run (its key's rate limit, admission) is asked again after at most this long."""
 
 
@@ -58,62 +61,91 @@ async def retrying(call, what: str):
 
 class ProgressWriter:
     """The attempt's `RunProgress`: queues events and checkpoints, and persists them in order
-    from its own task (`run`); `flush` waits until everything queued is stored. The task ends
-    with LeaseLost when the store says the worker no longer holds the run."""
+    from its own task (`run`); `close` lets the task end once everything queued is stored. The
+    task ends with LeaseLost when the store says the worker no longer holds the run.
 
-    def __init__(self, store: RunStore, name: str, worker_id: str) -> None:
+    Writes are coalesced: what is queued within `interval_s` of the first item (and while a write
+    is under way) goes in the next two writes: every event in one `append_events`, then only the
+    newest checkpoint (a checkpoint is stored after the events of its round; one superseded
+    before it was stored is skipped). Watchers thus see progress at most `interval_s` late, and
+    a short run's progress costs one write at its end."""
+
+    def __init__(self, store: RunStore, name: str, worker_id: str,
+                 interval_s: float = WRITE_INTERVAL_S) -> None:
         self._store = store
         self._name = name
         self._worker_id = worker_id
-        self._items: list[tuple[str, str, bytes]] = []
+        self._events: list[tuple[str, bytes]] = []
+        self._checkpoint: bytes | None = None
+        self._trace_id: str | None = None
+        self._interval_s = interval_s
         self._wakeup = asyncio.Event()
-        self._closing = False
+        self._closed = asyncio.Event()
 
     def event(self, kind: str, payload: bytes) -> None:
-        self._items.append(("event", kind, payload))
+        self._events.append((kind, payload))
         self._wakeup.set()
 
     def checkpoint(self, state: bytes) -> None:
-        self._items.append(("checkpoint", "", state))
+        self._checkpoint = state
         self._wakeup.set()
 
-    def close(self) -> None:
-        """No more items: `run` returns once the queued ones are stored."""
-        self._closing = True
+    def trace(self, trace_id: str) -> None:
+        """The attempt's trace id, recorded on the run (`Run.trace_ids`) before its progress."""
+        self._trace_id = trace_id
+        self._wakeup.set()
+
+    def close(self, finished: bool = False) -> None:
+        """No more items: `run` returns once the queued ones are stored (a checkpoint not
+        stored yet is dropped when the run has `finished`: its outcome follows)."""
+        if finished:
+            self._checkpoint = None
+        self._closed.set()
         self._wakeup.set()
 
     async def run(self) -> None:
         while True:
             await self._wakeup.wait()
+            if not self._closed.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(), self._interval_s)
             self._wakeup.clear()
-            while self._items:
-                await retrying(self._write_next, f"progress of {self._name}")
-            if self._closing:
+            await self._write_pending()
+            if self._events or self._checkpoint is not None or self._trace_id is not None:
+                self._wakeup.set()
+            elif self._closed.is_set():
                 return
 
-    async def _write_next(self) -> None:
-        if self._items[0][0] == "checkpoint":
-            await self._store.checkpoint(self._name, self._worker_id, self._items[0][2])
-            del self._items[0]
-            return
-        count = next((i for i, item in enumerate(self._items) if item[0] != "event"),
-                     len(self._items))
-        events = [(kind, payload) for _, kind, payload in self._items[:count]]
-        await self._store.append_events(self._name, self._worker_id, events)
-        del self._items[:count]
+    async def _write_pending(self) -> None:
+        name, worker = self._name, self._worker_id
+        if self._trace_id is not None:
+            trace_id, self._trace_id = self._trace_id, None
+            await retrying(functools.partial(self._store.record_trace, name, worker, trace_id),
+                           f"trace id of {name}")
+        if self._events:
+            events, self._events = self._events, []
+            await retrying(functools.partial(self._store.append_events, name, worker, events),
+                           f"events of {name}")
+        if self._checkpoint is not None and not self._events:
+            state, self._checkpoint = self._checkpoint, None
+            await retrying(functools.partial(self._store.checkpoint, name, worker, state),
+                           f"checkpoint of {name}")
 
 
 class Attempt:
-    """Executes one leased `run` for `worker_id` (see the module docstring)."""
+    """Executes one leased `run` for `worker_id` (see the module docstring); `trace_id`, the
+    attempt's, is recorded on the run."""
 
     def __init__(self, store: RunStore, executor: Executor, worker_id: str, lease_s: float,
-                 run: RunRecord) -> None:
+                 run: RunRecord, trace_id: str | None = None) -> None:
         self._store = store
         self._executor = executor
         self._worker_id = worker_id
         self._lease_s = lease_s
         self._run = run
         self._writer = ProgressWriter(store, run.name, worker_id)
+        if trace_id is not None:
+            self._writer.trace(trace_id)
 
     async def run(self) -> AttemptEnd:
         """Runs the attempt to its end. Cancelled (the worker stops), it cancels the execution
@@ -173,7 +205,7 @@ class Attempt:
 
     async def _finished(self, outcome: Outcome, writer: asyncio.Task) -> AttemptEnd:
         """Stores the progress still queued, then the outcome (once)."""
-        self._writer.close()
+        self._writer.close(finished=True)
         try:
             await writer
         except LeaseLost:

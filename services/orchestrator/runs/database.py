@@ -130,6 +130,9 @@ def _engine(url: URL, pool_size: int) -> Engine:
     def _connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN (below)
         dbapi_connection.execute("PRAGMA busy_timeout = 30000")
+        # WAL with synchronous NORMAL: a commit survives the process's crash (kill -9), and the
+        # file stays consistent on power loss; FULL's fsync per commit cost ~4 ms per write.
+        dbapi_connection.execute("PRAGMA synchronous = NORMAL")
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:

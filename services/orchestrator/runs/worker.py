@@ -11,6 +11,7 @@ run's attempts link to each other through the run.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -20,7 +21,7 @@ import uuid
 
 from opentelemetry import trace
 
-from libs.errors import MeshError, Unavailable
+from libs.errors import Unavailable
 from services.orchestrator.metrics import RUN_ATTEMPTS, RUN_LEASE_EXPIRIES, RUN_TIME_QUEUED
 from services.orchestrator.runs.attempt import BACKOFF_S, MAX_BACKOFF_S, Attempt, AttemptEnd
 from services.orchestrator.runs.execution import Executor
@@ -55,7 +56,7 @@ class RunWorkers:
         self._lease_s = lease_s
         self._poll_s = poll_s
         self._prefix = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._wakeup = asyncio.Event()
+        self._idle: collections.deque[asyncio.Future] = collections.deque()
         self._tasks: list[asyncio.Task] = []
         self.ended: dict[AttemptEnd, int] = dict.fromkeys(AttemptEnd, 0)
 
@@ -75,9 +76,17 @@ class RunWorkers:
                 await task
         self._tasks = []
 
-    def wake(self) -> None:
-        """A run was queued in this process: idle workers look at once."""
-        self._wakeup.set()
+    def wake(self, runs: int = 1) -> None:
+        """`runs` runs were queued in this process: as many idle workers look at once (the
+        others stay idle rather than all racing for one run)."""
+        for _ in range(runs):
+            while self._idle:
+                waiter = self._idle.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
+            else:
+                return
 
     async def _work(self, worker_id: str) -> None:
         delay = BACKOFF_S
@@ -92,16 +101,20 @@ class RunWorkers:
                 continue
             delay = BACKOFF_S
             if run is None:
-                await self._idle()
+                await self._wait()
                 continue
             await self._attempt(worker_id, run)
 
-    async def _idle(self) -> None:
-        wakeup = self._wakeup
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wakeup.wait(), self._poll_s)
-        if wakeup.is_set():
-            self._wakeup = asyncio.Event()  # one wake-up wakes every worker waiting on it
+    async def _wait(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._idle.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, self._poll_s)
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in self._idle:
+                self._idle.remove(waiter)
 
     async def _attempt(self, worker_id: str, run: RunRecord) -> None:
         if run.attempts == 1:
@@ -115,9 +128,10 @@ class RunWorkers:
                 attributes={"mesh.run.name": run.name, "mesh.run.attempt": run.attempts,
                             "mesh.run.kind": run.kind,
                             "mesh.run.resumed": run.checkpoint is not None}) as span:
-            await self._record_trace(worker_id, run, span)
+            context = span.get_span_context()
+            trace_id = format(context.trace_id, "032x") if context.is_valid else None
             end = await Attempt(self._store, self._executor, worker_id, self._lease_s,
-                                run).run()
+                                run, trace_id).run()
             span.set_attribute("mesh.run.end", end.value)
         self.ended[end] += 1
         if end is AttemptEnd.LOST:
@@ -126,12 +140,3 @@ class RunWorkers:
             RUN_ATTEMPTS.labels(end.value).observe(run.attempts)
         if end is AttemptEnd.STOPPED:
             raise asyncio.CancelledError
-
-    async def _record_trace(self, worker_id: str, run: RunRecord, span: trace.Span) -> None:
-        context = span.get_span_context()
-        if not context.is_valid:
-            return
-        try:
-            await self._store.record_trace(run.name, worker_id, format(context.trace_id, "032x"))
-        except MeshError as error:  # the attempt finds out at its first write or renewal
-            log.warning("%s: trace id not recorded: %s", run.name, error.message)
