@@ -43,6 +43,7 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "gsm8k": (),
     "readiness": (),
     "ttft": (),
+    "runs": (),
 }
 """Maintained benches by name, with the arguments every run of it takes (before `--quick`)."""
 
