@@ -10,7 +10,7 @@ base=localhost/mesh-base:bookworm
 mkdir -p /etc/containers/containers.conf.d
 cat > /etc/containers/containers.conf.d/90-mesh-ulimits.conf <<CONF
 [containers]
-default_ulimits = ["nofile=1024:$(ulimit -Hn)", "nproc=4096:4096"]
+default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=4096:4096"]
 CONF
 
 # crun refuses a hybrid layout whose cgroup v2 hierarchy holds controllers: give each of them

@@ -242,7 +242,7 @@ def test_mesh_token_and_store_passwords_come_from_secrets(repo_root):
         assert _secret_refs(container).get(f"{prefix}MESH_TOKEN") == ("mesh-token", "token"), name
     redis = pods["redis"]["containers"][0]
     assert _secret_refs(redis)["REDIS_PASSWORD"] == ("redis-auth", "password")
-    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert redis["command"][-1].endswith('--requirepass "$REDIS_PASSWORD"')  # the shell expands it
     assert _secret_refs(redis)["REDISCLI_AUTH"] == ("redis-auth", "password")  # the probe's
     qdrant = pods["qdrant"]["containers"][0]
     assert _secret_refs(qdrant)["QDRANT__SERVICE__API_KEY"] == ("qdrant-auth", "api-key")
