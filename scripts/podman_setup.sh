@@ -7,6 +7,7 @@ set -euo pipefail
 base=localhost/mesh-base:bookworm
 
 # podman asks for ulimits above the hard limits a process may set here: ask for the hard limits.
+# Soft equal to hard: a pod's infra container (`podman kube play`) gets the pair swapped.
 mkdir -p /etc/containers/containers.conf.d
 cat > /etc/containers/containers.conf.d/90-mesh-ulimits.conf <<CONF
 [containers]
