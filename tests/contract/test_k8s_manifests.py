@@ -360,3 +360,31 @@ def test_training_actors_and_learner_share_the_run_volume(repo_root):
         mount = next(m for m in container["volumeMounts"] if run_dir.startswith(m["mountPath"]))
         volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
         assert volume["persistentVolumeClaim"]["claimName"] == "connect4-az-run"
+
+
+def test_each_service_has_its_own_metrics_port(repo_root):
+    """`podman kube play` publishes every containerPort on one host: the five services' metrics
+    ports differ, and each is the same in the container, its settings, its headless Service, its
+    NetworkPolicy and Prometheus's scrape config."""
+    docs = _base(repo_root)
+    pods = dict(_pod_specs(docs))
+    services = _by_kind(docs, "Service")
+    policies = _by_kind(docs, "NetworkPolicy")
+    prometheus = yaml.safe_load(
+        (repo_root / "deploy/k8s/base/prometheus/prometheus.yml").read_text())
+    scraped = {sd["names"][0].split("-metrics.")[0]: sd["port"]
+               for job in prometheus["scrape_configs"] for sd in job.get("dns_sd_configs", [])}
+    ports = {}
+    for name, settings_class in SETTINGS.items():
+        container = next(c for c in pods[name]["containers"] if c["name"] == name)
+        port = next(p["containerPort"] for p in container["ports"] if p["name"] == "metrics")
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env[f"{settings_class.model_config['env_prefix']}METRICS_PORT"] == str(port), name
+        assert services[f"{name}-metrics"]["spec"]["ports"][0]["port"] == port, name
+        allowed = {p["port"] for policy in policies.values()
+                   if policy["spec"]["podSelector"].get("matchLabels") == {"app": name}
+                   for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])}
+        assert port in allowed, name
+        assert scraped[name] == port, name
+        ports[name] = port
+    assert len(set(ports.values())) == len(ports), ports
