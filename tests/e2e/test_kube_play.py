@@ -79,7 +79,7 @@ def _pod_template_images(doc: dict) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def podman():
+def podman(tmp_path_factory):
     podman = shutil.which("podman")
     if podman is None:
         pytest.skip("podman is not installed (.ci/run installs Debian's podman)")
@@ -92,7 +92,7 @@ def podman():
         pytest.skip(f"podman cannot start a container on this machine: {_last_line(tried)}")
     if _run(podman, "image", "exists", REDIS_IMAGE).returncode != 0:
         built = _run(podman, "build", "-t", REDIS_IMAGE, "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-                     "-f", "-", ".", input=(
+                     "-f", "-", str(tmp_path_factory.mktemp("redis")), input=(
                          "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN apt-get update && apt-get "
                          "install -y --no-install-recommends redis-server redis-tools && "
                          "rm -rf /var/lib/apt/lists/*\n"), timeout=600)
