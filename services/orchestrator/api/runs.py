@@ -15,6 +15,7 @@ writes wake them at once, other replicas' writes are seen within `watch_poll_s`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -46,6 +47,8 @@ from services.orchestrator.runs.store import RunStore
 
 WATCH_POLL_S = 0.5
 """A watch looks for events written by other replicas this often (seconds)."""
+BATCH_SLICE_S = 0.05
+"""WatchBatch reads its batch's new events at most this often (seconds)."""
 
 
 class RunServicer(run_service_pb2_grpc.RunServiceServicer):
@@ -177,6 +180,8 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
         _check_after(request.after_sequence)
         batch = await self._store.get_batch(request.name, await self._reader(context))
         after = request.after_sequence
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
         while not (batch.end_time is not None and batch.last_event_sequence <= after):
             events = await self._store.wait_for_events(request.name, after, self._poll_s,
                                                        batch=True)
@@ -184,7 +189,13 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
                 yield event_message(event)
             if events:
                 after = events[-1].sequence
+                # A batch's runs write often: read their events in slices of BATCH_SLICE_S,
+                # and count the batch's runs (its end) only when quiet or once a poll period.
+                await asyncio.sleep(BATCH_SLICE_S)
+                if loop.time() - checked < self._poll_s:
+                    continue
             batch = await self._store.get_batch(request.name, None)
+            checked = loop.time()
 
 
 def _check_after(after_sequence: int) -> None:

@@ -128,8 +128,9 @@ class RunWorkers:
                 attributes={"mesh.run.name": run.name, "mesh.run.attempt": run.attempts,
                             "mesh.run.kind": run.kind,
                             "mesh.run.resumed": run.checkpoint is not None}) as span:
-            context = span.get_span_context()
-            trace_id = format(context.trace_id, "032x") if context.is_valid else None
+            # Only a recorded (sampled, exported) trace is worth a link from the run.
+            trace_id = format(span.get_span_context().trace_id, "032x") \
+                if span.is_recording() else None
             end = await Attempt(self._store, self._executor, worker_id, self._lease_s,
                                 run, trace_id).run()
             span.set_attribute("mesh.run.end", end.value)
