@@ -118,10 +118,12 @@ def test_alert_rules_query_declared_metrics_and_cover_the_promised_alerts(repo_r
 
 def test_scrape_config_covers_every_service_and_its_metrics_port(repo_root):
     config = yaml.safe_load((_prometheus_dir(repo_root) / "prometheus.yml").read_text())
-    sd = config["scrape_configs"][0]["dns_sd_configs"][0]
-    names = {n.split(".")[0] for n in sd["names"]}
+    # One DNS-SD entry per service, each with its own metrics port (one port per pod).
+    ports = {n.split(".")[0]: sd["port"]
+             for sd in config["scrape_configs"][0]["dns_sd_configs"] for n in sd["names"]}
     k8s = {s.replace("_", "-") for s in SERVICES}
-    assert names == {f"{s}-metrics" for s in k8s}
+    assert set(ports) == {f"{s}-metrics" for s in k8s}
+    assert len(set(ports.values())) == len(ports), ports
     docs = [d for p in (repo_root / "deploy" / "k8s" / "base").glob("*.yaml")
             for d in yaml.safe_load_all(p.read_text()) if d]
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
@@ -129,10 +131,10 @@ def test_scrape_config_covers_every_service_and_its_metrics_port(repo_root):
     for name in k8s:
         headless = services[f"{name}-metrics"]["spec"]
         assert headless["clusterIP"] == "None"
-        assert [p["port"] for p in headless["ports"]] == [sd["port"]]
+        assert [p["port"] for p in headless["ports"]] == [ports[f"{name}-metrics"]]
         env = {e["name"]: e.get("value") for e in
                deployments[name]["spec"]["template"]["spec"]["containers"][0]["env"]}
-        assert [v for k, v in env.items() if k.endswith("_METRICS_PORT")] == [str(sd["port"])]
+        assert [v for k, v in env.items() if k.endswith("_METRICS_PORT")] == [str(ports[f"{name}-metrics"])]
 
 
 @pytest.fixture
