@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible server (`POST /v1/chat/completions`) for fault injection.
 
 Each request takes the next step of `script` (then `default`): "ok" answers in Chat Completions
-JSON; "429" and "500" answer that status with OpenAI's error body (429 with `Retry-After: 0`);
+JSON; "length" answers the same with `finish_reason: "length"` (cut by max_tokens, streamed
+too); "429" and "500" answer that status with OpenAI's error body (429 with `Retry-After: 0`);
 "hang" sends nothing for `hang_s` seconds (a timeout before the first token); "cut" sends the
 status line, the headers and half the body, then closes the connection (a failure in the middle
 of the response). It runs on 127.0.0.1, port 0, in a thread, and counts the requests it got.
@@ -70,11 +71,11 @@ ANSWER = "Four chambers [1]."
 USAGE = {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35}
 
 
-def _completion(model: str) -> bytes:
+def _completion(model: str, finish_reason: str = "stop") -> bytes:
     return json.dumps({
         "id": "chatcmpl-fault", "object": "chat.completion", "created": 1_700_000_000,
         "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop",
+        "choices": [{"index": 0, "finish_reason": finish_reason,
                      "message": {"role": "assistant", "content": ANSWER}}],
         "usage": USAGE,
     }).encode()
@@ -90,7 +91,7 @@ def _chunk(model: str, delta: dict, finish_reason: str | None = None,
         "model": model, "choices": choices, "usage": usage}).encode() + b"\n\n"
 
 
-def stream_events(body: dict) -> list[bytes]:
+def stream_events(body: dict, finish_reason: str = "stop") -> list[bytes]:
     """The events of a streamed answer to `body`: a delta per word (the first with the role),
     the finish reason, the usage when asked for, and [DONE]."""
     model = body.get("model", "")
@@ -98,7 +99,7 @@ def stream_events(body: dict) -> list[bytes]:
     deltas = [word if i == 0 else " " + word for i, word in enumerate(words)]
     events = [_chunk(model, {"role": "assistant", "content": deltas[0]})]
     events += [_chunk(model, {"content": delta}) for delta in deltas[1:]]
-    events.append(_chunk(model, {}, "stop"))
+    events.append(_chunk(model, {}, finish_reason))
     if (body.get("stream_options") or {}).get("include_usage"):
         events.append(_chunk(model, {}, usage=USAGE))
     events.append(b"data: [DONE]\n\n")
@@ -134,7 +135,7 @@ def _handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0")))
                               or b"{}")
             step = server.next_step(body)
-            if body.get("stream") and step in ("ok", "cut", "stall"):
+            if body.get("stream") and step in ("ok", "length", "cut", "stall"):
                 self._stream(step, body)
                 return
             try:
@@ -146,7 +147,8 @@ def _handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True
                     return
                 status = {"429": 429, "500": 500}.get(step, 200)
-                payload = _completion(body.get("model", "")) if status == 200 else _error(status)
+                payload = (_completion(body.get("model", ""), "length" if step == "length"
+                                       else "stop") if status == 200 else _error(status))
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
@@ -164,16 +166,17 @@ def _handler(server: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
 
         def _stream(self, step: str, body: dict) -> None:
             """Server-sent events in chunked transfer encoding (see the module's docstring)."""
-            events = stream_events(body)
+            events = stream_events(body, "length" if step == "length" else "stop")
             try:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
-                for event in events if step == "ok" else events[:1]:
+                whole = step in ("ok", "length")
+                for event in events if whole else events[:1]:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                     self.wfile.flush()
-                if step == "ok":
+                if whole:
                     self.wfile.write(b"0\r\n\r\n")
                     return
                 if step == "stall" and wait_for_disconnect(self.connection, server.hang_s):

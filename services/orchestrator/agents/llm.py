@@ -93,7 +93,8 @@ class LlmAgent:
         draft = Draft(response.text, response.provider, response.model, response.offline,
                       prompt_tokens=response.usage.prompt_tokens,
                       completion_tokens=response.usage.completion_tokens,
-                      cost_usd=response.cost_usd if response.HasField("cost_usd") else None)
+                      cost_usd=response.cost_usd if response.HasField("cost_usd") else None,
+                      finish_reason=response.finish_reason)
         tokens = response.usage.completion_tokens
         return Proposal(response.text, grounding_confidence(passages),
                         f"drafted by {response.provider} ({response.model}), {tokens} tokens, "

@@ -46,7 +46,7 @@ from services.orchestrator.api.openai_openapi import (
     MODELS_OPERATION,
 )
 from services.orchestrator.api.openai_request import ChatRequest, answer_request, parse_chat
-from services.orchestrator.api.openai_response import mesh_extension, usage
+from services.orchestrator.api.openai_response import finish_reason, mesh_extension, usage
 from services.orchestrator.api.openai_stream import apply_stops, chat_stream
 
 SERVICE = "/mesh.orchestrator.v1.OrchestratorService"
@@ -98,8 +98,9 @@ def _completion(request: ChatRequest, model_id: str, replies: list[pb.AnswerQuer
     stops = request.stops()
     choices = []
     for index, reply in enumerate(replies):
-        text, _ = apply_stops(reply.answer, stops)
-        choices.append({"index": index, "finish_reason": "stop", "logprobs": None,
+        text, stopped = apply_stops(reply.answer, stops)
+        choices.append({"index": index, "finish_reason": finish_reason(reply, stopped),
+                        "logprobs": None,
                         "message": {"role": "assistant", "content": text, "refusal": None},
                         "mesh": mesh_extension(reply)})
     return {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),

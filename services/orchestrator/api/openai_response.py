@@ -21,6 +21,14 @@ def mesh_extension(response: pb.AnswerQueryResponse) -> dict[str, object]:
     return {name: value[name] for name in _EXTENSION_FIELDS if name in value}
 
 
+def finish_reason(response: pb.AnswerQueryResponse, stopped: bool) -> str:
+    """OpenAI's `finish_reason` of one choice: "stop" when a stop sequence of the request cut
+    the text (`stopped`), else the gateway's reason for the draft that is the answer ("length"
+    when max_tokens cut it, "content_filter", ...), "stop" when the answer is not one draft's
+    text (a vote, a role, the passages alone: each ended on its own)."""
+    return "stop" if stopped else (response.finish_reason or "stop")
+
+
 def usage(responses: list[pb.AnswerQueryResponse]) -> dict[str, int]:
     """OpenAI's `usage` over the choices' answers: prompt and completion tokens of every
     language-model call as the LLM gateway counted them (the providers' own counts)."""

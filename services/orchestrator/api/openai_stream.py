@@ -4,9 +4,9 @@
 Each choice is one StreamAnswerQuery call (in process, with the request's key): its
 `answer_delta` messages become `delta.content` chunks as they come (the first chunk of each
 choice carries `delta.role: "assistant"`), its final `response` (the AnswerQueryResponse, the
-authority) ends the choice with `finish_reason: "stop"` and the `mesh` extension field; text of
-the final answer not yet streamed (a path that answers in one piece, or a fallback) is sent
-before it. The `n` choices stream concurrently, interleaved.
+authority) ends the choice with its `finish_reason` (`openai_response.finish_reason`) and the
+`mesh` extension field; text of the final answer not yet streamed (a path that answers in one
+piece, or a fallback) is sent before it. The `n` choices stream concurrently, interleaved.
 
 The mesh's progress before the text (the sources found, each iteration, agent and tally of the
 consensus loop) is sent as SSE comment lines (`: agent_finished`), which clients skip: a long
@@ -40,7 +40,7 @@ from libs.rest.status import http_status
 from services.orchestrator.api.openai_errors import failure_response, status_error
 from services.orchestrator.api.openai_models import MeshModel
 from services.orchestrator.api.openai_request import ChatRequest, answer_request
-from services.orchestrator.api.openai_response import mesh_extension, usage
+from services.orchestrator.api.openai_response import finish_reason, mesh_extension, usage
 
 SERVICE = "/mesh.orchestrator.v1.OrchestratorService"
 STREAM_ANSWER = f"{SERVICE}/StreamAnswerQuery"
@@ -200,7 +200,8 @@ class _Chunks:
                 if text:
                     yield self._delta(index, {"content": text})
                 finals.append(final)
-                yield self._delta(index, {}, "stop", mesh_extension(final))
+                yield self._delta(index, {}, finish_reason(final, scanner.stopped),
+                                  mesh_extension(final))
             if self._usage:
                 yield self._chunk([], usage(finals))
             yield DONE

@@ -151,6 +151,7 @@ def query_response(result: LoopResult[TextAnswer], thread_id: str,
         response.total_tokens = draft.prompt_tokens + draft.completion_tokens
         response.cost_usd = draft.cost_usd or 0.0
         response.cost_known = draft.cost_usd is not None
+        response.finish_reason = draft.finish_reason
     return response
 
 

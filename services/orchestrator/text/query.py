@@ -60,6 +60,8 @@ class Draft:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
+    finish_reason: str = ""
+    """Why the draft's text ended, as the gateway reported it ("stop", "length", ...)."""
 
 
 @dataclass(frozen=True)

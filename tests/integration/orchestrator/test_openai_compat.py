@@ -94,6 +94,23 @@ async def test_n_choices_stop_max_tokens_and_mesh_options(mesh):
     assert all(len(choice.model_extra["mesh"]["sources"]) == 1 for choice in completion.choices)
 
 
+async def test_a_draft_cut_by_max_tokens_finishes_with_length(mesh):
+    mesh.provider.reset("length", "length")  # the provider's draft ends at max_tokens
+    completion = await _client(mesh).chat.completions.create(
+        model="mesh-draft", messages=MESSAGES, max_tokens=5)
+    assert completion.choices[0].finish_reason == "length"
+    stream = await _client(mesh).chat.completions.create(
+        model="mesh-draft", messages=MESSAGES, max_tokens=5, stream=True)
+    finals = [chunk.choices[0].finish_reason async for chunk in stream
+              if chunk.choices and chunk.choices[0].finish_reason]
+    assert finals == ["length"]
+    assert mesh.provider.requests == 2
+    stream = await _client(mesh).chat.completions.create(  # the provider ended on its own
+        model="mesh-draft", messages=MESSAGES, stream=True)
+    assert [chunk.choices[0].finish_reason async for chunk in stream
+            if chunk.choices and chunk.choices[0].finish_reason] == ["stop"]
+
+
 async def test_streamed_chunks_end_with_done_and_usage(mesh):
     stream = await _client(mesh).chat.completions.create(
         model="mesh", messages=MESSAGES, stream=True, stream_options={"include_usage": True})

@@ -390,7 +390,7 @@ class Source(_message.Message):
     def __init__(self, document_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
 
 class AnswerQueryResponse(_message.Message):
-    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known", "role", "sub_questions", "refinements", "step_search", "route_decider", "route_confidence", "ungrounded", "prompt_tokens", "completion_tokens")
+    __slots__ = ("answer", "confidence", "sources", "votes", "agents", "provider", "offline", "iterations", "timings", "thread_id", "failures", "passages_only", "drafts", "stop_reason", "total_tokens", "cost_usd", "cost_known", "role", "sub_questions", "refinements", "step_search", "route_decider", "route_confidence", "ungrounded", "prompt_tokens", "completion_tokens", "finish_reason")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -417,6 +417,7 @@ class AnswerQueryResponse(_message.Message):
     UNGROUNDED_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     answer: str
     confidence: float
     sources: _containers.RepeatedCompositeFieldContainer[Source]
@@ -443,7 +444,8 @@ class AnswerQueryResponse(_message.Message):
     ungrounded: bool
     prompt_tokens: int
     completion_tokens: int
-    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ..., role: _Optional[_Union[TextRole, str]] = ..., sub_questions: _Optional[_Iterable[_Union[SubQuestion, _Mapping]]] = ..., refinements: _Optional[_Iterable[_Union[Refinement, _Mapping]]] = ..., step_search: _Optional[_Union[StepSearchResult, _Mapping]] = ..., route_decider: _Optional[_Union[RouteDecider, str]] = ..., route_confidence: _Optional[float] = ..., ungrounded: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+    finish_reason: str
+    def __init__(self, answer: _Optional[str] = ..., confidence: _Optional[float] = ..., sources: _Optional[_Iterable[_Union[Source, _Mapping]]] = ..., votes: _Optional[_Iterable[_Union[AgentVote, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[Agent, str]]] = ..., provider: _Optional[str] = ..., offline: _Optional[bool] = ..., iterations: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[StepTiming, _Mapping]]] = ..., thread_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[AgentFailure, _Mapping]]] = ..., passages_only: _Optional[bool] = ..., drafts: _Optional[_Iterable[_Union[TextDraft, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., total_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cost_known: _Optional[bool] = ..., role: _Optional[_Union[TextRole, str]] = ..., sub_questions: _Optional[_Iterable[_Union[SubQuestion, _Mapping]]] = ..., refinements: _Optional[_Iterable[_Union[Refinement, _Mapping]]] = ..., step_search: _Optional[_Union[StepSearchResult, _Mapping]] = ..., route_decider: _Optional[_Union[RouteDecider, str]] = ..., route_confidence: _Optional[float] = ..., ungrounded: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ...) -> None: ...
 
 class StreamAnswerQueryRequest(_message.Message):
     __slots__ = ("query", "collection", "top_k", "mcts_iterations", "thread_id", "sample_count", "temperature", "max_tokens", "max_cost_usd", "search_mode", "fusion", "max_answer_tokens", "role", "step_branching", "max_steps", "max_refinements")
