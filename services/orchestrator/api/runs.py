@@ -16,6 +16,7 @@ writes wake them at once, other replicas' writes are seen within `watch_poll_s`.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -44,6 +45,7 @@ from services.orchestrator.api.run_records import (
 from services.orchestrator.api.servicer import OrchestratorServicer
 from services.orchestrator.runs.paging import parse_run_filter
 from services.orchestrator.runs.store import RunStore
+from services.orchestrator.runs.worker import Handoff
 
 WATCH_POLL_S = 0.5
 """A watch looks for events written by other replicas this often (seconds)."""
@@ -59,16 +61,20 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
         validator: the synchronous servicer, whose `validate` checks requests up front.
         access: who calls (None: every call is the anonymous administrator, as without keys).
         queued: called with the number of runs created (wakes this process's idle workers).
+        handoff: an idle local worker reserved for a run about to be created (`RunWorkers.
+            handoff`), or None: CreateRun then creates the run already leased to it.
         watch_poll_s: how often a watch reads events other replicas wrote.
     """
 
     def __init__(self, store: RunStore, validator: OrchestratorServicer,
                  access: AccessControl | None, queued: Callable[[int], None] = lambda runs: None,
-                 watch_poll_s: float = WATCH_POLL_S) -> None:
+                 watch_poll_s: float = WATCH_POLL_S,
+                 handoff: Callable[[], Handoff | None] = lambda: None) -> None:
         self._store = store
         self._validator = validator
         self._access = access
         self._queued = queued
+        self._handoff = handoff
         self._poll_s = watch_poll_s
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
@@ -107,10 +113,19 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
     async def CreateRun(self, request: pb.CreateRunRequest, context) -> pb.Run:
         caller = await self._caller(context)
         kind, data = await self._checked(context, caller, request.run, "run")
-        record = await self._store.create_run(caller.owner, kind, data,
-                                              request.request_id or None)
-        self._queued(1)
-        return run_message(record)
+        handoff = self._handoff()
+        if handoff is None:
+            record = await self._store.create_run(caller.owner, kind, data,
+                                                  request.request_id or None)
+            self._queued(1)
+            return run_message(record)
+        # Created leased to the idle worker, which gets the record however the call ends.
+        creation = asyncio.ensure_future(self._store.create_leased_run(
+            caller.owner, kind, data, request.request_id or None, handoff.worker_id,
+            handoff.lease_s))
+        creation.add_done_callback(functools.partial(_give, handoff))
+        created, _ = await asyncio.shield(creation)
+        return run_message(created)
 
     async def GetRun(self, request: pb.GetRunRequest, context) -> pb.Run:
         return run_message(await self._store.get_run(request.name,
@@ -201,3 +216,9 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
 def _check_after(after_sequence: int) -> None:
     if after_sequence < 0:
         raise InvalidArgument("after_sequence", f"is {after_sequence}; must be >= 0")
+
+
+def _give(handoff: Handoff, creation: asyncio.Future) -> None:
+    """Gives the reserved worker the run created leased to it, else None (it then leases)."""
+    failed = creation.cancelled() or creation.exception() is not None
+    handoff.give(None if failed else creation.result()[1])

@@ -65,10 +65,11 @@ class ProgressWriter:
     task ends with LeaseLost when the store says the worker no longer holds the run.
 
     Writes are coalesced: what is queued within `interval_s` of the first item (and while a write
-    is under way) goes in the next two writes: every event in one `append_events`, then only the
-    newest checkpoint (a checkpoint is stored after the events of its round; one superseded
-    before it was stored is skipped). Watchers thus see progress at most `interval_s` late, and
-    a short run's progress costs one write at its end."""
+    is under way) goes in the next write, one `append_events` transaction: every event, then
+    only the newest checkpoint (stored after the events of its round; one superseded before it
+    was stored is skipped). Watchers thus see progress at most `interval_s` late. The events
+    still queued when the run has finished go with its outcome (`take_events`), so a short
+    run's progress costs no write of its own."""
 
     def __init__(self, store: RunStore, name: str, worker_id: str,
                  interval_s: float = WRITE_INTERVAL_S) -> None:
@@ -81,6 +82,7 @@ class ProgressWriter:
         self._interval_s = interval_s
         self._wakeup = asyncio.Event()
         self._closed = asyncio.Event()
+        self._keep = False
 
     def event(self, kind: str, payload: bytes) -> None:
         self._events.append((kind, payload))
@@ -96,12 +98,20 @@ class ProgressWriter:
         self._wakeup.set()
 
     def close(self, finished: bool = False) -> None:
-        """No more items: `run` returns once the queued ones are stored (a checkpoint not
-        stored yet is dropped when the run has `finished`: its outcome follows)."""
+        """No more items: `run` returns once the queued ones are stored. When the run has
+        `finished`, its outcome follows: `run` returns once a write under way ends, leaving the
+        events still queued to `take_events` (stored with the outcome, in one transaction),
+        and a checkpoint not stored yet is dropped."""
         if finished:
             self._checkpoint = None
+            self._keep = True
         self._closed.set()
         self._wakeup.set()
+
+    def take_events(self) -> list[tuple[str, bytes]]:
+        """The events queued and not stored (after `run` returned): the caller stores them."""
+        events, self._events = self._events, []
+        return events
 
     async def run(self) -> None:
         while True:
@@ -110,26 +120,31 @@ class ProgressWriter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closed.wait(), self._interval_s)
             self._wakeup.clear()
+            if self._keep:
+                await self._write_trace()
+                return
             await self._write_pending()
             if self._events or self._checkpoint is not None or self._trace_id is not None:
                 self._wakeup.set()
             elif self._closed.is_set():
                 return
 
-    async def _write_pending(self) -> None:
-        name, worker = self._name, self._worker_id
+    async def _write_trace(self) -> None:
         if self._trace_id is not None:
             trace_id, self._trace_id = self._trace_id, None
-            await retrying(functools.partial(self._store.record_trace, name, worker, trace_id),
-                           f"trace id of {name}")
-        if self._events:
-            events, self._events = self._events, []
-            await retrying(functools.partial(self._store.append_events, name, worker, events),
-                           f"events of {name}")
-        if self._checkpoint is not None and not self._events:
-            state, self._checkpoint = self._checkpoint, None
-            await retrying(functools.partial(self._store.checkpoint, name, worker, state),
-                           f"checkpoint of {name}")
+            await retrying(functools.partial(self._store.record_trace, self._name,
+                                             self._worker_id, trace_id),
+                           f"trace id of {self._name}")
+
+    async def _write_pending(self) -> None:
+        await self._write_trace()
+        # Taken together: every event queued before the checkpoint goes in the same write.
+        events, self._events = self._events, []
+        state, self._checkpoint = self._checkpoint, None
+        if events or state is not None:
+            await retrying(functools.partial(self._store.append_events, self._name,
+                                             self._worker_id, events, state),
+                           f"progress of {self._name}")
 
 
 class Attempt:
@@ -204,15 +219,16 @@ class Attempt:
             return AttemptEnd.CANCELLED if held and record.cancel_requested else AttemptEnd.LOST
 
     async def _finished(self, outcome: Outcome, writer: asyncio.Task) -> AttemptEnd:
-        """Stores the progress still queued, then the outcome (once)."""
+        """Stores the outcome (once) with the progress still queued, in one write."""
         self._writer.close(finished=True)
         try:
             await writer
         except LeaseLost:
             return AttemptEnd.LOST
+        events = self._writer.take_events()
         ended = await retrying(lambda: self._store.finish(
-            self._run.name, self._worker_id, outcome.state, outcome.response, outcome.error),
-            f"finish of {self._run.name}")
+            self._run.name, self._worker_id, outcome.state, outcome.response, outcome.error,
+            events), f"finish of {self._run.name}")
         return AttemptEnd.FINISHED if ended else AttemptEnd.LOST
 
     async def _cancel(self, writer: asyncio.Task) -> AttemptEnd:

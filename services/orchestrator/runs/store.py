@@ -91,6 +91,15 @@ class RunStore:
         return await self._write(writes.create_run, self._clock(), owner, kind, request,
                                  request_id, batch)
 
+    async def create_leased_run(self, owner: str, kind: str, request: bytes,
+                                request_id: str | None, worker_id: str,
+                                lease_s: float) -> tuple[RunRecord, RunRecord | None]:
+        """create_run, then in the same transaction the lease of the new run to `worker_id`
+        for `lease_s` seconds (as `lease` would: RUNNING, attempt 1): (the run as created,
+        QUEUED; its leased record). For a request_id already used: (that run, None)."""
+        return await self._write(writes.create_leased_run, self._clock(), owner, kind, request,
+                                 request_id, None, (worker_id, lease_s))
+
     async def get_run(self, name: str, owner: str | None) -> RunRecord:
         """The run; NotFound when unknown or another owner's; InvalidArgument("name")."""
         return await self._database.read(reads.get_run, name, owner)
@@ -199,20 +208,24 @@ class RunStore:
         await self._write(writes.record_trace, name, worker_id, trace_id)
 
     async def append_events(self, name: str, worker_id: str | None,
-                            events: Sequence[tuple[str, bytes]]) -> list[int]:
+                            events: Sequence[tuple[str, bytes]],
+                            checkpoint: bytes | None = None) -> list[int]:
         """Persists (kind, payload) events of the run ("solve_progress": a serialized
         StreamSolveProblemResponse); returns their sequence numbers (per run, 1-based,
-        gapless). With a worker_id, LeaseLost unless it holds the run; NotFound."""
+        gapless). With a `checkpoint`, stores it after them in the same transaction (as
+        `checkpoint`). With a worker_id, LeaseLost unless it holds the run; NotFound."""
         return await self._write(writes.append_events, self._clock(), name, worker_id,
-                                 list(events))
+                                 list(events), checkpoint)
 
     async def finish(self, name: str, worker_id: str, state: RunState, response: bytes | None,
-                     error: bytes | None) -> bool:
-        """Ends the run in `state` (SUCCEEDED with the serialized response, FAILED with a
-        serialized google.rpc.Status, CANCELLED) and releases the lease: True. False, changing
-        nothing, when the worker no longer holds the lease, so no run ends twice."""
+                     error: bytes | None, events: Sequence[tuple[str, bytes]] = ()) -> bool:
+        """Appends the worker's last `events` (as append_events; none by default), then ends the
+        run in `state` (SUCCEEDED with the serialized response, FAILED with a serialized
+        google.rpc.Status, CANCELLED) and releases the lease, all in one transaction: True.
+        False, changing nothing (the events neither), when the worker no longer holds the
+        lease, so no run ends twice."""
         return await self._write(writes.finish, self._clock(), name, worker_id, state, response,
-                                 error)
+                                 error, list(events))
 
     # Events and retention --------------------------------------------------------------------
 

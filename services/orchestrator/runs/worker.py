@@ -1,11 +1,12 @@
 """The run workers of one orchestrator: `workers` tasks, each leasing a run from the store,
 executing it (`attempt.py`) and taking the next.
 
-A worker with nothing to lease waits until `wake()` (this process created a run) or `poll_s`
-seconds (runs created by other replicas, and leases that expired). A store that is down is asked
-again with exponential backoff; synchronous calls never wait on it. Each attempt is a trace span
-"run attempt" (a new trace per attempt) whose trace id the run lists (`Run.trace_ids`), so a
-run's attempts link to each other through the run.
+A worker with nothing to lease waits until `wake()` (this process created a run), a `handoff()`
+gives it a run created already leased to it (one transaction instead of two, and no wait), or
+`poll_s` seconds (runs created by other replicas, and leases that expired). A store that is
+down is asked again with exponential backoff; synchronous calls never wait on it. Each attempt
+is a trace span "run attempt" (a new trace per attempt) whose trace id the run lists
+(`Run.trace_ids`), so a run's attempts link to each other through the run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ from services.orchestrator.runs.model import RunRecord
 from services.orchestrator.runs.store import RunStore
 
 log = logging.getLogger(__name__)
+
+
+class Handoff:
+    """An idle worker reserved for one run about to be created in this process: create the
+    run with `lease_to=(worker_id, lease_s)`, then `give` the worker the record (None when
+    the creation failed or returned an existing run: the worker then looks for runs itself).
+    It must be given exactly once (a second `give` is ignored)."""
+
+    def __init__(self, worker_id: str, lease_s: float, waiter: asyncio.Future) -> None:
+        self.worker_id = worker_id
+        self.lease_s = lease_s
+        self._waiter = waiter
+
+    def give(self, run: RunRecord | None) -> None:
+        if not self._waiter.done():
+            self._waiter.set_result(run)
 _tracer = trace.get_tracer("mcts_mesh.orchestrator.runs")
 
 DEFAULT_POLL_S = 1.0
@@ -56,7 +73,7 @@ class RunWorkers:
         self._lease_s = lease_s
         self._poll_s = poll_s
         self._prefix = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._idle: collections.deque[asyncio.Future] = collections.deque()
+        self._idle: collections.deque[tuple[str, asyncio.Future]] = collections.deque()
         self._tasks: list[asyncio.Task] = []
         self.ended: dict[AttemptEnd, int] = dict.fromkeys(AttemptEnd, 0)
 
@@ -81,12 +98,21 @@ class RunWorkers:
         others stay idle rather than all racing for one run)."""
         for _ in range(runs):
             while self._idle:
-                waiter = self._idle.popleft()
+                _, waiter = self._idle.popleft()
                 if not waiter.done():
                     waiter.set_result(None)
                     break
             else:
                 return
+
+    def handoff(self) -> Handoff | None:
+        """An idle worker, reserved for a run this process is about to create (see Handoff);
+        None when every worker is busy (create the run QUEUED and `wake`)."""
+        while self._idle:
+            worker_id, waiter = self._idle.popleft()
+            if not waiter.done():
+                return Handoff(worker_id, self._lease_s, waiter)
+        return None
 
     async def _work(self, worker_id: str) -> None:
         delay = BACKOFF_S
@@ -101,20 +127,23 @@ class RunWorkers:
                 continue
             delay = BACKOFF_S
             if run is None:
-                await self._wait()
-                continue
+                run = await self._wait(worker_id)  # a handed-off run, or None: lease again
+                if run is None:
+                    continue
             await self._attempt(worker_id, run)
 
-    async def _wait(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._idle.append(waiter)
+    async def _wait(self, worker_id: str) -> RunRecord | None:
+        """Idle until woken (None: lease), handed a run leased to `worker_id`, or poll_s."""
+        entry = (worker_id, asyncio.get_running_loop().create_future())
+        self._idle.append(entry)
         try:
-            await asyncio.wait_for(waiter, self._poll_s)
-        except TimeoutError:
-            pass
+            await asyncio.wait([entry[1]], timeout=self._poll_s)
+            if entry in self._idle:  # neither woken nor reserved: the poll period ended
+                return None
+            return await entry[1]  # reserved by handoff(): its creator gives it soon
         finally:
-            if waiter in self._idle:
-                self._idle.remove(waiter)
+            if entry in self._idle:
+                self._idle.remove(entry)
 
     async def _attempt(self, worker_id: str, run: RunRecord) -> None:
         if run.attempts == 1:

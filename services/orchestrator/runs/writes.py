@@ -35,13 +35,23 @@ def check_kind(kind: str, field: str = "kind") -> None:
 def create_run(connection: Connection, now: float, owner: str, kind: str, request: bytes,
                request_id: str | None, batch: str | None) -> RunRecord:
     """A new QUEUED run, or the run (owner, request_id) already created."""
+    return create_leased_run(connection, now, owner, kind, request, request_id, batch)[0]
+
+
+def create_leased_run(connection: Connection, now: float, owner: str, kind: str,
+                      request: bytes, request_id: str | None, batch: str | None,
+                      lease_to: tuple[str, float] | None = None,
+                      ) -> tuple[RunRecord, RunRecord | None]:
+    """(the run as created, QUEUED, or the run (owner, request_id) already created; the new
+    run leased to `lease_to` (worker_id, lease_s) as `lease` would lease it, or None without
+    `lease_to` or for an existing run)."""
     check_kind(kind)
     request_id = paging.check_request_id(request_id)
     if request_id is not None:
         existing = connection.execute(select(*reads.RUN_COLUMNS).where(
             runs.c.owner == owner, runs.c.request_id == request_id)).first()
         if existing is not None:
-            return reads.run_record(existing)
+            return reads.run_record(existing), None
     batch_id, index = None, 0
     if batch is not None:
         batch_id = paging.parse_name(batch, "batches", "batch")
@@ -52,7 +62,9 @@ def create_run(connection: Connection, now: float, owner: str, kind: str, reques
     run_id = paging.new_id()
     connection.execute(insert(runs).values(_new_run(run_id, owner, kind, request, now, batch_id,
                                                     index, request_id)))
-    return reads.run_record(reads.run_row(connection, run_id, None))
+    row = reads.run_row(connection, run_id, None)
+    created = reads.run_record(row)
+    return created, None if lease_to is None else _take(connection, row, now, *lease_to)
 
 
 def _new_run(run_id: str, owner: str, kind: str, request: bytes, now: float,
@@ -146,11 +158,17 @@ def lease(connection: Connection, now: float, worker_id: str,
             _change_state(connection, row, now, RunState.CANCELLED, lease_owner=None,
                           lease_expires=None)
             continue
-        _change_state(connection, row, now, RunState.RUNNING, attempt=row.attempts + 1,
-                      attempts=row.attempts + 1, start_time=row.start_time or now,
-                      lease_owner=worker_id, lease_expires=now + lease_s)
-        leased = connection.execute(select(runs).where(runs.c.run_id == row.run_id)).one()
-        return reads.run_record(leased, leased.checkpoint)
+        return _take(connection, row, now, worker_id, lease_s)
+
+
+def _take(connection: Connection, row: Row, now: float, worker_id: str,
+          lease_s: float) -> RunRecord:
+    """Leases the run of `row` (locked) to `worker_id`: its record, with its checkpoint."""
+    _change_state(connection, row, now, RunState.RUNNING, attempt=row.attempts + 1,
+                  attempts=row.attempts + 1, start_time=row.start_time or now,
+                  lease_owner=worker_id, lease_expires=now + lease_s)
+    leased = connection.execute(select(runs).where(runs.c.run_id == row.run_id)).one()
+    return reads.run_record(leased, leased.checkpoint)
 
 
 def _lease_candidate(connection: Connection, now: float) -> Row | None:
@@ -204,15 +222,25 @@ def record_trace(connection: Connection, name: str, worker_id: str, trace_id: st
 
 
 def append_events(connection: Connection, now: float, name: str, worker_id: str | None,
-                  events: Sequence[tuple[str, bytes]]) -> list[int]:
-    """Appends worker events (kind, payload) to the run: their sequence numbers. With a
-    `worker_id`, LeaseLost unless it holds the run."""
-    if not events:
+                  events: Sequence[tuple[str, bytes]], state: bytes | None = None) -> list[int]:
+    """Appends worker events (kind, payload) to the run: their sequence numbers; then stores
+    the checkpoint `state` when given (as `checkpoint`). With a `worker_id`, LeaseLost unless
+    it holds the run."""
+    if not events and state is None:
         return []
     if worker_id is None:
         row = reads.run_row(connection, paging.parse_name(name, "runs"), None, lock=True)
     elif (row := _held(connection, name, worker_id)) is None:
         raise LeaseLost(f"{name}: lease lost; stop working on it")
+    sequences = _append_worker_events(connection, row, now, events) if events else []
+    if state is not None:
+        connection.execute(update(runs).where(runs.c.run_id == row.run_id)
+                           .values(checkpoint=state, update_time=now))
+    return sequences
+
+
+def _append_worker_events(connection: Connection, row: Row, now: float,
+                          events: Sequence[tuple[str, bytes]]) -> list[int]:
     for kind, _ in events:
         if kind == STATE_CHANGED:
             raise ValueError(f"{STATE_CHANGED} events are the store's own")
@@ -221,14 +249,18 @@ def append_events(connection: Connection, now: float, name: str, worker_id: str 
 
 
 def finish(connection: Connection, now: float, name: str, worker_id: str, state: RunState,
-           response: bytes | None, error: bytes | None) -> bool:
-    """Ends the run in `state` (SUCCEEDED with its response, FAILED with its error, CANCELLED):
-    True; False, changing nothing, when the worker no longer holds it (so no run ends twice)."""
+           response: bytes | None, error: bytes | None,
+           events: Sequence[tuple[str, bytes]] = ()) -> bool:
+    """Appends the worker's last `events` (as append_events), then ends the run in `state`
+    (SUCCEEDED with its response, FAILED with its error, CANCELLED): True; False, changing
+    nothing, when the worker no longer holds it (so no run ends twice)."""
     if not state.finished:
         raise ValueError(f"finish needs an end state, not {state.name}")
     row = _held(connection, name, worker_id)
     if row is None:
         return False
+    if events:
+        _append_worker_events(connection, row, now, events)
     _change_state(connection, row, now, state, error=error, response=response,
                   lease_owner=None, lease_expires=None)
     return True
