@@ -175,20 +175,23 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
 
     async def WatchRun(self, request: pb.WatchRunRequest, context) -> AsyncIterator[pb.RunEvent]:
         _check_after(request.after_sequence)
-        record = await self._store.get_run(request.name, await self._reader(context))
         after = request.after_sequence
+        record, events = await self._store.run_and_events(
+            request.name, await self._reader(context), after)
         if record.state.finished and record.last_event_sequence <= after:
             return
+        waited = False
         while True:
-            events = await self._store.wait_for_events(request.name, after, self._poll_s)
             for event in events:
                 yield event_message(event)
                 if ends(event):
                     return
             if events:
                 after = events[-1].sequence
-            elif (await self._store.get_run(request.name, None)).state.finished:
+            elif waited and (await self._store.get_run(request.name, None)).state.finished:
                 return
+            events = await self._store.wait_for_events(request.name, after, self._poll_s)
+            waited = True
 
     async def WatchBatch(self, request: pb.WatchBatchRequest,
                          context) -> AsyncIterator[pb.RunEvent]:

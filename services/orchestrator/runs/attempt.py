@@ -152,8 +152,13 @@ class Attempt:
     attempt's, is recorded on the run."""
 
     def __init__(self, store: RunStore, executor: Executor, worker_id: str, lease_s: float,
-                 run: RunRecord, trace_id: str | None = None) -> None:
+                 run: RunRecord, trace_id: str | None = None, *, lease_next: bool = False,
+                 ) -> None:
         self._store = store
+        self._lease_next = lease_next
+        self.next_run: RunRecord | None = None
+        """With `lease_next`, the run the worker leased in the transaction that finished
+        this one (None when none was waiting or the attempt did not finish)."""
         self._executor = executor
         self._worker_id = worker_id
         self._lease_s = lease_s
@@ -226,9 +231,14 @@ class Attempt:
         except LeaseLost:
             return AttemptEnd.LOST
         events = self._writer.take_events()
-        ended = await retrying(lambda: self._store.finish(
-            self._run.name, self._worker_id, outcome.state, outcome.response, outcome.error,
-            events), f"finish of {self._run.name}")
+        if self._lease_next:
+            ended, self.next_run = await retrying(lambda: self._store.finish_and_lease(
+                self._run.name, self._worker_id, outcome.state, outcome.response,
+                outcome.error, events, self._lease_s), f"finish of {self._run.name}")
+        else:
+            ended = await retrying(lambda: self._store.finish(
+                self._run.name, self._worker_id, outcome.state, outcome.response,
+                outcome.error, events), f"finish of {self._run.name}")
         return AttemptEnd.FINISHED if ended else AttemptEnd.LOST
 
     async def _cancel(self, writer: asyncio.Task) -> AttemptEnd:

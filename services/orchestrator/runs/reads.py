@@ -153,6 +153,12 @@ def events_after(connection: Connection, name: str, after: int, limit: int) -> l
     return [_event(row, name) for row in rows]
 
 
+def run_and_events(connection: Connection, name: str, owner: str | None, after: int,
+                   limit: int) -> tuple[RunRecord, list[EventRecord]]:
+    """get_run, then events_after, in one read transaction."""
+    return get_run(connection, name, owner), events_after(connection, name, after, limit)
+
+
 def batch_events_after(connection: Connection, batch: str, after: int,
                        limit: int) -> list[EventRecord]:
     """The batch's events (its runs' state changes) of batch sequence > `after`, in order."""

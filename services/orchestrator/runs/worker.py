@@ -128,9 +128,12 @@ class RunWorkers:
             delay = BACKOFF_S
             if run is None:
                 run = await self._wait(worker_id)  # a handed-off run, or None: lease again
-                if run is None:
-                    continue
-            await self._attempt(worker_id, run)
+                if run is not None:
+                    await self._attempt(worker_id, run, lease_next=False)
+                continue
+            # A queue: each run's finish leases the next one in its own transaction.
+            while run is not None:
+                run = await self._attempt(worker_id, run, lease_next=True)
 
     async def _wait(self, worker_id: str) -> RunRecord | None:
         """Idle until woken (None: lease), handed a run leased to `worker_id`, or poll_s."""
@@ -145,7 +148,9 @@ class RunWorkers:
             if entry in self._idle:
                 self._idle.remove(entry)
 
-    async def _attempt(self, worker_id: str, run: RunRecord) -> None:
+    async def _attempt(self, worker_id: str, run: RunRecord,
+                       lease_next: bool) -> RunRecord | None:
+        """Runs one attempt; returns the next run leased with its finish (see `lease_next`)."""
         if run.attempts == 1:
             RUN_TIME_QUEUED.observe(max(0.0, time.time() - run.create_time))
         else:
@@ -160,8 +165,9 @@ class RunWorkers:
             # Only a recorded (sampled, exported) trace is worth a link from the run.
             trace_id = format(span.get_span_context().trace_id, "032x") \
                 if span.is_recording() else None
-            end = await Attempt(self._store, self._executor, worker_id, self._lease_s,
-                                run, trace_id).run()
+            attempt = Attempt(self._store, self._executor, worker_id, self._lease_s, run,
+                              trace_id, lease_next=lease_next)
+            end = await attempt.run()
             span.set_attribute("mesh.run.end", end.value)
         self.ended[end] += 1
         if end is AttemptEnd.LOST:
@@ -170,3 +176,4 @@ class RunWorkers:
             RUN_ATTEMPTS.labels(end.value).observe(run.attempts)
         if end is AttemptEnd.STOPPED:
             raise asyncio.CancelledError
+        return attempt.next_run

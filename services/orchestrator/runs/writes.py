@@ -266,6 +266,17 @@ def finish(connection: Connection, now: float, name: str, worker_id: str, state:
     return True
 
 
+def finish_and_lease(connection: Connection, now: float, name: str, worker_id: str,
+                     state: RunState, response: bytes | None, error: bytes | None,
+                     events: Sequence[tuple[str, bytes]],
+                     lease_s: float) -> tuple[bool, RunRecord | None]:
+    """finish; then, when it ended the run, the worker's next run as `lease` takes it:
+    (finished, leased record or None)."""
+    if not finish(connection, now, name, worker_id, state, response, error, events):
+        return False, None
+    return True, lease(connection, now, worker_id, lease_s)
+
+
 def cancel_run(connection: Connection, now: float, name: str, owner: str | None) -> RunRecord:
     """QUEUED (or RUNNING with an expired lease: its worker is gone) -> CANCELLED at once; RUNNING
     -> cancel_requested, its worker stops at its next renewal. FailedPrecondition when ended."""
