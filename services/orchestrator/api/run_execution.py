@@ -15,6 +15,7 @@ status the call would have got.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -114,11 +115,16 @@ class RunExecutor:
             progress.event(SOLVE_PROGRESS, stream_event(
                 event, (time.perf_counter() - started) * 1e3).SerializeToString())
 
-        def checkpoints(checkpoint: LoopCheckpoint) -> None:
+        def encoded(checkpoint: LoopCheckpoint) -> bytes | None:
             try:
-                progress.checkpoint(self._codec.encode(checkpoint))
+                return self._codec.encode(checkpoint)
             except CheckpointError as error:  # the run goes on; a resumption starts over
                 log.warning("%s: no checkpoint of this round: %s", run.name, error)
+                return None
+
+        def checkpoints(checkpoint: LoopCheckpoint) -> None:
+            # Immutable: serialized when stored, never for one superseded or run to its end.
+            progress.checkpoint(functools.partial(encoded, checkpoint))
 
         durable = Durable(events, checkpoints, self._resume(run))
         if run.kind == "answer":

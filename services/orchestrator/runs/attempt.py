@@ -20,6 +20,7 @@ import contextlib
 import enum
 import functools
 import logging
+from collections.abc import Callable
 
 from libs.errors import MeshError, Unavailable
 from services.orchestrator.runs.execution import Deferred, Executor, Outcome
@@ -77,7 +78,7 @@ class ProgressWriter:
         self._name = name
         self._worker_id = worker_id
         self._events: list[tuple[str, bytes]] = []
-        self._checkpoint: bytes | None = None
+        self._checkpoint: bytes | Callable[[], bytes | None] | None = None
         self._trace_id: str | None = None
         self._interval_s = interval_s
         self._wakeup = asyncio.Event()
@@ -88,7 +89,7 @@ class ProgressWriter:
         self._events.append((kind, payload))
         self._wakeup.set()
 
-    def checkpoint(self, state: bytes) -> None:
+    def checkpoint(self, state: bytes | Callable[[], bytes | None]) -> None:
         self._checkpoint = state
         self._wakeup.set()
 
@@ -141,6 +142,8 @@ class ProgressWriter:
         # Taken together: every event queued before the checkpoint goes in the same write.
         events, self._events = self._events, []
         state, self._checkpoint = self._checkpoint, None
+        if callable(state):  # serialized only now that it is stored
+            state = state()
         if events or state is not None:
             await retrying(functools.partial(self._store.append_events, self._name,
                                              self._worker_id, events, state),

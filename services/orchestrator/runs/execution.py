@@ -7,6 +7,7 @@ SolveProblem or AnswerQuery call) executes one and reports its progress to a `Ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,8 +42,10 @@ class RunProgress(Protocol):
         """A run event: `kind` ("solve_progress") and its serialized payload."""
         ...
 
-    def checkpoint(self, state: bytes) -> None:
-        """The loop's state after a finished round (a serialized `LoopCheckpoint`)."""
+    def checkpoint(self, state: bytes | Callable[[], bytes | None]) -> None:
+        """The loop's state after a finished round (a serialized `LoopCheckpoint`), or a
+        function serializing it, called only if it is stored (not when a newer checkpoint or
+        the run's end comes first); a function returning None stores nothing."""
         ...
 
 
