@@ -20,7 +20,7 @@ from libs.errors import DeadlineExceeded, Unavailable, propagate
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.text.query import Draft, Passage, TextProblem, grounding_confidence
 from services.orchestrator.text.self_consistency import SampledDraft, Sampling, extract_answer
-from services.orchestrator.text.streaming import ANSWER_STREAM, AnswerStream
+from services.orchestrator.text.streaming import ANSWER_STREAM, AnswerStream, Prestarted
 
 
 class LlmAgent:
@@ -73,13 +73,7 @@ class LlmAgent:
         passages = tuple(p for p in round_.context if isinstance(p, Passage))
         if self.sampling is not None:
             return await self._sample(self.sampling, problem, passages, round_.iteration, timeout)
-        request = llm_service_pb2.GenerateRequest(
-            prompt=problem.query,
-            context=[llm_service_pb2.ContextPassage(text=p.text, source=p.document_id,
-                                                    title=p.title) for p in passages],
-            max_tokens=problem.answer_tokens or self._max_tokens,
-            temperature=0.0,
-        )
+        request = self.draft_request(problem, passages)
         stream = ANSWER_STREAM.get()
         try:
             if stream is None:
@@ -100,6 +94,26 @@ class LlmAgent:
                         f"drafted by {response.provider} ({response.model}), {tokens} tokens, "
                         f"{len(passages)} passage(s)", detail=draft)
 
+    def draft_request(self, problem: TextProblem, passages: tuple[Passage, ...]
+                      ) -> llm_service_pb2.GenerateRequest:
+        """The single draft's request (temperature 0) over `passages`."""
+        return llm_service_pb2.GenerateRequest(
+            prompt=problem.query,
+            context=[llm_service_pb2.ContextPassage(text=p.text, source=p.document_id,
+                                                    title=p.title) for p in passages],
+            max_tokens=problem.answer_tokens or self._max_tokens,
+            temperature=0.0,
+        )
+
+    def prestart(self, problem: TextProblem, remaining_s: float) -> Prestarted:
+        """The single draft's StreamGenerate over no passages, started now (before the
+        retrieval has answered), its deadline this agent's shortened to `remaining_s` (the
+        request's seconds left); `_streamed` reads it when its request is the same."""
+        request = self.draft_request(problem, ()).SerializeToString()
+        return Prestarted(request, self._stub.StreamGenerate(
+            llm_service_pb2.StreamGenerateRequest.FromString(request),
+            timeout=min(self._deadline_s, remaining_s)))
+
     async def _streamed(self, request: llm_service_pb2.GenerateRequest, timeout: float,
                         stream: AnswerStream, passages: tuple[Passage, ...]
                         ) -> llm_service_pb2.GenerateResponse:
@@ -111,9 +125,15 @@ class LlmAgent:
             grpc.aio.AioRpcError: the call failed. Unavailable: it ended without a response.
         """
         stream.sources(passages)
-        call = self._stub.StreamGenerate(
-            llm_service_pb2.StreamGenerateRequest.FromString(request.SerializeToString()),
-            timeout=timeout)
+        data = request.SerializeToString()  # StreamGenerateRequest has the same fields
+        prestarted = stream.take_prestarted()
+        if prestarted is not None and prestarted.request == data:
+            call = prestarted.call  # the same call, started beside the retrieval
+        else:
+            if prestarted is not None:
+                prestarted.call.cancel()
+            call = self._stub.StreamGenerate(
+                llm_service_pb2.StreamGenerateRequest.FromString(data), timeout=timeout)
         try:
             async for message in call:
                 if message.WhichOneof("chunk") == "response":

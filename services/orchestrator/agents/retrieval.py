@@ -22,6 +22,12 @@ class RetrievalAgent:
     Args:
         stub: a RetrievalService stub over a channel from `libs.channels.open_channel`.
         deadline_s: deadline of one call in seconds; the round's deadline shortens it.
+
+    Attributes:
+        default_missing: the latest search of the default collection (no collection named)
+            found it missing. A hint only, for starting an ungrounded draft beside the search
+            (`api.answer_stream.prestart_draft`): every request still searches, and the search
+            decides; the next search that finds the collection clears it.
     """
 
     name = AgentName.RETRIEVAL
@@ -32,6 +38,7 @@ class RetrievalAgent:
                  deadline_s: float) -> None:
         self._stub = stub
         self._deadline_s = deadline_s
+        self.default_missing = False
 
     async def propose(self, round_: Round) -> Proposal:
         """The best document's id as the answer (None when nothing matched), confidence the best
@@ -50,9 +57,12 @@ class RetrievalAgent:
             raise DeadlineExceeded("retrieval: no time left for a search")
         try:
             passages = await search_passages(self._stub, problem, timeout)
+            if not problem.collection_named:
+                self.default_missing = False
         except NotFound:
             if problem.collection_named:
                 raise
+            self.default_missing = True
             return Proposal(None, 0.0, f"the default collection {problem.collection!r} does not "
                             "exist yet (nothing ingested): no passages",
                             detail=NoDefaultCollection(problem.collection))

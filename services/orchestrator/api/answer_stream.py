@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
+from services.orchestrator.agents.llm import LlmAgent
+from services.orchestrator.agents.retrieval import RetrievalAgent
 from services.orchestrator.api.responses import stream_event
 from services.orchestrator.loop.events import EventSink, IterationStarted, LoopEvent
-from services.orchestrator.text.query import Passage
-from services.orchestrator.text.streaming import ANSWER_STREAM
+from services.orchestrator.loop.types import Agent
+from services.orchestrator.text.query import Passage, TextProblem
+from services.orchestrator.text.streaming import ANSWER_STREAM, Prestarted
 
 Answer = Callable[[EventSink], Awaitable[pb.AnswerQueryResponse]]
 """AnswerQuery's work for one request, given the sink of its loop's events."""
@@ -31,6 +34,7 @@ class AnswerEvents:
         self._started = started
         self._loop_events = loop_events
         self._held: list[pb.StreamAnswerQueryResponse] | None = []
+        self.prestarted: Prestarted | None = None
 
     def message(self, iteration: int = 1, **event) -> pb.StreamAnswerQueryResponse:
         return pb.StreamAnswerQueryResponse(
@@ -46,6 +50,10 @@ class AnswerEvents:
         if text:
             self.deltas += 1
             self.queue.put_nowait(self.message(answer_delta=text))
+
+    def take_prestarted(self) -> Prestarted | None:
+        prestarted, self.prestarted = self.prestarted, None
+        return prestarted
 
     def __call__(self, event: LoopEvent) -> None:
         """A loop event as a message. The retrieval's events (before the first iteration) are
@@ -93,3 +101,25 @@ async def stream_answer(answer: Answer, started: float, single_draft: bool
         yield events.message(response.iterations, response=response)
     finally:
         task.cancel()
+        if (prestarted := events.take_prestarted()) is not None:
+            prestarted.call.cancel()  # the loop never drafted (e.g. the deadline passed)
+
+
+def prestart_draft(agents: Sequence[Agent], problem: TextProblem, deadline: float) -> None:
+    """Starts the single draft's gateway stream beside the retrieval when the answer will most
+    likely be ungrounded: a streamed request (`ANSWER_STREAM` set) that names no collection,
+    while the retrieval agent's latest search found the default collection missing
+    (`RetrievalAgent.default_missing`). The retrieval still runs and decides: the LLM agent
+    reads the started call only when the request it would make is the same bytes (no passages
+    came), else cancels it (the first request after the default collection appears, once per
+    orchestrator). It saves the retrieval's round trip from the first token of a fresh mesh.
+    `deadline`: the request's, in `time.monotonic()` seconds."""
+    stream = ANSWER_STREAM.get()
+    if not isinstance(stream, AnswerEvents) or problem.collection_named:
+        return
+    retrieval = next((a for a in agents if isinstance(a, RetrievalAgent)), None)
+    llm = next((a for a in agents if isinstance(a, LlmAgent)), None)
+    remaining = deadline - time.monotonic()
+    if retrieval is None or llm is None or not retrieval.default_missing or remaining <= 0:
+        return
+    stream.prestarted = llm.prestart(problem, remaining)

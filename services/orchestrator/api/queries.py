@@ -10,6 +10,7 @@ import time
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
 from libs.errors import DeadlineExceeded, FailedPrecondition, NotFound, Unavailable
+from services.orchestrator.api.answer_stream import prestart_draft
 from services.orchestrator.api.enums import decider_to_proto
 from services.orchestrator.api.responses import query_response
 from services.orchestrator.api.roles import (
@@ -94,6 +95,8 @@ class Queries:
             checkpoints=durable.checkpoints if durable is not None else None)
         budget = Budget(max_iterations=self._settings.text_max_iterations, deadline=deadline)
         started = time.perf_counter()
+        if sampling is None and durable is None:
+            prestart_draft(self._agents.text, problem, deadline)  # a streamed fresh mesh's draft
         result = await loop.run(problem, budget, durable.resume if durable is not None else None)
         observe_result("text_query", result)
         response = query_response(result, request.thread_id, sampling)

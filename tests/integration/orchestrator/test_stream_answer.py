@@ -147,6 +147,26 @@ async def test_a_grounded_stream_sends_its_sources_then_the_text(mesh):
     assert "".join(m.answer_delta for m in messages[1:-1]) == final.answer == ANSWER
 
 
+async def test_the_draft_started_beside_the_search_answers_only_while_ungrounded(mesh, wire):
+    await _stream(mesh, sample_count=1)  # this search finds no default collection
+    before = wire.requests
+    final = (await _stream(mesh, sample_count=1))[-1].response  # drafted beside the search
+    assert final.ungrounded and final.answer == ANSWER
+    assert wire.requests == before + 1  # the call started ahead was the draft, not an extra
+    await mesh.IngestDocuments(pb.IngestDocumentsRequest(collection="default", documents=[
+        common_pb2.Document(id="heart", title="Heart",
+                            text="The human heart has four chambers: two atria and two "
+                                 "ventricles.")]), timeout=60)
+    before = wire.requests
+    final = (await _stream(mesh, sample_count=1))[-1].response  # the search decides
+    assert not final.ungrounded and [s.document_id for s in final.sources] == ["heart"]
+    grounded = [body for body in wire.bodies[before:] if "two atria" in json.dumps(body)]
+    assert len(grounded) == 1  # the draft that answered had the passage in its prompt
+    before = wire.requests
+    await _stream(mesh, sample_count=1)  # the collection is known to exist: nothing ahead
+    assert wire.requests == before + 1
+
+
 async def test_self_consistency_streams_the_loop_then_the_answer_in_one_delta(mesh):
     messages = await _stream(mesh, sample_count=3)
     kinds = _kinds(messages)
