@@ -134,7 +134,8 @@ def test_scrape_config_covers_every_service_and_its_metrics_port(repo_root):
         assert [p["port"] for p in headless["ports"]] == [ports[f"{name}-metrics"]]
         env = {e["name"]: e.get("value") for e in
                deployments[name]["spec"]["template"]["spec"]["containers"][0]["env"]}
-        assert [v for k, v in env.items() if k.endswith("_METRICS_PORT")] == [str(ports[f"{name}-metrics"])]
+        port = str(ports[f"{name}-metrics"])
+        assert [v for k, v in env.items() if k.endswith("_METRICS_PORT")] == [port]
 
 
 @pytest.fixture
