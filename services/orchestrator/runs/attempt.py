@@ -156,7 +156,7 @@ class Attempt:
 
     def __init__(self, store: RunStore, executor: Executor, worker_id: str, lease_s: float,
                  run: RunRecord, trace_id: str | None = None, *, lease_next: bool = False,
-                 ) -> None:
+                 write_interval_s: float = WRITE_INTERVAL_S) -> None:
         self._store = store
         self._lease_next = lease_next
         self.next_run: RunRecord | None = None
@@ -166,7 +166,7 @@ class Attempt:
         self._worker_id = worker_id
         self._lease_s = lease_s
         self._run = run
-        self._writer = ProgressWriter(store, run.name, worker_id)
+        self._writer = ProgressWriter(store, run.name, worker_id, write_interval_s)
         if trace_id is not None:
             self._writer.trace(trace_id)
 

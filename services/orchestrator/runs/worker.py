@@ -24,7 +24,13 @@ from opentelemetry import trace
 
 from libs.errors import Unavailable
 from services.orchestrator.metrics import RUN_ATTEMPTS, RUN_LEASE_EXPIRIES, RUN_TIME_QUEUED
-from services.orchestrator.runs.attempt import BACKOFF_S, MAX_BACKOFF_S, Attempt, AttemptEnd
+from services.orchestrator.runs.attempt import (
+    BACKOFF_S,
+    MAX_BACKOFF_S,
+    WRITE_INTERVAL_S,
+    Attempt,
+    AttemptEnd,
+)
 from services.orchestrator.runs.execution import Executor
 from services.orchestrator.runs.model import RunRecord
 from services.orchestrator.runs.store import RunStore
@@ -50,6 +56,11 @@ _tracer = trace.get_tracer("mcts_mesh.orchestrator.runs")
 
 DEFAULT_POLL_S = 1.0
 """An idle worker looks for runs of other replicas and expired leases this often."""
+PROGRESS_WRITES_PER_S = 100.0
+"""The runs in progress in one process write their progress about this often in all: each at
+most every max(attempt.WRITE_INTERVAL_S, runs in progress / this) seconds, so that a busy
+process spends its time on the runs rather than on their progress (a run's events are shown
+that much later; its end is written at once)."""
 
 
 class RunWorkers:
@@ -75,6 +86,7 @@ class RunWorkers:
         self._prefix = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._idle: collections.deque[tuple[str, asyncio.Future]] = collections.deque()
         self._tasks: list[asyncio.Task] = []
+        self._busy = 0
         self.ended: dict[AttemptEnd, int] = dict.fromkeys(AttemptEnd, 0)
 
     def start(self) -> None:
@@ -165,9 +177,14 @@ class RunWorkers:
             # Only a recorded (sampled, exported) trace is worth a link from the run.
             trace_id = format(span.get_span_context().trace_id, "032x") \
                 if span.is_recording() else None
+            self._busy += 1
+            interval_s = max(WRITE_INTERVAL_S, self._busy / PROGRESS_WRITES_PER_S)
             attempt = Attempt(self._store, self._executor, worker_id, self._lease_s, run,
-                              trace_id, lease_next=lease_next)
-            end = await attempt.run()
+                              trace_id, lease_next=lease_next, write_interval_s=interval_s)
+            try:
+                end = await attempt.run()
+            finally:
+                self._busy -= 1
             span.set_attribute("mesh.run.end", end.value)
         self.ended[end] += 1
         if end is AttemptEnd.LOST:

@@ -98,11 +98,14 @@ def create_batch(connection: Connection, now: float, owner: str,
     return batch_id
 
 
-def _append(connection: Connection, run_id: str, now: float, events: Sequence[Event]) -> list[int]:
-    """Appends events to the run (its row already locked): their gapless sequence numbers."""
+def _append(connection: Connection, run_id: str, now: float, events: Sequence[Event],
+            **values: object) -> list[int]:
+    """Appends events to the run (its row already locked), setting the other column `values`
+    in the same statement: their gapless sequence numbers."""
     last = connection.execute(
         update(runs).where(runs.c.run_id == run_id)
-        .values(last_event_sequence=runs.c.last_event_sequence + len(events), update_time=now)
+        .values(last_event_sequence=runs.c.last_event_sequence + len(events), update_time=now,
+                **values)
         .returning(runs.c.last_event_sequence)).scalar_one()
     first = last - len(events) + 1
     connection.execute(insert(run_events), [
@@ -114,17 +117,17 @@ def _append(connection: Connection, run_id: str, now: float, events: Sequence[Ev
 
 
 def _change_state(connection: Connection, row: Row, now: float, state: RunState, *,
-                  error: bytes | None = None, attempt: int | None = None, **values: object) -> None:
+                  error: bytes | None = None, attempt: int | None = None,
+                  before: Sequence[Event] = (), **values: object) -> None:
     """Moves the run of `row` (locked) to `state` with the other column `values`, and writes the
-    STATE_CHANGED event to the run and, for a batch's run, to the batch (ending the batch when
-    this was its last unfinished run)."""
+    events `before`, then the STATE_CHANGED event, to the run and, for a batch's run, the
+    latter to the batch (ending the batch when this was its last unfinished run)."""
     attempt = row.attempts if attempt is None else attempt
-    values.update(state=state.value, update_time=now, error=error)
+    values.update(state=state.value, error=error)
     if state.finished:
         values["end_time"] = now
-    connection.execute(update(runs).where(runs.c.run_id == row.run_id).values(**values))
     event: Event = (STATE_CHANGED, error or b"", RunState(row.state), state, attempt)
-    _append(connection, row.run_id, now, [event])
+    _append(connection, row.run_id, now, [*before, event], **values)
     if row.batch_id is None:
         return
     sequence = connection.execute(
@@ -232,20 +235,19 @@ def append_events(connection: Connection, now: float, name: str, worker_id: str 
         row = reads.run_row(connection, paging.parse_name(name, "runs"), None, lock=True)
     elif (row := _held(connection, name, worker_id)) is None:
         raise LeaseLost(f"{name}: lease lost; stop working on it")
-    sequences = _append_worker_events(connection, row, now, events) if events else []
-    if state is not None:
+    if not events:
         connection.execute(update(runs).where(runs.c.run_id == row.run_id)
                            .values(checkpoint=state, update_time=now))
-    return sequences
+        return []
+    return _append(connection, row.run_id, now, _worker_events(row, events),
+                   **({} if state is None else {"checkpoint": state}))
 
 
-def _append_worker_events(connection: Connection, row: Row, now: float,
-                          events: Sequence[tuple[str, bytes]]) -> list[int]:
+def _worker_events(row: Row, events: Sequence[tuple[str, bytes]]) -> list[Event]:
     for kind, _ in events:
         if kind == STATE_CHANGED:
             raise ValueError(f"{STATE_CHANGED} events are the store's own")
-    return _append(connection, row.run_id, now,
-                   [(kind, payload, None, None, row.attempts) for kind, payload in events])
+    return [(kind, payload, None, None, row.attempts) for kind, payload in events]
 
 
 def finish(connection: Connection, now: float, name: str, worker_id: str, state: RunState,
@@ -259,10 +261,8 @@ def finish(connection: Connection, now: float, name: str, worker_id: str, state:
     row = _held(connection, name, worker_id)
     if row is None:
         return False
-    if events:
-        _append_worker_events(connection, row, now, events)
     _change_state(connection, row, now, state, error=error, response=response,
-                  lease_owner=None, lease_expires=None)
+                  lease_owner=None, lease_expires=None, before=_worker_events(row, events))
     return True
 
 
