@@ -10,8 +10,9 @@ the machine's drift hits them alike:
   "local"), through grpc.aio; time to the first `text_delta`;
 - orchestrator: `OrchestratorService.StreamAnswerQuery` with one draft (`sample_count` 1) on a
   fresh mesh (no collection ingested: retrieval answers NOT_FOUND for the default collection and the
-  question is answered ungrounded), the orchestrator, LLM and retrieval services each in its own
-  process; time to the first `answer_delta`.
+  question is answered ungrounded; after the first round the draft's stream starts beside that
+  search), the orchestrator, LLM and retrieval services each in its own process; time to the first
+  `answer_delta`.
 "added" is, per round, the path's time minus the direct call's in the same round; p50 and p95 of
 those differences are reported with each path's own p50/p95.
 
