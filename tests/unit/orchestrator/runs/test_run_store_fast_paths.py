@@ -4,8 +4,14 @@ finish's transaction, events with a checkpoint in one write, and a watch's first
 
 from __future__ import annotations
 
+import asyncio
+
+from test_run_attempts import LEASE_S, Scripted, payloads
+
+from services.orchestrator.runs.attempt import AttemptEnd
 from services.orchestrator.runs.model import STATE_CHANGED, RunState
 from services.orchestrator.runs.store import RunStore
+from services.orchestrator.runs.worker import RunWorkers
 
 Q, R, S, F = RunState.QUEUED, RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED
 
@@ -73,3 +79,41 @@ async def test_a_watch_starts_with_the_run_and_its_events_in_one_read(store: Run
     assert record.state is R and [e.sequence for e in events] == [1]
     record, events = await store.run_and_events(run.name, None, 1)
     assert events == []
+
+
+async def _idle_worker(workers):
+    for _ in range(500):
+        if (handoff := workers.handoff()) is not None:
+            return handoff
+        await asyncio.sleep(0.01)
+    raise AssertionError("no worker went idle")
+
+
+async def _ended(store: RunStore, name: str):
+    for _ in range(500):
+        if (run := await store.get_run(name, None)).state.finished:
+            return run
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{name} did not end")
+
+
+async def test_a_handed_off_run_is_executed_by_its_worker_without_a_lease_or_a_poll(
+        store: RunStore):
+    # poll_s of an hour: only the handoff (or give(None)) can make the idle worker act.
+    workers = RunWorkers(store, Scripted(), workers=1, lease_s=LEASE_S, poll_s=3600)
+    workers.start()
+    try:
+        handoff = await _idle_worker(workers)
+        created, leased = await store.create_leased_run("alice", "solve", b"r", None,
+                                                        handoff.worker_id, handoff.lease_s)
+        handoff.give(leased)
+        run = await _ended(store, created.name)
+        assert (run.state, run.attempts, run.response) == (S, 1, b"answer")
+        assert await payloads(store, run.name) == [("solve_progress", b"round 1"),
+                                                   ("solve_progress", b"round 2")]
+        queued = await store.create_run("alice", "solve", b"r", None)
+        (await _idle_worker(workers)).give(None)  # nothing handed: the worker leases
+        assert (await _ended(store, queued.name)).state is S
+        assert workers.ended[AttemptEnd.FINISHED] == 2
+    finally:
+        await workers.stop()
