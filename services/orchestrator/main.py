@@ -237,7 +237,8 @@ async def build_servicers(
                                   workers=settings.run_workers, lease_s=settings.run_lease_s)
         servicers.append(Servicer(run_service_pb2_grpc.add_RunServiceServicer_to_server,
                                   RunServicer(runs.store, servicer, access, runs.workers.wake,
-                                              handoff=runs.workers.handoff),
+                                              handoff=runs.workers.handoff,
+                                              cancelled=runs.workers.cancelled),
                                   RUN_SERVICE_NAME))
 
     async def ready() -> None:

@@ -63,14 +63,19 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
         queued: called with the number of runs created (wakes this process's idle workers).
         handoff: an idle local worker reserved for a run about to be created (`RunWorkers.
             handoff`), or None: CreateRun then creates the run already leased to it.
+        cancelled: called with (run, batch) once a cancellation is stored (`RunWorkers.
+            cancelled`), so that this process's worker stops the run at once.
         watch_poll_s: how often a watch reads events other replicas wrote.
     """
 
     def __init__(self, store: RunStore, validator: OrchestratorServicer,
                  access: AccessControl | None, queued: Callable[[int], None] = lambda runs: None,
                  watch_poll_s: float = WATCH_POLL_S,
-                 handoff: Callable[[], Handoff | None] = lambda: None) -> None:
+                 handoff: Callable[[], Handoff | None] = lambda: None,
+                 cancelled: Callable[[str | None, str | None], None] = lambda run, batch: None,
+                 ) -> None:
         self._store = store
+        self._cancelled = cancelled
         self._validator = validator
         self._access = access
         self._queued = queued
@@ -139,8 +144,9 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
         return pb.ListRunsResponse(runs=[run_message(r) for r in records], next_page_token=token)
 
     async def CancelRun(self, request: pb.CancelRunRequest, context) -> pb.Run:
-        return run_message(await self._store.cancel_run(request.name,
-                                                        await self._reader(context)))
+        record = await self._store.cancel_run(request.name, await self._reader(context))
+        self._cancelled(record.name, None)
+        return run_message(record)
 
     async def DeleteRun(self, request: pb.DeleteRunRequest, context) -> empty_pb2.Empty:
         await self._store.delete_run(request.name, await self._reader(context))
@@ -170,8 +176,9 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
                                       next_page_token=token)
 
     async def CancelBatch(self, request: pb.CancelBatchRequest, context) -> pb.Batch:
-        return batch_message(await self._store.cancel_batch(request.name,
-                                                            await self._reader(context)))
+        record = await self._store.cancel_batch(request.name, await self._reader(context))
+        self._cancelled(None, record.name)
+        return batch_message(record)
 
     async def WatchRun(self, request: pb.WatchRunRequest, context) -> AsyncIterator[pb.RunEvent]:
         _check_after(request.after_sequence)

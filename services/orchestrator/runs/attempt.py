@@ -169,6 +169,17 @@ class Attempt:
         self._writer = ProgressWriter(store, run.name, worker_id, write_interval_s)
         if trace_id is not None:
             self._writer.trace(trace_id)
+        self._poked = asyncio.Event()
+
+    @property
+    def run_record(self) -> RunRecord:
+        """The run this attempt executes."""
+        return self._run
+
+    def poke(self) -> None:
+        """Renews the lease now instead of at the next beat: a cancellation asked in this
+        process (CancelRun, CancelBatch) then stops the run at once, not lease_s / 3 later."""
+        self._poked.set()
 
     async def run(self) -> AttemptEnd:
         """Runs the attempt to its end. Cancelled (the worker stops), it cancels the execution
@@ -212,7 +223,9 @@ class Attempt:
         """Renews the lease every lease_s / 3 seconds until it is lost (LOST) or cancellation
         was asked (CANCELLED). A store that is down is asked again at the next beat."""
         while True:
-            await asyncio.sleep(self._lease_s / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), self._lease_s / 3)
+            self._poked.clear()
             try:
                 if await self._store.renew(self._run.name, self._worker_id, self._lease_s):
                     continue

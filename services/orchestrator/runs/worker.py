@@ -87,6 +87,7 @@ class RunWorkers:
         self._idle: collections.deque[tuple[str, asyncio.Future]] = collections.deque()
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
+        self._attempts: dict[str, Attempt] = {}
         self.ended: dict[AttemptEnd, int] = dict.fromkeys(AttemptEnd, 0)
 
     def start(self) -> None:
@@ -116,6 +117,15 @@ class RunWorkers:
                     break
             else:
                 return
+
+    def cancelled(self, run: str | None = None, batch: str | None = None) -> None:
+        """Cancellation of `run` (or of every run of `batch`) was asked in the store: the
+        attempts of this process executing them check at once (`Attempt.poke`); other
+        replicas' attempts see it at their next lease renewal."""
+        for attempt in list(self._attempts.values()):
+            record = attempt.run_record
+            if record.name == run or (batch is not None and record.batch == batch):
+                attempt.poke()
 
     def handoff(self) -> Handoff | None:
         """An idle worker, reserved for a run this process is about to create (see Handoff);
@@ -181,10 +191,12 @@ class RunWorkers:
             interval_s = max(WRITE_INTERVAL_S, self._busy / PROGRESS_WRITES_PER_S)
             attempt = Attempt(self._store, self._executor, worker_id, self._lease_s, run,
                               trace_id, lease_next=lease_next, write_interval_s=interval_s)
+            self._attempts[run.name] = attempt
             try:
                 end = await attempt.run()
             finally:
                 self._busy -= 1
+                self._attempts.pop(run.name, None)
             span.set_attribute("mesh.run.end", end.value)
         self.ended[end] += 1
         if end is AttemptEnd.LOST:

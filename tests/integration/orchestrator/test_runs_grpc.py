@@ -177,3 +177,33 @@ async def test_a_batch_runs_every_item_and_counts_them(mesh):
                                     metadata=mesh.keys["alice"])
     assert [r.solve.connect_four.moves for r in runs.runs] == ["4", "44", "443", "3"]
     assert all(r.HasField("solve_response") for r in runs.runs)
+
+
+async def test_a_cancel_in_the_same_process_stops_the_run_without_waiting_for_a_renewal(tmp_path):
+    """With leases of ten minutes (renewed every 200 s), a cancelled run and a cancelled batch
+    still end at once: CancelRun/CancelBatch poke this process's attempts, which renew now and
+    see the cancellation (the watches' 30 s deadline would pass otherwise)."""
+    backends, search = await start_backends()
+    mesh = await start_orchestrator(
+        backends.port, run_store_url=f"sqlite:///{tmp_path}/runs.db", run_lease_s=600,
+        run_workers=2)
+    try:
+        search.hold.clear()
+        run = (await mesh.runs.CreateRun(pb.CreateRunRequest(run=pb.Run(solve=three_rounds())))
+               ).name
+        await until(lambda: search.waiting == 1)
+        await mesh.runs.CancelRun(pb.CancelRunRequest(name=run))
+        events = [e async for e in mesh.runs.WatchRun(pb.WatchRunRequest(name=run), timeout=30)]
+        assert events[-1].state_changed.state == State.STATE_CANCELLED
+        batch = await mesh.runs.CreateBatch(pb.CreateBatchRequest(
+            items=[pb.BatchItem(solve=three_rounds()), pb.BatchItem(solve=three_rounds())]))
+        await until(lambda: search.waiting == 2)
+        await mesh.runs.CancelBatch(pb.CancelBatchRequest(name=batch.name))
+        events = [e async for e in mesh.runs.WatchBatch(
+            pb.WatchBatchRequest(name=batch.name), timeout=30)]
+        ended = await mesh.runs.GetBatch(pb.GetBatchRequest(name=batch.name))
+        assert events and ended.end_time.seconds > 0
+    finally:
+        search.hold.set()
+        await mesh.close()
+        await backends.stop(0)
