@@ -115,8 +115,10 @@ def test_every_dependency_is_reported_under_its_service_name(up):
     reply = ready(up)
     assert reply.status_code == 200
     assert reply.json()["status"] == "SERVING"
-    assert states(reply) == dict.fromkeys(DEPENDENCIES, "SERVING")
-    assert {d["service"] for d in reply.json()["dependencies"]} == set(DEPENDENCIES.values())
+    # The four backends under their service names, and the durable runs' store.
+    assert states(reply) == dict.fromkeys([*DEPENDENCIES, "run_store"], "SERVING")
+    assert {d["service"] for d in reply.json()["dependencies"]} == \
+        {*DEPENDENCIES.values(), "run_store"}
 
 
 def test_a_frozen_dependency_is_unknown_within_seconds_and_the_front_stays_ready(up):
@@ -171,4 +173,4 @@ def test_a_killed_dependency_is_restarted_on_its_port_and_used_again(up):
     assert pb.AGENT_MCTS in response.agents
     assert any(vote.agent == pb.AGENT_MCTS for vote in response.votes)
     assert response.search_statistics.simulations > 0
-    assert states(ready(up)) == dict.fromkeys(DEPENDENCIES, "SERVING")
+    assert states(ready(up)) == dict.fromkeys([*DEPENDENCIES, "run_store"], "SERVING")
