@@ -11,13 +11,15 @@ locks, `FOR UPDATE SKIP LOCKED` for leases, so that replicas share the queue.
 from __future__ import annotations
 
 import asyncio
-import logging
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
@@ -180,13 +182,6 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def _migrate(database: Database) -> None:
-    # Alembic logs each plugin (at its import) and each step at INFO, before the service's
-    # logging is set up (the store opens first); the service's own lines say what happened.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    from alembic import command
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     script = ScriptDirectory.from_config(config)
