@@ -75,6 +75,14 @@ def _small_trm_mlp(vocab_size: int, seq_len: int) -> trm.TRMConfig:
                          puzzle_emb_ndim=96, puzzle_emb_len=4, halt_max_steps=8)
 
 
+def _small_hrm(vocab_size: int, seq_len: int) -> hrm.HRMConfig:
+    """The CPU-sized HRM of the `hrm-cpu-*` presets (hidden 64, 2 + 2 layers, 2 x 2 cycles, up
+    to 8 segments) for a task's vocabulary and sequence length."""
+    return hrm.HRMConfig(vocab_size=vocab_size, seq_len=seq_len, hidden_size=64, num_heads=4,
+                         h_layers=2, l_layers=2, h_cycles=2, l_cycles=2, puzzle_emb_ndim=64,
+                         halt_max_steps=8)
+
+
 def _presets() -> dict[str, Preset]:
     presets = [
         Preset("hrm-paper-sudoku", hrm.ARCHITECTURE,
@@ -100,10 +108,10 @@ def _presets() -> dict[str, Preset]:
         Preset("trm-mlp-cpu-maze7", trm.ARCHITECTURE, _small_trm_mlp(MAZE_VOCAB, GRID7_CELLS),
                "small TRM-MLP for 7x7-grid mazes (3x3 cells), trainable on a CPU"),
         Preset("hrm-cpu-sudoku6", hrm.ARCHITECTURE,
-               hrm.HRMConfig(vocab_size=SUDOKU6_VOCAB, seq_len=GRID6_CELLS, hidden_size=64,
-                             num_heads=4, h_layers=2, l_layers=2, h_cycles=2, l_cycles=2,
-                             puzzle_emb_ndim=64, halt_max_steps=8),
+               _small_hrm(SUDOKU6_VOCAB, GRID6_CELLS),
                "small HRM for 6x6 Sudoku, trainable on a CPU"),
+        Preset("hrm-cpu-maze9", hrm.ARCHITECTURE, _small_hrm(MAZE_VOCAB, GRID9_CELLS),
+               "small HRM for 9x9-grid mazes (4x4 cells), trainable on a CPU"),
     ]
     return {preset.name: preset for preset in presets}
 
