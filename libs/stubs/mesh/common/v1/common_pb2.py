@@ -24,23 +24,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmesh/common/v1/common.proto\x12\x0emesh.common.v1\"+\n\x13\x43onnectFourPosition\x12\x14\n\x05moves\x18\x01 \x01(\tR\x05moves\"\xb7\x06\n\x10SearchStatistics\x12 \n\x0bsimulations\x18\x01 \x01(\x03R\x0bsimulations\x12\x34\n\x16simulations_per_second\x18\x02 \x01(\x01R\x14simulationsPerSecond\x12\x1b\n\ttree_size\x18\x03 \x01(\x03R\x08treeSize\x12\x1b\n\tmax_depth\x18\x04 \x01(\x05R\x08maxDepth\x12\x1d\n\nroot_value\x18\x05 \x01(\x01R\trootValue\x12:\n\x07\x61\x63tions\x18\x06 \x03(\x0b\x32 .mesh.common.v1.ActionStatisticsR\x07\x61\x63tions\x12\x1d\n\nelapsed_ms\x18\x07 \x01(\x01R\telapsedMs\x12\x12\n\x04seed\x18\x08 \x01(\x04R\x04seed\x12\x18\n\x07threads\x18\t \x01(\x05R\x07threads\x12\x1b\n\ttree_full\x18\n \x01(\x08R\x08treeFull\x12\x1e\n\ncollisions\x18\x0b \x01(\x03R\ncollisions\x12 \n\x0b\x65valuations\x18\x0c \x01(\x03R\x0b\x65valuations\x12\x18\n\x07\x62\x61tches\x18\r \x01(\x03R\x07\x62\x61tches\x12,\n\x12\x62\x61tch_selection_ms\x18\x0e \x01(\x01R\x10\x62\x61tchSelectionMs\x12#\n\revaluation_ms\x18\x0f \x01(\x01R\x0c\x65valuationMs\x12&\n\x0f\x62\x61tch_backup_ms\x18\x10 \x01(\x01R\rbatchBackupMs\x12-\n\x12transposition_hits\x18\x14 \x01(\x03R\x11transpositionHits\x12!\n\x0cselection_ms\x18\x15 \x01(\x01R\x0bselectionMs\x12!\n\x0c\x65xpansion_ms\x18\x16 \x01(\x01R\x0b\x65xpansionMs\x12\x1d\n\nrollout_ms\x18\x17 \x01(\x01R\trolloutMs\x12\x1b\n\tbackup_ms\x18\x18 \x01(\x01R\x08\x62\x61\x63kupMs\x12\x17\n\x07wait_ms\x18\x19 \x01(\x01R\x06waitMs\x12+\n\x11timed_simulations\x18\x1a \x01(\x03R\x10timedSimulations\"n\n\x10\x41\x63tionStatistics\x12\x16\n\x06\x61\x63tion\x18\x01 \x01(\x05R\x06\x61\x63tion\x12\x16\n\x06visits\x18\x02 \x01(\x03R\x06visits\x12\x14\n\x05value\x18\x03 \x01(\x01R\x05value\x12\x14\n\x05prior\x18\x04 \x01(\x01R\x05prior\"\\\n\x08\x44ocument\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n\x04text\x18\x03 \x01(\tR\x04text\x12\x16\n\x06source\x18\x04 \x01(\tR\x06source*p\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SEARCH_MODE_DENSE\x10\x01\x12\x16\n\x12SEARCH_MODE_SPARSE\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03*\\\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46USION_METHOD_DBSF\x10\x01\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmesh/common/v1/common.proto\x12\x0emesh.common.v1\"c\n\x13\x43onnectFourPosition\x12\x14\n\x05moves\x18\x01 \x01(\tR\x05moves\x12\x36\n\x05\x62oard\x18\x02 \x01(\x0b\x32 .mesh.common.v1.ConnectFourBoardR\x05\x62oard\"@\n\x10\x43onnectFourBoard\x12\x18\n\x07\x63olumns\x18\x01 \x01(\x05R\x07\x63olumns\x12\x12\n\x04rows\x18\x02 \x01(\x05R\x04rows\"\xb7\x06\n\x10SearchStatistics\x12 \n\x0bsimulations\x18\x01 \x01(\x03R\x0bsimulations\x12\x34\n\x16simulations_per_second\x18\x02 \x01(\x01R\x14simulationsPerSecond\x12\x1b\n\ttree_size\x18\x03 \x01(\x03R\x08treeSize\x12\x1b\n\tmax_depth\x18\x04 \x01(\x05R\x08maxDepth\x12\x1d\n\nroot_value\x18\x05 \x01(\x01R\trootValue\x12:\n\x07\x61\x63tions\x18\x06 \x03(\x0b\x32 .mesh.common.v1.ActionStatisticsR\x07\x61\x63tions\x12\x1d\n\nelapsed_ms\x18\x07 \x01(\x01R\telapsedMs\x12\x12\n\x04seed\x18\x08 \x01(\x04R\x04seed\x12\x18\n\x07threads\x18\t \x01(\x05R\x07threads\x12\x1b\n\ttree_full\x18\n \x01(\x08R\x08treeFull\x12\x1e\n\ncollisions\x18\x0b \x01(\x03R\ncollisions\x12 \n\x0b\x65valuations\x18\x0c \x01(\x03R\x0b\x65valuations\x12\x18\n\x07\x62\x61tches\x18\r \x01(\x03R\x07\x62\x61tches\x12,\n\x12\x62\x61tch_selection_ms\x18\x0e \x01(\x01R\x10\x62\x61tchSelectionMs\x12#\n\revaluation_ms\x18\x0f \x01(\x01R\x0c\x65valuationMs\x12&\n\x0f\x62\x61tch_backup_ms\x18\x10 \x01(\x01R\rbatchBackupMs\x12-\n\x12transposition_hits\x18\x14 \x01(\x03R\x11transpositionHits\x12!\n\x0cselection_ms\x18\x15 \x01(\x01R\x0bselectionMs\x12!\n\x0c\x65xpansion_ms\x18\x16 \x01(\x01R\x0b\x65xpansionMs\x12\x1d\n\nrollout_ms\x18\x17 \x01(\x01R\trolloutMs\x12\x1b\n\tbackup_ms\x18\x18 \x01(\x01R\x08\x62\x61\x63kupMs\x12\x17\n\x07wait_ms\x18\x19 \x01(\x01R\x06waitMs\x12+\n\x11timed_simulations\x18\x1a \x01(\x03R\x10timedSimulations\"n\n\x10\x41\x63tionStatistics\x12\x16\n\x06\x61\x63tion\x18\x01 \x01(\x05R\x06\x61\x63tion\x12\x16\n\x06visits\x18\x02 \x01(\x03R\x06visits\x12\x14\n\x05value\x18\x03 \x01(\x01R\x05value\x12\x14\n\x05prior\x18\x04 \x01(\x01R\x05prior\"\\\n\x08\x44ocument\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n\x04text\x18\x03 \x01(\tR\x04text\x12\x16\n\x06source\x18\x04 \x01(\tR\x06source*p\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SEARCH_MODE_DENSE\x10\x01\x12\x16\n\x12SEARCH_MODE_SPARSE\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03*\\\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46USION_METHOD_DBSF\x10\x01\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mesh.common.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEARCHMODE']._serialized_start=1124
-  _globals['_SEARCHMODE']._serialized_end=1236
-  _globals['_FUSIONMETHOD']._serialized_start=1238
-  _globals['_FUSIONMETHOD']._serialized_end=1330
+  _globals['_SEARCHMODE']._serialized_start=1246
+  _globals['_SEARCHMODE']._serialized_end=1358
+  _globals['_FUSIONMETHOD']._serialized_start=1360
+  _globals['_FUSIONMETHOD']._serialized_end=1452
   _globals['_CONNECTFOURPOSITION']._serialized_start=47
-  _globals['_CONNECTFOURPOSITION']._serialized_end=90
-  _globals['_SEARCHSTATISTICS']._serialized_start=93
-  _globals['_SEARCHSTATISTICS']._serialized_end=916
-  _globals['_ACTIONSTATISTICS']._serialized_start=918
-  _globals['_ACTIONSTATISTICS']._serialized_end=1028
-  _globals['_DOCUMENT']._serialized_start=1030
-  _globals['_DOCUMENT']._serialized_end=1122
+  _globals['_CONNECTFOURPOSITION']._serialized_end=146
+  _globals['_CONNECTFOURBOARD']._serialized_start=148
+  _globals['_CONNECTFOURBOARD']._serialized_end=212
+  _globals['_SEARCHSTATISTICS']._serialized_start=215
+  _globals['_SEARCHSTATISTICS']._serialized_end=1038
+  _globals['_ACTIONSTATISTICS']._serialized_start=1040
+  _globals['_ACTIONSTATISTICS']._serialized_end=1150
+  _globals['_DOCUMENT']._serialized_start=1152
+  _globals['_DOCUMENT']._serialized_end=1244
 # @@protoc_insertion_point(module_scope)

@@ -28,10 +28,20 @@ FUSION_METHOD_DBSF: FusionMethod
 FUSION_METHOD_RRF: FusionMethod
 
 class ConnectFourPosition(_message.Message):
-    __slots__ = ("moves",)
+    __slots__ = ("moves", "board")
     MOVES_FIELD_NUMBER: _ClassVar[int]
+    BOARD_FIELD_NUMBER: _ClassVar[int]
     moves: str
-    def __init__(self, moves: _Optional[str] = ...) -> None: ...
+    board: ConnectFourBoard
+    def __init__(self, moves: _Optional[str] = ..., board: _Optional[_Union[ConnectFourBoard, _Mapping]] = ...) -> None: ...
+
+class ConnectFourBoard(_message.Message):
+    __slots__ = ("columns", "rows")
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    columns: int
+    rows: int
+    def __init__(self, columns: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class SearchStatistics(_message.Message):
     __slots__ = ("simulations", "simulations_per_second", "tree_size", "max_depth", "root_value", "actions", "elapsed_ms", "seed", "threads", "tree_full", "collisions", "evaluations", "batches", "batch_selection_ms", "evaluation_ms", "batch_backup_ms", "transposition_hits", "selection_ms", "expansion_ms", "rollout_ms", "backup_ms", "wait_ms", "timed_simulations")

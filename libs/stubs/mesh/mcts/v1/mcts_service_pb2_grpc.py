@@ -75,8 +75,10 @@ class MctsServiceServicer:
         tree holds at most MCTS_MAX_TREE_NODES nodes (2,000,000 by default; a
         full tree keeps simulating from its leaves and sets tree_full).
         Errors (each INVALID_ARGUMENT names its field in a BadRequest detail):
-        INVALID_ARGUMENT for `game` not GAME_CONNECT_FOUR; `connect_four.moves`
-        malformed, illegal or a finished game; `simulations` outside
+        INVALID_ARGUMENT for `game` not GAME_CONNECT_FOUR; `connect_four.board.columns`
+        or `connect_four.board.rows` outside the sizes ConnectFourBoard allows;
+        `connect_four.moves` malformed, illegal on the board (a column outside
+        it, a full column) or a finished game; `simulations` outside
         1..10,000,000; `exploration`, `virtual_loss` or `temperature` negative or
         not finite; `threads` outside 1..64 (or above 1 with PUCT / Gumbel);
         `batch_size` outside 1..1,024; `gumbel_num_considered` outside 1..127;
@@ -86,7 +88,10 @@ class MctsServiceServicer:
         model name (letters, digits, '.', '_', '-', at most 100); and an option
         the rule would ignore (the field says which rule it needs: see each
         field). DEADLINE_EXCEEDED when the deadline leaves too little time for
-        one simulation; NOT_FOUND for an unknown neural model; UNAVAILABLE when
+        one simulation; NOT_FOUND for an unknown neural model;
+        FAILED_PRECONDITION (from the neural service, naming the board) when no
+        network of the position's board is loaded or `model` plays another
+        board; UNAVAILABLE when
         the neural service cannot be reached (each EvaluatePositions call has
         MCTS_NEURAL_TIMEOUT_S, 10 s, or the time left if less).
         """

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mesh.common.v1 import common_pb2 as mesh_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#mesh/neural/v1/neural_service.proto\x12\x0emesh.neural.v1\x1a\x1bmesh/common/v1/common.proto\"s\n\x18\x45valuatePositionsRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x41\n\tpositions\x18\x02 \x03(\x0b\x32#.mesh.common.v1.ConnectFourPositionR\tpositions\"B\n\x12PositionEvaluation\x12\x16\n\x06policy\x18\x01 \x03(\x02R\x06policy\x12\x14\n\x05value\x18\x02 \x01(\x02R\x05value\"\x8e\x01\n\x19\x45valuatePositionsResponse\x12\x44\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32\".mesh.neural.v1.PositionEvaluationR\x0b\x65valuations\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"\xb1\x01\n\x0cSolveRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n\x04grid\x18\x02 \x01(\tR\x04grid\x12>\n\x0chalting_mode\x18\x03 \x01(\x0e\x32\x1b.mesh.neural.v1.HaltingModeR\x0bhaltingMode\x12&\n\x0cmax_segments\x18\x04 \x01(\x05H\x00R\x0bmaxSegments\x88\x01\x01\x42\x0f\n\r_max_segments\"R\n\x11SegmentPrediction\x12\x12\n\x04grid\x18\x01 \x01(\tR\x04grid\x12)\n\x10halt_probability\x18\x02 \x01(\x02R\x0fhaltProbability\"\xfe\x01\n\rSolveResponse\x12\x12\n\x04grid\x18\x01 \x01(\tR\x04grid\x12=\n\x08segments\x18\x02 \x03(\x0b\x32!.mesh.neural.v1.SegmentPredictionR\x08segments\x12#\n\rsegments_used\x18\x03 \x01(\x05R\x0csegmentsUsed\x12)\n\x10halt_probability\x18\x04 \x01(\x02R\x0fhaltProbability\x12\x1d\n\nlatency_ms\x18\x05 \x01(\x01R\tlatencyMs\x12+\n\x05model\x18\x06 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"\xac\x02\n\x05Model\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n\x07version\x18\x02 \x01(\tR\x07version\x12\"\n\x0c\x61rchitecture\x18\x03 \x01(\tR\x0c\x61rchitecture\x12\'\n\x0fparameter_count\x18\x04 \x01(\x03R\x0eparameterCount\x12\x16\n\x06\x64\x65vice\x18\x05 \x01(\tR\x06\x64\x65vice\x12?\n\x08metadata\x18\x06 \x03(\x0b\x32#.mesh.neural.v1.Model.MetadataEntryR\x08metadata\x12\x12\n\x04task\x18\x07 \x01(\tR\x04task\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"C\n\x12ListModelsResponse\x12-\n\x06models\x18\x01 \x03(\x0b\x32\x15.mesh.neural.v1.ModelR\x06models\"%\n\x0fGetModelRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"?\n\x10GetModelResponse\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"(\n\x12ReloadModelRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"B\n\x13ReloadModelResponse\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\")\n\x0bRoutingStep\x12\x1a\n\x08\x66\x65\x61tures\x18\x01 \x03(\x02R\x08\x66\x65\x61tures\"^\n\x13PredictRouteRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x31\n\x05steps\x18\x02 \x03(\x0b\x32\x1b.mesh.neural.v1.RoutingStepR\x05steps\"J\n\x10RouteProbability\x12\x14\n\x05route\x18\x01 \x01(\tR\x05route\x12 \n\x0bprobability\x18\x02 \x01(\x02R\x0bprobability\"}\n\x14PredictRouteResponse\x12\x38\n\x06routes\x18\x01 \x03(\x0b\x32 .mesh.neural.v1.RouteProbabilityR\x06routes\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"E\n\x17PredictTextRouteRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\"\x81\x01\n\x18PredictTextRouteResponse\x12\x38\n\x06routes\x18\x01 \x03(\x0b\x32 .mesh.neural.v1.RouteProbabilityR\x06routes\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model*Y\n\x0bHaltingMode\x12\x1c\n\x18HALTING_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12HALTING_MODE_PAPER\x10\x01\x12\x14\n\x10HALTING_MODE_ACT\x10\x02\x32\xfd\x04\n\rNeuralService\x12h\n\x11\x45valuatePositions\x12(.mesh.neural.v1.EvaluatePositionsRequest\x1a).mesh.neural.v1.EvaluatePositionsResponse\x12\x44\n\x05Solve\x12\x1c.mesh.neural.v1.SolveRequest\x1a\x1d.mesh.neural.v1.SolveResponse\x12S\n\nListModels\x12!.mesh.neural.v1.ListModelsRequest\x1a\".mesh.neural.v1.ListModelsResponse\x12M\n\x08GetModel\x12\x1f.mesh.neural.v1.GetModelRequest\x1a .mesh.neural.v1.GetModelResponse\x12V\n\x0bReloadModel\x12\".mesh.neural.v1.ReloadModelRequest\x1a#.mesh.neural.v1.ReloadModelResponse\x12Y\n\x0cPredictRoute\x12#.mesh.neural.v1.PredictRouteRequest\x1a$.mesh.neural.v1.PredictRouteResponse\x12\x65\n\x10PredictTextRoute\x12\'.mesh.neural.v1.PredictTextRouteRequest\x1a(.mesh.neural.v1.PredictTextRouteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#mesh/neural/v1/neural_service.proto\x12\x0emesh.neural.v1\x1a\x1bmesh/common/v1/common.proto\"s\n\x18\x45valuatePositionsRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x41\n\tpositions\x18\x02 \x03(\x0b\x32#.mesh.common.v1.ConnectFourPositionR\tpositions\"B\n\x12PositionEvaluation\x12\x16\n\x06policy\x18\x01 \x03(\x02R\x06policy\x12\x14\n\x05value\x18\x02 \x01(\x02R\x05value\"\x8e\x01\n\x19\x45valuatePositionsResponse\x12\x44\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32\".mesh.neural.v1.PositionEvaluationR\x0b\x65valuations\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"\xb1\x01\n\x0cSolveRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n\x04grid\x18\x02 \x01(\tR\x04grid\x12>\n\x0chalting_mode\x18\x03 \x01(\x0e\x32\x1b.mesh.neural.v1.HaltingModeR\x0bhaltingMode\x12&\n\x0cmax_segments\x18\x04 \x01(\x05H\x00R\x0bmaxSegments\x88\x01\x01\x42\x0f\n\r_max_segments\"R\n\x11SegmentPrediction\x12\x12\n\x04grid\x18\x01 \x01(\tR\x04grid\x12)\n\x10halt_probability\x18\x02 \x01(\x02R\x0fhaltProbability\"\xfe\x01\n\rSolveResponse\x12\x12\n\x04grid\x18\x01 \x01(\tR\x04grid\x12=\n\x08segments\x18\x02 \x03(\x0b\x32!.mesh.neural.v1.SegmentPredictionR\x08segments\x12#\n\rsegments_used\x18\x03 \x01(\x05R\x0csegmentsUsed\x12)\n\x10halt_probability\x18\x04 \x01(\x02R\x0fhaltProbability\x12\x1d\n\nlatency_ms\x18\x05 \x01(\x01R\tlatencyMs\x12+\n\x05model\x18\x06 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"\xe4\x02\n\x05Model\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n\x07version\x18\x02 \x01(\tR\x07version\x12\"\n\x0c\x61rchitecture\x18\x03 \x01(\tR\x0c\x61rchitecture\x12\'\n\x0fparameter_count\x18\x04 \x01(\x03R\x0eparameterCount\x12\x16\n\x06\x64\x65vice\x18\x05 \x01(\tR\x06\x64\x65vice\x12?\n\x08metadata\x18\x06 \x03(\x0b\x32#.mesh.neural.v1.Model.MetadataEntryR\x08metadata\x12\x12\n\x04task\x18\x07 \x01(\tR\x04task\x12\x36\n\x05\x62oard\x18\x08 \x01(\x0b\x32 .mesh.common.v1.ConnectFourBoardR\x05\x62oard\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"C\n\x12ListModelsResponse\x12-\n\x06models\x18\x01 \x03(\x0b\x32\x15.mesh.neural.v1.ModelR\x06models\"%\n\x0fGetModelRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"?\n\x10GetModelResponse\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"(\n\x12ReloadModelRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"B\n\x13ReloadModelResponse\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\")\n\x0bRoutingStep\x12\x1a\n\x08\x66\x65\x61tures\x18\x01 \x03(\x02R\x08\x66\x65\x61tures\"^\n\x13PredictRouteRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x31\n\x05steps\x18\x02 \x03(\x0b\x32\x1b.mesh.neural.v1.RoutingStepR\x05steps\"J\n\x10RouteProbability\x12\x14\n\x05route\x18\x01 \x01(\tR\x05route\x12 \n\x0bprobability\x18\x02 \x01(\x02R\x0bprobability\"}\n\x14PredictRouteResponse\x12\x38\n\x06routes\x18\x01 \x03(\x0b\x32 .mesh.neural.v1.RouteProbabilityR\x06routes\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model\"E\n\x17PredictTextRouteRequest\x12\x14\n\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n\x05query\x18\x02 \x01(\tR\x05query\"\x81\x01\n\x18PredictTextRouteResponse\x12\x38\n\x06routes\x18\x01 \x03(\x0b\x32 .mesh.neural.v1.RouteProbabilityR\x06routes\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x15.mesh.neural.v1.ModelR\x05model*Y\n\x0bHaltingMode\x12\x1c\n\x18HALTING_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12HALTING_MODE_PAPER\x10\x01\x12\x14\n\x10HALTING_MODE_ACT\x10\x02\x32\xfd\x04\n\rNeuralService\x12h\n\x11\x45valuatePositions\x12(.mesh.neural.v1.EvaluatePositionsRequest\x1a).mesh.neural.v1.EvaluatePositionsResponse\x12\x44\n\x05Solve\x12\x1c.mesh.neural.v1.SolveRequest\x1a\x1d.mesh.neural.v1.SolveResponse\x12S\n\nListModels\x12!.mesh.neural.v1.ListModelsRequest\x1a\".mesh.neural.v1.ListModelsResponse\x12M\n\x08GetModel\x12\x1f.mesh.neural.v1.GetModelRequest\x1a .mesh.neural.v1.GetModelResponse\x12V\n\x0bReloadModel\x12\".mesh.neural.v1.ReloadModelRequest\x1a#.mesh.neural.v1.ReloadModelResponse\x12Y\n\x0cPredictRoute\x12#.mesh.neural.v1.PredictRouteRequest\x1a$.mesh.neural.v1.PredictRouteResponse\x12\x65\n\x10PredictTextRoute\x12\'.mesh.neural.v1.PredictTextRouteRequest\x1a(.mesh.neural.v1.PredictTextRouteResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODEL_METADATAENTRY']._loaded_options = None
   _globals['_MODEL_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_HALTINGMODE']._serialized_start=2087
-  _globals['_HALTINGMODE']._serialized_end=2176
+  _globals['_HALTINGMODE']._serialized_start=2143
+  _globals['_HALTINGMODE']._serialized_end=2232
   _globals['_EVALUATEPOSITIONSREQUEST']._serialized_start=84
   _globals['_EVALUATEPOSITIONSREQUEST']._serialized_end=199
   _globals['_POSITIONEVALUATION']._serialized_start=201
@@ -49,33 +49,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SOLVERESPONSE']._serialized_start=679
   _globals['_SOLVERESPONSE']._serialized_end=933
   _globals['_MODEL']._serialized_start=936
-  _globals['_MODEL']._serialized_end=1236
-  _globals['_MODEL_METADATAENTRY']._serialized_start=1177
-  _globals['_MODEL_METADATAENTRY']._serialized_end=1236
-  _globals['_LISTMODELSREQUEST']._serialized_start=1238
-  _globals['_LISTMODELSREQUEST']._serialized_end=1257
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1259
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1326
-  _globals['_GETMODELREQUEST']._serialized_start=1328
-  _globals['_GETMODELREQUEST']._serialized_end=1365
-  _globals['_GETMODELRESPONSE']._serialized_start=1367
-  _globals['_GETMODELRESPONSE']._serialized_end=1430
-  _globals['_RELOADMODELREQUEST']._serialized_start=1432
-  _globals['_RELOADMODELREQUEST']._serialized_end=1472
-  _globals['_RELOADMODELRESPONSE']._serialized_start=1474
-  _globals['_RELOADMODELRESPONSE']._serialized_end=1540
-  _globals['_ROUTINGSTEP']._serialized_start=1542
-  _globals['_ROUTINGSTEP']._serialized_end=1583
-  _globals['_PREDICTROUTEREQUEST']._serialized_start=1585
-  _globals['_PREDICTROUTEREQUEST']._serialized_end=1679
-  _globals['_ROUTEPROBABILITY']._serialized_start=1681
-  _globals['_ROUTEPROBABILITY']._serialized_end=1755
-  _globals['_PREDICTROUTERESPONSE']._serialized_start=1757
-  _globals['_PREDICTROUTERESPONSE']._serialized_end=1882
-  _globals['_PREDICTTEXTROUTEREQUEST']._serialized_start=1884
-  _globals['_PREDICTTEXTROUTEREQUEST']._serialized_end=1953
-  _globals['_PREDICTTEXTROUTERESPONSE']._serialized_start=1956
-  _globals['_PREDICTTEXTROUTERESPONSE']._serialized_end=2085
-  _globals['_NEURALSERVICE']._serialized_start=2179
-  _globals['_NEURALSERVICE']._serialized_end=2816
+  _globals['_MODEL']._serialized_end=1292
+  _globals['_MODEL_METADATAENTRY']._serialized_start=1233
+  _globals['_MODEL_METADATAENTRY']._serialized_end=1292
+  _globals['_LISTMODELSREQUEST']._serialized_start=1294
+  _globals['_LISTMODELSREQUEST']._serialized_end=1313
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1315
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1382
+  _globals['_GETMODELREQUEST']._serialized_start=1384
+  _globals['_GETMODELREQUEST']._serialized_end=1421
+  _globals['_GETMODELRESPONSE']._serialized_start=1423
+  _globals['_GETMODELRESPONSE']._serialized_end=1486
+  _globals['_RELOADMODELREQUEST']._serialized_start=1488
+  _globals['_RELOADMODELREQUEST']._serialized_end=1528
+  _globals['_RELOADMODELRESPONSE']._serialized_start=1530
+  _globals['_RELOADMODELRESPONSE']._serialized_end=1596
+  _globals['_ROUTINGSTEP']._serialized_start=1598
+  _globals['_ROUTINGSTEP']._serialized_end=1639
+  _globals['_PREDICTROUTEREQUEST']._serialized_start=1641
+  _globals['_PREDICTROUTEREQUEST']._serialized_end=1735
+  _globals['_ROUTEPROBABILITY']._serialized_start=1737
+  _globals['_ROUTEPROBABILITY']._serialized_end=1811
+  _globals['_PREDICTROUTERESPONSE']._serialized_start=1813
+  _globals['_PREDICTROUTERESPONSE']._serialized_end=1938
+  _globals['_PREDICTTEXTROUTEREQUEST']._serialized_start=1940
+  _globals['_PREDICTTEXTROUTEREQUEST']._serialized_end=2009
+  _globals['_PREDICTTEXTROUTERESPONSE']._serialized_start=2012
+  _globals['_PREDICTTEXTROUTERESPONSE']._serialized_end=2141
+  _globals['_NEURALSERVICE']._serialized_start=2235
+  _globals['_NEURALSERVICE']._serialized_end=2872
 # @@protoc_insertion_point(module_scope)

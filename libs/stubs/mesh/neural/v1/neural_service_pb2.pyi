@@ -78,7 +78,7 @@ class SolveResponse(_message.Message):
     def __init__(self, grid: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[SegmentPrediction, _Mapping]]] = ..., segments_used: _Optional[int] = ..., halt_probability: _Optional[float] = ..., latency_ms: _Optional[float] = ..., model: _Optional[_Union[Model, _Mapping]] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("name", "version", "architecture", "parameter_count", "device", "metadata", "task")
+    __slots__ = ("name", "version", "architecture", "parameter_count", "device", "metadata", "task", "board")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class Model(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
+    BOARD_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     architecture: str
@@ -100,7 +101,8 @@ class Model(_message.Message):
     device: str
     metadata: _containers.ScalarMap[str, str]
     task: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., architecture: _Optional[str] = ..., parameter_count: _Optional[int] = ..., device: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., task: _Optional[str] = ...) -> None: ...
+    board: _common_pb2.ConnectFourBoard
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., architecture: _Optional[str] = ..., parameter_count: _Optional[int] = ..., device: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., task: _Optional[str] = ..., board: _Optional[_Union[_common_pb2.ConnectFourBoard, _Mapping]] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()

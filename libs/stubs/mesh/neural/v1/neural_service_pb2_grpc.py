@@ -92,9 +92,13 @@ class NeuralServiceServicer:
 
     def EvaluatePositions(self, request, context):
         """Evaluates Connect Four positions with a policy/value network: per
-        position a policy over the 7 columns (0 on full columns, summing to 1)
-        and a value in [-1, 1] for the player to move, with the model that
-        answered. `model` empty means NEURAL_DEFAULT_MODEL ("connect4-pv").
+        position a policy over the board's columns (7 on the standard board; 0 on
+        full columns, summing to 1) and a value in [-1, 1] for the player to
+        move, with the model that answered. Every position of a request is on
+        the same board, and a network plays one board (its config's board,
+        Model.board). `model` empty means NEURAL_DEFAULT_MODEL ("connect4-pv")
+        for positions on its board, else the loaded policy/value network of the
+        positions' board first by name.
         Concurrent calls are batched together on the device: at most
         NEURAL_MAX_BATCH (256) positions per forward pass, the first call
         waiting NEURAL_MAX_WAIT_MS (0: none) for others; on the CPU the network
@@ -103,9 +107,14 @@ class NeuralServiceServicer:
         chooses the device.
         Errors: INVALID_ARGUMENT for no positions or more than 1,024
         ("positions"), a malformed, illegal or finished position
-        ("positions[i].moves"), or a model that is not a Connect Four
-        policy/value network ("model"); NOT_FOUND for an unknown model (checked
-        before the positions); UNAVAILABLE while no checkpoint is loaded.
+        ("positions[i].moves"), a board outside the sizes ConnectFourBoard
+        allows ("positions[i].board.columns", "positions[i].board.rows"), a
+        position on another board than the first's ("positions[i].board"), or a
+        model that is not a Connect Four policy/value network ("model");
+        NOT_FOUND for an unknown model (checked before the positions);
+        FAILED_PRECONDITION, naming the board (for example "5x4"), when the named
+        model plays another board or, with `model` empty, no loaded network plays
+        the positions' board; UNAVAILABLE while no checkpoint is loaded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -140,8 +140,10 @@ class OrchestratorServiceServicer:
         AGENT_CHECKER alone answers only positions it can solve (near the end of
         a game).
         Errors: INVALID_ARGUMENT naming the field for no problem set
-        ("problem"), a malformed, illegal or
-        finished position ("connect_four.moves"), a Sudoku grid of the wrong
+        ("problem"), a board outside the sizes ConnectFourBoard allows
+        ("connect_four.board.columns", "connect_four.board.rows"), a malformed,
+        illegal or finished position on its board ("connect_four.moves"), a
+        Sudoku grid of the wrong
         size, with characters outside '.', '0', '1'..'N', an unsupported N or box
         shape, contradictory givens (reported as such) or no solution
         ("sudoku.puzzle", "sudoku.box_rows"), a maze with ragged rows, characters
