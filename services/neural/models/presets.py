@@ -17,14 +17,17 @@ in a buffer outside `model.parameters()`: the papers' 27M / 5M / 7M exclude the 
 We count every parameter but that table (`reasoning_layers.count_parameters`); buffers (initial
 states, RoPE tables) are not parameters. The counts: HRM Sudoku 27,275,266 (paper 27.27M),
 TRM-MLP Sudoku 5,028,353 (5.03M), TRM-Att maze 6,822,401 and ARC 6,828,545 (6.83M); the CPU
-presets 210,529 (trm-mlp-cpu-sudoku6), 279,265 (trm-mlp-cpu-maze9), 230,113 (trm-mlp-cpu-maze7) and
-263,298 (hrm-cpu-sudoku6).
+presets 210,529 (trm-mlp-cpu-sudoku6), 279,265 (trm-mlp-cpu-maze9), 230,113 (trm-mlp-cpu-maze7),
+532,705 (trm-mlp-cpu-maze11: the MLP over the sequence grows with the square of its length),
+263,298 (hrm-cpu-sudoku6) and 263,042 (hrm-cpu-maze9, hrm-cpu-maze11: attention's weights do not
+depend on the length).
 Our TRM halting head has one output (q_halt only), 513 parameters fewer than the reference's
 two-output head.
 
 CPU presets are for 6x6 Sudoku (2x3 boxes): vocabulary 8 (pad, blank, digits 1-6), 36 cells;
-and `trm-mlp-cpu-maze9` / `trm-mlp-cpu-maze7`, the same TRM-MLP for mazes on a 9x9 / 7x7 grid
-(`MazeTask` with 4x4 / 3x3 lattice cells): vocabulary 6, 81 / 49 cells.
+and `trm-mlp-cpu-maze11` / `trm-mlp-cpu-maze9` / `trm-mlp-cpu-maze7`, the same TRM-MLP for mazes
+on an 11x11 / 9x9 / 7x7 grid (`MazeTask` with 5x5 / 4x4 / 3x3 lattice cells): vocabulary 6, 121 /
+81 / 49 cells; `hrm-cpu-maze11` / `hrm-cpu-maze9`, the CPU HRM on the same grids.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ ARC_VOCAB = 12
 GRID9_CELLS = 81
 GRID6_CELLS = 36
 GRID7_CELLS = 49
+GRID11_CELLS = 121
 GRID30_CELLS = 900
 ARC1_TASKS = 960
 """ARC-AGI-1 training (400) + evaluation (400) + ConceptARC (160) tasks, the TRM ARC-AGI-1 set."""
@@ -112,6 +116,10 @@ def _presets() -> dict[str, Preset]:
                "small HRM for 6x6 Sudoku, trainable on a CPU"),
         Preset("hrm-cpu-maze9", hrm.ARCHITECTURE, _small_hrm(MAZE_VOCAB, GRID9_CELLS),
                "small HRM for 9x9-grid mazes (4x4 cells), trainable on a CPU"),
+        Preset("trm-mlp-cpu-maze11", trm.ARCHITECTURE, _small_trm_mlp(MAZE_VOCAB, GRID11_CELLS),
+               "small TRM-MLP for 11x11-grid mazes (5x5 cells), trainable on a CPU"),
+        Preset("hrm-cpu-maze11", hrm.ARCHITECTURE, _small_hrm(MAZE_VOCAB, GRID11_CELLS),
+               "small HRM for 11x11-grid mazes (5x5 cells), trainable on a CPU"),
     ]
     return {preset.name: preset for preset in presets}
 

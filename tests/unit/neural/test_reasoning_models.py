@@ -94,6 +94,9 @@ def test_parameter_counts_are_the_documented_exact_values(counts) -> None:
         "trm-mlp-cpu-maze9": 279_265,
         "trm-mlp-cpu-maze7": 230_113,
         "hrm-cpu-sudoku6": 263_298,
+        "hrm-cpu-maze9": 263_042,
+        "trm-mlp-cpu-maze11": 532_705,
+        "hrm-cpu-maze11": 263_042,
     }
 
 
