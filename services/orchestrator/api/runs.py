@@ -183,8 +183,9 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
     async def WatchRun(self, request: pb.WatchRunRequest, context) -> AsyncIterator[pb.RunEvent]:
         _check_after(request.after_sequence)
         after = request.after_sequence
-        record, events = await self._store.run_and_events(
-            request.name, await self._reader(context), after)
+        reader = await self._reader(context)
+        changed = self._store.changes()  # before the read: a write after it wakes the wait
+        record, events = await self._store.run_and_events(request.name, reader, after)
         if record.state.finished and record.last_event_sequence <= after:
             return
         waited = False
@@ -197,8 +198,9 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
                 after = events[-1].sequence
             elif waited and (await self._store.get_run(request.name, None)).state.finished:
                 return
-            events = await self._store.wait_for_events(request.name, after, self._poll_s)
-            waited = True
+            events = await self._store.wait_for_events(request.name, after, self._poll_s,
+                                                       changed=changed)
+            changed, waited = None, True
 
     async def WatchBatch(self, request: pb.WatchBatchRequest,
                          context) -> AsyncIterator[pb.RunEvent]:

@@ -12,11 +12,10 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, select
 
 from libs.errors import NotFound
-from services.orchestrator.runs import paging
+from services.orchestrator.runs import paging, statements
 from services.orchestrator.runs.model import BatchRecord, EventRecord, RunRecord, RunState
-from services.orchestrator.runs.schema import batch_events, batches, run_events, runs
-
-RUN_COLUMNS = [column for column in runs.c if column.name != "checkpoint"]
+from services.orchestrator.runs.schema import batches, runs
+from services.orchestrator.runs.statements import RUN_COLUMNS
 
 
 def run_record(row: Row, checkpoint: bytes | None = None) -> RunRecord:
@@ -39,10 +38,8 @@ def run_row(connection: Connection, run_id: str, owner: str | None, *,
             lock: bool = False) -> Row:
     """The run's row (RUN_COLUMNS), locked FOR UPDATE when `lock`; NotFound for an unknown run or
     one of another owner."""
-    query = select(*RUN_COLUMNS).where(runs.c.run_id == run_id)
-    if lock:
-        query = query.with_for_update()
-    row = connection.execute(query).first()
+    query = statements.RUN_BY_ID_LOCKED if lock else statements.RUN_BY_ID
+    row = connection.execute(query, {"p_run_id": run_id}).first()
     if row is None or (owner is not None and row.owner != owner):
         raise NotFound(f"runs/{run_id} not found")
     return row
@@ -54,7 +51,7 @@ def get_run(connection: Connection, name: str, owner: str | None) -> RunRecord:
 
 def load_checkpoint(connection: Connection, name: str) -> bytes | None:
     run_id = paging.parse_name(name, "runs")
-    row = connection.execute(select(runs.c.checkpoint).where(runs.c.run_id == run_id)).first()
+    row = connection.execute(statements.RUN_CHECKPOINT, {"p_run_id": run_id}).first()
     if row is None:
         raise NotFound(f"{name} not found")
     return row.checkpoint
@@ -147,9 +144,8 @@ def _event(row: Row, run: str) -> EventRecord:
 def events_after(connection: Connection, name: str, after: int, limit: int) -> list[EventRecord]:
     """The run's events of sequence > `after`, in order, at most `limit`."""
     run_id = paging.parse_name(name, "runs")
-    rows = connection.execute(
-        select(run_events).where(run_events.c.run_id == run_id, run_events.c.sequence > after)
-        .order_by(run_events.c.sequence).limit(limit)).all()
+    rows = connection.execute(statements.EVENTS_AFTER, {
+        "p_run_id": run_id, "p_after": after, "p_limit": limit}).all()
     return [_event(row, name) for row in rows]
 
 
@@ -163,8 +159,6 @@ def batch_events_after(connection: Connection, batch: str, after: int,
                        limit: int) -> list[EventRecord]:
     """The batch's events (its runs' state changes) of batch sequence > `after`, in order."""
     batch_id = paging.parse_name(batch, "batches")
-    rows = connection.execute(
-        select(batch_events)
-        .where(batch_events.c.batch_id == batch_id, batch_events.c.sequence > after)
-        .order_by(batch_events.c.sequence).limit(limit)).all()
+    rows = connection.execute(statements.BATCH_EVENTS_AFTER, {
+        "p_batch_id": batch_id, "p_after": after, "p_limit": limit}).all()
     return [_event(row, f"runs/{row.run_id}") for row in rows]

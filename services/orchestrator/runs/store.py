@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from libs.errors import InvalidArgument
@@ -25,6 +25,7 @@ from services.orchestrator.runs import reads, writes
 from services.orchestrator.runs.database import Database, open_database
 from services.orchestrator.runs.model import BatchRecord, EventRecord, RunRecord, RunState
 from services.orchestrator.runs.paging import parse_name
+from services.orchestrator.runs.recent import RecentEvents, collecting
 
 T = TypeVar("T")
 DEFAULT_BATCH_MAX_ITEMS = 10_000
@@ -43,6 +44,7 @@ class RunStore:
         self.batch_max_items = batch_max_items
         self.batch_max_bytes = batch_max_bytes
         self._changed = asyncio.Event()
+        self._recent = RecentEvents()
 
     @classmethod
     async def open(cls, url: str, *, clock: Callable[[], float] = time.time,
@@ -74,7 +76,9 @@ class RunStore:
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return await self._database.write(fn, *args)
+            result, published = await self._database.write(collecting, fn, *args)
+            self._recent.publish(published)  # committed: this process's watchers get them
+            return result
         finally:
             # Wake the watchers (wait_for_events) after every write, committed or not.
             changed, self._changed = self._changed, asyncio.Event()
@@ -257,13 +261,41 @@ class RunStore:
         after_sequence, in order, at most `limit`."""
         return await self._database.read(reads.batch_events_after, batch, after_sequence, limit)
 
+    def changes(self) -> asyncio.Event:
+        """Set at this process's next write: take it before a read, and pass it as
+        wait_for_events' `changed` to skip that call's first read while nothing was written."""
+        return self._changed
+
     async def wait_for_events(self, name: str, after_sequence: int, timeout_s: float,
-                              limit: int = 1000, *, batch: bool = False) -> list[EventRecord]:
+                              limit: int = 1000, *, batch: bool = False,
+                              changed: asyncio.Event | None = None) -> list[EventRecord]:
         """The events after after_sequence (of the run, or of the batch when `batch`), waiting up
         to timeout_s for one when there is none yet: [] at the timeout. Woken by this process's
-        writes at once; writes of other replicas are seen at the next call."""
-        read = self.batch_events_after if batch else self.events_after
+        writes at once, and handed a run's events this process committed from memory (no read);
+        writes of other replicas are seen at the next call. With `changed` (from `changes()`,
+        taken before the caller read up to after_sequence), the first read waits for it."""
+        if batch:
+            return await self._wait(self.batch_events_after, name, after_sequence, timeout_s,
+                                    limit, changed)
+        with self._recent.watching(name):
+            return await self._wait(self._run_events_after, name, after_sequence, timeout_s,
+                                    limit, changed)
+
+    async def _run_events_after(self, name: str, after_sequence: int,
+                                limit: int) -> list[EventRecord]:
+        recent = self._recent.after(name, after_sequence, limit)
+        return recent if recent is not None else await self.events_after(name, after_sequence,
+                                                                          limit)
+
+    async def _wait(self, read: Callable[[str, int, int], Awaitable[list[EventRecord]]],
+                    name: str, after_sequence: int, timeout_s: float, limit: int,
+                    changed: asyncio.Event | None) -> list[EventRecord]:
         deadline = asyncio.get_running_loop().time() + timeout_s
+        if changed is not None:  # nothing new to read until this process writes
+            try:
+                await asyncio.wait_for(changed.wait(), timeout_s)
+            except TimeoutError:
+                return []
         while True:
             changed = self._changed  # taken before reading: no write is missed
             events = await read(name, after_sequence, limit)

@@ -8,15 +8,17 @@ are locked run first, then batch, everywhere, so that concurrent writers cannot 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, Row, delete, insert, select, update
 
 from libs.errors import FailedPrecondition, InvalidArgument
-from services.orchestrator.runs import paging, reads
+from services.orchestrator.runs import paging, reads, recent, statements
 from services.orchestrator.runs.model import (
     KINDS,
     STATE_CHANGED,
+    EventRecord,
     LeaseLost,
     RunRecord,
     RunState,
@@ -48,10 +50,12 @@ def create_leased_run(connection: Connection, now: float, owner: str, kind: str,
     check_kind(kind)
     request_id = paging.check_request_id(request_id)
     if request_id is not None:
-        existing = connection.execute(select(*reads.RUN_COLUMNS).where(
-            runs.c.owner == owner, runs.c.request_id == request_id)).first()
+        existing = connection.execute(statements.RUN_BY_REQUEST_ID, {
+            "p_owner": owner, "p_request_id": request_id}).first()
         if existing is not None:
             return reads.run_record(existing), None
+    if batch is None and lease_to is not None:
+        return _create_leased(connection, now, owner, kind, request, request_id, *lease_to)
     batch_id, index = None, 0
     if batch is not None:
         batch_id = paging.parse_name(batch, "batches", "batch")
@@ -59,12 +63,42 @@ def create_leased_run(connection: Connection, now: float, owner: str, kind: str,
         index = row.run_count
         connection.execute(update(batches).where(batches.c.batch_id == batch_id)
                            .values(run_count=index + 1, end_time=None))
-    run_id = paging.new_id()
-    connection.execute(insert(runs).values(_new_run(run_id, owner, kind, request, now, batch_id,
-                                                    index, request_id)))
-    row = reads.run_row(connection, run_id, None)
-    created = reads.run_record(row)
-    return created, None if lease_to is None else _take(connection, row, now, *lease_to)
+    values = _new_run(paging.new_id(), owner, kind, request, now, batch_id, index, request_id)
+    connection.execute(statements.INSERT_RUN, values)
+    if lease_to is None:
+        return _record(values), None
+    row = reads.run_row(connection, values["run_id"], None)
+    return reads.run_record(row), _take(connection, row, now, *lease_to)
+
+
+def _create_leased(connection: Connection, now: float, owner: str, kind: str, request: bytes,
+                   request_id: str | None, worker_id: str,
+                   lease_s: float) -> tuple[RunRecord, RunRecord]:
+    """A run outside batches inserted already leased (RUNNING, attempt 1) with its state
+    change event: two statements, no read (the records are built from the values written)."""
+    values = _new_run(paging.new_id(), owner, kind, request, now, None, 0, request_id)
+    created = _record(values)
+    values.update(state=RunState.RUNNING.value, attempts=1, start_time=now,
+                  lease_owner=worker_id, lease_expires=now + lease_s, last_event_sequence=1)
+    connection.execute(statements.INSERT_RUN, values)
+    connection.execute(statements.INSERT_EVENTS, {
+        "run_id": values["run_id"], "sequence": 1, "time": now, "kind": STATE_CHANGED,
+        "payload": b"", "previous_state": RunState.QUEUED.value,
+        "state": RunState.RUNNING.value, "attempt": 1})
+    return created, _record(values)
+
+
+def _record(values: dict) -> RunRecord:
+    """The record of a run from the column values it was inserted with."""
+    return RunRecord(
+        name=f"runs/{values['run_id']}", owner=values["owner"], kind=values["kind"],
+        request=values["request"], state=RunState(values["state"]),
+        attempts=values["attempts"], create_time=values["create_time"],
+        update_time=values["update_time"], start_time=values.get("start_time"),
+        batch=f"batches/{values['batch_id']}" if values["batch_id"] else None,
+        batch_index=values["batch_index"], request_id=values["request_id"],
+        last_event_sequence=values["last_event_sequence"],
+        lease_owner=values.get("lease_owner"), lease_expires=values.get("lease_expires"))
 
 
 def _new_run(run_id: str, owner: str, kind: str, request: bytes, now: float,
@@ -102,49 +136,47 @@ def _append(connection: Connection, run_id: str, now: float, events: Sequence[Ev
             **values: object) -> list[int]:
     """Appends events to the run (its row already locked), setting the other column `values`
     in the same statement: their gapless sequence numbers."""
-    last = connection.execute(
-        update(runs).where(runs.c.run_id == run_id)
-        .values(last_event_sequence=runs.c.last_event_sequence + len(events), update_time=now,
-                **values)
-        .returning(runs.c.last_event_sequence)).scalar_one()
+    values["update_time"] = now
+    last = connection.execute(statements.run_update(frozenset(values), True),
+                              statements.run_update_params(run_id, values, len(events))
+                              ).scalar_one()
     first = last - len(events) + 1
-    connection.execute(insert(run_events), [
+    connection.execute(statements.INSERT_EVENTS, [
         {"run_id": run_id, "sequence": first + i, "time": now, "kind": kind, "payload": payload,
          "previous_state": previous and previous.value, "state": state and state.value,
          "attempt": attempt}
         for i, (kind, payload, previous, state, attempt) in enumerate(events)])
+    for i, (kind, payload, previous, state, attempt) in enumerate(events):
+        recent.collect(connection, EventRecord(first + i, f"runs/{run_id}", now, kind, payload,
+                                               previous, state, attempt))
     return list(range(first, last + 1))
 
 
 def _change_state(connection: Connection, row: Row, now: float, state: RunState, *,
                   error: bytes | None = None, attempt: int | None = None,
-                  before: Sequence[Event] = (), **values: object) -> None:
+                  before: Sequence[Event] = (), **values: object) -> int:
     """Moves the run of `row` (locked) to `state` with the other column `values`, and writes the
     events `before`, then the STATE_CHANGED event, to the run and, for a batch's run, the
-    latter to the batch (ending the batch when this was its last unfinished run)."""
+    latter to the batch (ending the batch when this was its last unfinished run). Returns the
+    run's last event sequence."""
     attempt = row.attempts if attempt is None else attempt
     values.update(state=state.value, error=error)
     if state.finished:
         values["end_time"] = now
     event: Event = (STATE_CHANGED, error or b"", RunState(row.state), state, attempt)
-    _append(connection, row.run_id, now, [*before, event], **values)
+    last = _append(connection, row.run_id, now, [*before, event], **values)[-1]
     if row.batch_id is None:
-        return
-    sequence = connection.execute(
-        update(batches).where(batches.c.batch_id == row.batch_id)
-        .values(last_event_sequence=batches.c.last_event_sequence + 1)
-        .returning(batches.c.last_event_sequence)).scalar_one()
-    connection.execute(insert(batch_events).values(
-        batch_id=row.batch_id, sequence=sequence, run_id=row.run_id, time=now,
-        kind=STATE_CHANGED, payload=error or b"", previous_state=row.state, state=state.value,
-        attempt=attempt))
-    if state.finished and connection.execute(
-            select(runs.c.id).where(runs.c.batch_id == row.batch_id,
-                                    runs.c.state.in_([RunState.QUEUED.value,
-                                                      RunState.RUNNING.value])).limit(1)
-    ).first() is None:
-        connection.execute(update(batches).where(batches.c.batch_id == row.batch_id)
-                           .values(end_time=now))
+        return last
+    batch = {"p_batch_id": row.batch_id}
+    sequence = connection.execute(statements.NEXT_BATCH_SEQUENCE, batch).scalar_one()
+    connection.execute(statements.INSERT_BATCH_EVENT, {
+        "batch_id": row.batch_id, "sequence": sequence, "run_id": row.run_id, "time": now,
+        "kind": STATE_CHANGED, "payload": error or b"", "previous_state": row.state,
+        "state": state.value, "attempt": attempt})
+    if state.finished and connection.execute(statements.BATCH_UNFINISHED_RUN,
+                                             batch).first() is None:
+        connection.execute(statements.END_BATCH, {**batch, "v_end_time": now})
+    return last
 
 
 def lease(connection: Connection, now: float, worker_id: str,
@@ -167,20 +199,21 @@ def lease(connection: Connection, now: float, worker_id: str,
 def _take(connection: Connection, row: Row, now: float, worker_id: str,
           lease_s: float) -> RunRecord:
     """Leases the run of `row` (locked) to `worker_id`: its record, with its checkpoint."""
-    _change_state(connection, row, now, RunState.RUNNING, attempt=row.attempts + 1,
-                  attempts=row.attempts + 1, start_time=row.start_time or now,
-                  lease_owner=worker_id, lease_expires=now + lease_s)
-    leased = connection.execute(select(runs).where(runs.c.run_id == row.run_id)).one()
-    return reads.run_record(leased, leased.checkpoint)
+    values = {"attempts": row.attempts + 1, "start_time": row.start_time or now,
+              "lease_owner": worker_id, "lease_expires": now + lease_s}
+    last = _change_state(connection, row, now, RunState.RUNNING, attempt=row.attempts + 1,
+                         **values)
+    # Only a worker that held the run stores a checkpoint: a first attempt has none to read.
+    checkpoint = None if row.attempts == 0 else connection.execute(
+        statements.RUN_CHECKPOINT, {"p_run_id": row.run_id}).scalar_one()
+    return dataclasses.replace(reads.run_record(row, checkpoint), state=RunState.RUNNING,
+                               update_time=now, last_event_sequence=last, error=None, **values)
 
 
 def _lease_candidate(connection: Connection, now: float) -> Row | None:
-    expired = select(*reads.RUN_COLUMNS).where(
-        runs.c.state == RunState.RUNNING.value, runs.c.lease_expires < now)
-    queued = select(*reads.RUN_COLUMNS).where(runs.c.state == RunState.QUEUED.value)
-    for query in (expired, queued):
-        row = connection.execute(
-            query.order_by(runs.c.id).limit(1).with_for_update(skip_locked=True)).first()
+    for query, params in ((statements.EXPIRED_CANDIDATE, {"p_now": now}),
+                          (statements.QUEUED_CANDIDATE, {})):
+        row = connection.execute(query, params).first()
         if row is not None:
             return row
     return None
@@ -200,9 +233,14 @@ def renew(connection: Connection, now: float, name: str, worker_id: str, lease_s
     row = _held(connection, name, worker_id)
     if row is None or row.cancel_requested:
         return False
-    connection.execute(update(runs).where(runs.c.run_id == row.run_id)
-                       .values(lease_expires=now + lease_s))
+    _set(connection, row.run_id, lease_expires=now + lease_s)
     return True
+
+
+def _set(connection: Connection, run_id: str, **values: object) -> None:
+    """UPDATE of the run's columns `values` (a prebuilt statement per set of columns)."""
+    connection.execute(statements.run_update(frozenset(values), False),
+                       statements.run_update_params(run_id, values))
 
 
 def checkpoint(connection: Connection, now: float, name: str, worker_id: str,
@@ -211,8 +249,7 @@ def checkpoint(connection: Connection, now: float, name: str, worker_id: str,
     row = _held(connection, name, worker_id)
     if row is None:
         raise LeaseLost(f"{name}: lease lost; stop working on it")
-    connection.execute(update(runs).where(runs.c.run_id == row.run_id)
-                       .values(checkpoint=state, update_time=now))
+    _set(connection, row.run_id, checkpoint=state, update_time=now)
 
 
 def record_trace(connection: Connection, name: str, worker_id: str, trace_id: str) -> None:
@@ -236,8 +273,7 @@ def append_events(connection: Connection, now: float, name: str, worker_id: str 
     elif (row := _held(connection, name, worker_id)) is None:
         raise LeaseLost(f"{name}: lease lost; stop working on it")
     if not events:
-        connection.execute(update(runs).where(runs.c.run_id == row.run_id)
-                           .values(checkpoint=state, update_time=now))
+        _set(connection, row.run_id, checkpoint=state, update_time=now)
         return []
     return _append(connection, row.run_id, now, _worker_events(row, events),
                    **({} if state is None else {"checkpoint": state}))
