@@ -234,7 +234,8 @@ async def build_servicers(
                           servicer, SERVICE_NAME)]
     if runs is not None:
         runs.workers = RunWorkers(runs.store, RunExecutor(servicer, access),
-                                  workers=settings.run_workers, lease_s=settings.run_lease_s)
+                                  workers=settings.run_workers, lease_s=settings.run_lease_s,
+                                  max_attempts=settings.run_max_attempts)
         servicers.append(Servicer(run_service_pb2_grpc.add_RunServiceServicer_to_server,
                                   RunServicer(runs.store, servicer, access, runs.workers.wake,
                                               handoff=runs.workers.handoff,

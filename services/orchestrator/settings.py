@@ -294,6 +294,10 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     run_lease_s: float = 30.0
     """Seconds a worker's lease on a run lasts; renewed while it works, so a run whose worker died
     is taken again by any replica this long after its last renewal."""
+    run_max_attempts: int = 5
+    """Attempts a run gets at most: a run whose lease expired this many times (its worker was
+    killed or lost the store mid-run each time, e.g. a request that crashes the process) ends
+    FAILED with ABORTED at its next lease instead of being executed again; 0: no cap."""
     run_workers: int = 4
     """Runs each orchestrator executes at once (its workers leasing from the store); 0: none
     (this replica only accepts and serves runs)."""
@@ -385,8 +389,10 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
                      self.rest_max_deadline_s, self.connect_timeout_s, self.rest_head_timeout_s)
         if min(deadlines) <= 0:
             raise ValueError("every deadline must be positive")
-        if self.run_lease_s <= 0 or self.run_workers < 0 or self.batch_max_items < 1 \
+        if self.run_lease_s <= 0 or self.run_workers < 0 or self.run_max_attempts < 0 \
+                or self.batch_max_items < 1 \
                 or self.batch_max_bytes < 1 or self.run_retention.total_seconds() < 0:
-            raise ValueError("need run_lease_s > 0, run_workers >= 0, batch_max_items >= 1, "
+            raise ValueError("need run_lease_s > 0, run_workers >= 0, run_max_attempts >= 0, "
+                             "batch_max_items >= 1, "
                              "batch_max_bytes >= 1 and run_retention >= 0")
         return self

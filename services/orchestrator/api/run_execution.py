@@ -97,6 +97,14 @@ class RunExecutor:
             message=f"internal error ({type(error).__name__}; trace id {current_trace_id()})"
         ).SerializeToString()
 
+    def exhausted(self, attempts: int) -> bytes:
+        """ABORTED: the run's lease expired `attempts` times, the cap (run_max_attempts)."""
+        return status_pb2.Status(
+            code=code_pb2.ABORTED,
+            message=f"the run was abandoned by its worker {attempts} times (killed or cut off "
+                    f"from the run store mid-run); not tried again (ORCHESTRATOR_RUN_MAX_ATTEMPTS"
+                    f" = {attempts})").SerializeToString()
+
     async def _enter(self, run: RunRecord, request) -> Admitted | Outcome | None:
         if self._access is None:
             return None

@@ -61,3 +61,7 @@ class Executor(Protocol):
     def failure(self, error: BaseException) -> bytes:
         """The serialized google.rpc.Status of an unexpected error of `execute` (INTERNAL)."""
         ...
+
+    def exhausted(self, attempts: int) -> bytes:
+        """The serialized google.rpc.Status of a run abandoned `attempts` times (ABORTED)."""
+        ...

@@ -30,9 +30,10 @@ from services.orchestrator.runs.attempt import (
     WRITE_INTERVAL_S,
     Attempt,
     AttemptEnd,
+    retrying,
 )
 from services.orchestrator.runs.execution import Executor
-from services.orchestrator.runs.model import RunRecord
+from services.orchestrator.runs.model import RunRecord, RunState
 from services.orchestrator.runs.store import RunStore
 
 log = logging.getLogger(__name__)
@@ -72,12 +73,16 @@ class RunWorkers:
         workers: runs executed at once (ORCHESTRATOR_RUN_WORKERS); 0 starts none.
         lease_s: a lease's length in seconds (ORCHESTRATOR_RUN_LEASE_S), renewed every third.
         poll_s: an idle worker's period, in seconds.
+        max_attempts: a run leased for attempt max_attempts + 1 (its lease expired that many
+            times) ends FAILED (`Executor.exhausted`) unexecuted; 0: no cap
+            (ORCHESTRATOR_RUN_MAX_ATTEMPTS).
     """
 
     def __init__(self, store: RunStore, executor: Executor, *, workers: int, lease_s: float,
-                 poll_s: float = DEFAULT_POLL_S) -> None:
-        if workers < 0 or lease_s <= 0 or poll_s <= 0:
-            raise ValueError("need workers >= 0, lease_s > 0 and poll_s > 0")
+                 poll_s: float = DEFAULT_POLL_S, max_attempts: int = 0) -> None:
+        if workers < 0 or lease_s <= 0 or poll_s <= 0 or max_attempts < 0:
+            raise ValueError("need workers >= 0, lease_s > 0, poll_s > 0, max_attempts >= 0")
+        self._max_attempts = max_attempts
         self._store = store
         self._executor = executor
         self._count = workers
@@ -173,6 +178,8 @@ class RunWorkers:
     async def _attempt(self, worker_id: str, run: RunRecord,
                        lease_next: bool) -> RunRecord | None:
         """Runs one attempt; returns the next run leased with its finish (see `lease_next`)."""
+        if self._max_attempts and run.attempts > self._max_attempts:
+            return await self._abandon(worker_id, run, lease_next)
         if run.attempts == 1:
             RUN_TIME_QUEUED.observe(max(0.0, time.time() - run.create_time))
         else:
@@ -206,3 +213,22 @@ class RunWorkers:
         if end is AttemptEnd.STOPPED:
             raise asyncio.CancelledError
         return attempt.next_run
+
+    async def _abandon(self, worker_id: str, run: RunRecord,
+                       lease_next: bool) -> RunRecord | None:
+        """Ends FAILED, unexecuted, a run over max_attempts (see the constructor)."""
+        RUN_LEASE_EXPIRIES.labels("taken_over").inc()
+        log.warning("%s: its lease expired %d times; failed without another attempt "
+                    "(ORCHESTRATOR_RUN_MAX_ATTEMPTS)", run.name, run.attempts - 1)
+        error = self._executor.exhausted(run.attempts - 1)
+        if lease_next:
+            _, next_run = await retrying(lambda: self._store.finish_and_lease(
+                run.name, worker_id, RunState.FAILED, None, error, (), self._lease_s),
+                f"failure of {run.name}")
+        else:
+            next_run = None
+            await retrying(lambda: self._store.finish(
+                run.name, worker_id, RunState.FAILED, None, error), f"failure of {run.name}")
+        self.ended[AttemptEnd.FINISHED] += 1
+        RUN_ATTEMPTS.labels(AttemptEnd.FINISHED.value).observe(run.attempts)
+        return next_run

@@ -1,8 +1,8 @@
 """Attempts and workers over a real SQLite run store with scripted executors: a deferred run waits
 and then runs, progress is stored in order with its checkpoints, a lost lease stops the execution
 and writes nothing more, a cancellation ends the run CANCELLED and cancels the execution, an
-unexpected error fails the run INTERNAL, a store that refuses writes or leases is retried, and
-workers end every queued run once."""
+unexpected error fails the run INTERNAL, a store that refuses writes or leases is retried,
+workers end every queued run once, and a run abandoned max_attempts times ends FAILED unexecuted."""
 
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ class Scripted:
 
     def failure(self, error: BaseException) -> bytes:
         return status_pb2.Status(code=code_pb2.INTERNAL, message=str(error)).SerializeToString()
+
+    def exhausted(self, attempts: int) -> bytes:
+        return status_pb2.Status(code=code_pb2.ABORTED,
+                                 message=f"abandoned {attempts} times").SerializeToString()
 
 
 async def leased(store, worker="w1"):
@@ -163,3 +167,26 @@ async def test_workers_end_every_queued_run_once_and_outlast_a_store_outage(stor
         assert workers.ended[AttemptEnd.FINISHED] == 5
     finally:
         await workers.stop()
+
+
+async def test_a_run_abandoned_max_attempts_times_fails_aborted_without_executing(store, clock):
+    run = await leased(store)
+    for worker in ("w2", "w3"):  # two more workers die holding it: three attempts abandoned
+        clock.advance(LEASE_S + 1)
+        assert (await store.lease(worker, LEASE_S)).attempts in (2, 3)
+    clock.advance(LEASE_S + 1)
+    executor = Scripted()
+    workers = RunWorkers(store, executor, workers=1, lease_s=LEASE_S, poll_s=0.05,
+                         max_attempts=3)
+    workers.start()
+    try:
+        for _ in range(500):
+            ended = await store.get_run(run.name, None)
+            if ended.state.finished:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await workers.stop()
+    assert ended.state is RunState.FAILED and ended.attempts == 4
+    assert status_pb2.Status.FromString(ended.error).code == code_pb2.ABORTED
+    assert executor.calls == 0
