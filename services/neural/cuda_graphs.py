@@ -34,9 +34,7 @@ import torch
 from torch import nn
 
 from services.neural.models.connect4_pv import (
-    COLUMNS,
     PLANES,
-    ROWS,
     Connect4PV,
     PolicyValueProbabilities,
     predict,
@@ -118,15 +116,16 @@ class GraphedPolicyValue:
     def _entry(self, size: int):
         entry = self._graphs.get(size)
         if entry is None:
-            planes = torch.zeros((size, PLANES, ROWS, COLUMNS), device=self.device)
-            legal = torch.ones((size, COLUMNS), dtype=torch.bool, device=self.device)
+            config = self.module.network.config
+            planes = torch.zeros((size, PLANES, config.rows, config.columns), device=self.device)
+            legal = torch.ones((size, config.columns), dtype=torch.bool, device=self.device)
             graph, (policy, value) = capture(self.module, (planes, legal))
             entry = self._graphs[size] = (graph, planes, legal, policy, value)
         return entry
 
     def predict(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Same contract as `connect4_pv.predict`: planes float32 [B, 2, 6, 7], legal bool [B, 7]
-        -> policy float32 [B, 7], value float32 [B]."""
+        """Same contract as `connect4_pv.predict`: planes float32 [B, 2, H, W], legal bool [B, W]
+        (the network's board) -> policy float32 [B, W], value float32 [B]."""
         rows = len(planes)
         size = padded_size(rows, self.max_batch)
         if size is None:

@@ -18,13 +18,7 @@ import warnings
 import numpy as np
 import torch
 
-from services.neural.models.connect4_pv import (
-    COLUMNS,
-    PLANES,
-    ROWS,
-    Connect4PV,
-    PolicyValueProbabilities,
-)
+from services.neural.models.connect4_pv import PLANES, Connect4PV, PolicyValueProbabilities
 
 
 class OnnxPolicyValue:
@@ -40,8 +34,9 @@ class OnnxPolicyValue:
     def __init__(self, network: Connect4PV, threads: int = 1) -> None:
         import onnxruntime
 
-        planes = torch.zeros((1, PLANES, ROWS, COLUMNS), dtype=torch.float32)
-        legal = torch.ones((1, COLUMNS), dtype=torch.bool)
+        config = network.config
+        planes = torch.zeros((1, PLANES, config.rows, config.columns), dtype=torch.float32)
+        legal = torch.ones((1, config.columns), dtype=torch.bool)
         graph = io.BytesIO()
         batch = {0: "batch"}
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
@@ -59,8 +54,9 @@ class OnnxPolicyValue:
                                                      providers=["CPUExecutionProvider"])
 
     def predict(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """As `connect4_pv.predict`: planes float32 [B, 2, 6, 7], legal bool [B, 7] -> policy
-        float32 [B, 7] (0 on illegal columns, rows sum to 1) and value float32 [B] in [-1, 1]."""
+        """As `connect4_pv.predict`: planes float32 [B, 2, H, W], legal bool [B, W] (the network's
+        board) -> policy float32 [B, W] (0 on illegal columns, rows sum to 1) and value float32
+        [B] in [-1, 1]."""
         policy, value = self._session.run(
             None, {"planes": np.ascontiguousarray(planes, dtype=np.float32),
                    "legal": np.ascontiguousarray(legal, dtype=np.bool_)})

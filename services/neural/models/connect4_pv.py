@@ -6,8 +6,10 @@ residual blocks (conv-BN-ReLU-conv-BN plus the skip), a policy head (1x1 conv to
 linear layer to one logit per action) and a value head (1x1 conv to 1 plane, a hidden linear layer,
 then a scalar squashed by tanh). Sizes are scaled down for a 7x6 board and fast CPU inference.
 
-Input planes come from `libs.connect4.board.encode`: float32 [2, 6, 7], plane 0 the stones of the
-player to move, plane 1 the opponent's. Outputs are from the point of view of the player to move.
+A network plays one board size, its config's `columns` W and `rows` H (7 and 6 by default, which a
+config written before boards had a size reads as): input planes float32 [2, H, W] from
+`libs.connect4.board.encode`, plane 0 the stones of the player to move, plane 1 the opponent's;
+one policy logit per column. Outputs are from the point of view of the player to move.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from torch.nn import functional as F
 
 ARCHITECTURE = "connect4_pv"
 ROWS = 6
+"""Rows of the standard board (the config's default)."""
 COLUMNS = 7
+"""Columns of the standard board (the config's default)."""
 PLANES = 2
 ILLEGAL_LOGIT = -1.0e9
 """Logit given to illegal columns: finite, so a soft-target cross-entropy (target 0 times log
@@ -38,14 +42,19 @@ class Connect4PVConfig:
     """Residual blocks in the tower."""
     value_hidden: int = 64
     """Width of the value head's hidden layer."""
+    columns: int = COLUMNS
+    """W, the board's columns: the policy's width and the planes' last dimension."""
+    rows: int = ROWS
+    """H, the board's rows (`libs.connect4.geometry.Board` sets the limits the services check)."""
 
     def __post_init__(self) -> None:
-        if self.channels < 1 or self.blocks < 0 or self.value_hidden < 1:
+        if self.channels < 1 or self.blocks < 0 or self.value_hidden < 1 \
+                or self.columns < 1 or self.rows < 1:
             raise ValueError(f"invalid Connect4PVConfig {self}")
 
 
 class ResidualBlock(nn.Module):
-    """conv3x3-BN-ReLU-conv3x3-BN, plus the input, then ReLU. [B, C, 6, 7] -> [B, C, 6, 7]."""
+    """conv3x3-BN-ReLU-conv3x3-BN, plus the input, then ReLU. [B, C, H, W] -> [B, C, H, W]."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
@@ -61,7 +70,8 @@ class ResidualBlock(nn.Module):
 
 
 class Connect4PV(nn.Module):
-    """Policy/value network: (planes [B, 2, 6, 7], legal [B, 7] bool) -> (logits [B, 7], value [B]).
+    """Policy/value network: (planes [B, 2, H, W], legal [B, W] bool) -> (logits [B, W], value
+    [B]), H and W the config's rows and columns (6 and 7 by default).
 
     Logits of illegal columns are `ILLEGAL_LOGIT`, so `softmax(logits)` is 0 there and sums to 1
     over the legal columns. The value is tanh-squashed, in [-1, 1], for the player to move.
@@ -77,19 +87,20 @@ class Connect4PV(nn.Module):
         self.tower = nn.Sequential(*[ResidualBlock(c) for _ in range(config.blocks)])
         self.policy_conv = nn.Sequential(nn.Conv2d(c, 2, 1, bias=False), nn.BatchNorm2d(2),
                                          nn.ReLU())
-        self.policy_fc = nn.Linear(2 * ROWS * COLUMNS, COLUMNS)
+        cells = config.rows * config.columns
+        self.policy_fc = nn.Linear(2 * cells, config.columns)
         self.value_conv = nn.Sequential(nn.Conv2d(c, 1, 1, bias=False), nn.BatchNorm2d(1),
                                         nn.ReLU())
-        self.value_fc1 = nn.Linear(ROWS * COLUMNS, config.value_hidden)
+        self.value_fc1 = nn.Linear(cells, config.value_hidden)
         self.value_fc2 = nn.Linear(config.value_hidden, 1)
 
     def forward(self, planes: torch.Tensor, legal: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """planes float32 [B, 2, 6, 7], legal bool [B, 7] -> logits float32 [B, 7], value [B]."""
-        x = self.tower(self.stem(planes))                          # [B, C, 6, 7]
-        p = self.policy_conv(x).flatten(1)                         # [B, 2*6*7]
-        logits = self.policy_fc(p).masked_fill(~legal, ILLEGAL_LOGIT)  # [B, 7]
-        v = self.value_conv(x).flatten(1)                          # [B, 6*7]
+        """planes float32 [B, 2, H, W], legal bool [B, W] -> logits float32 [B, W], value [B]."""
+        x = self.tower(self.stem(planes))                          # [B, C, H, W]
+        p = self.policy_conv(x).flatten(1)                         # [B, 2*H*W]
+        logits = self.policy_fc(p).masked_fill(~legal, ILLEGAL_LOGIT)  # [B, W]
+        v = self.value_conv(x).flatten(1)                          # [B, H*W]
         value = torch.tanh(self.value_fc2(F.relu(self.value_fc1(v)))).squeeze(1)  # [B]
         return logits, value
 
@@ -101,7 +112,7 @@ def parameter_count(model: nn.Module) -> int:
 
 class PolicyValueProbabilities(nn.Module):
     """`Connect4PV` with the legal-column softmax of `predict` folded in: (planes, legal) ->
-    (policy float32 [B, 7], value float32 [B]), one module for an export or a CUDA graph."""
+    (policy float32 [B, W], value float32 [B]), one module for an export or a CUDA graph."""
 
     def __init__(self, network: Connect4PV) -> None:
         super().__init__()
@@ -118,10 +129,10 @@ def predict(model: Connect4PV, planes: np.ndarray, legal: np.ndarray) -> tuple[n
     """One forward pass on numpy arrays, on the model's device, without gradients.
 
     Args:
-        planes: float32 [B, 2, 6, 7] from `libs.connect4.board.encode`.
-        legal: bool [B, 7] from `libs.connect4.board.legal_mask`; at least one True per row.
+        planes: float32 [B, 2, H, W] from `libs.connect4.board.encode` (the model's board).
+        legal: bool [B, W] from `libs.connect4.board.legal_mask`; at least one True per row.
     Returns:
-        policy float32 [B, 7] (softmax over legal columns, 0 on illegal ones, rows sum to 1) and
+        policy float32 [B, W] (softmax over legal columns, 0 on illegal ones, rows sum to 1) and
         value float32 [B] in [-1, 1], both for the player to move.
     """
     device = next(model.parameters()).device

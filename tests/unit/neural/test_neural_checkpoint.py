@@ -40,7 +40,8 @@ def test_round_trip_is_exact(saved, tiny_model, positions):
     directory, version = saved
     checkpoint = load_checkpoint(directory)
     assert checkpoint.architecture == ARCHITECTURE
-    assert checkpoint.config == {"channels": 8, "blocks": 1, "value_hidden": 16}
+    assert checkpoint.config == {"channels": 8, "blocks": 1, "value_hidden": 16, "columns": 7,
+                                 "rows": 6}
     assert checkpoint.metadata == {"games": 3, "loss": [1.5, 1.2]}
     assert checkpoint.version == version
     assert version == hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
