@@ -1,7 +1,8 @@
-"""Connect Four on the 7x6 board: bitboard rules, an exact solver, and the outcome check.
+"""Connect Four on a board of W columns and H rows (7x6 by default, `Board`): bitboard rules, an
+exact solver, and the outcome check.
 
 Shared by the mcts service (rollouts), neural (encoding), the orchestrator (the exact checker)
-and the CLI. Moves are written as in Pascal Pons' benchmark files: one character '1'..'7' per
+and the CLI. Moves are written as in Pascal Pons' benchmark files: one character '1'..'W' per
 move, first player first.
 """
 
@@ -13,5 +14,7 @@ from libs.connect4.board import (
     encode,
     legal_mask,
 )
+from libs.connect4.geometry import STANDARD, Board
 
-__all__ = ["HEIGHT", "WIDTH", "IllegalPosition", "Position", "encode", "legal_mask"]
+__all__ = ["HEIGHT", "STANDARD", "WIDTH", "Board", "IllegalPosition", "Position", "encode",
+           "legal_mask"]

@@ -1,220 +1,71 @@
 """Connect Four rules on bitboards, after Pascal Pons' "Solving Connect 4" (blog.gamesolver.org,
-part 6).
+part 6), and `Position`, the Python-side API: parsing move strings, validity checks and the
+neural-net encoding, on a board of any size (`libs.connect4.geometry.Board`, 7x6 by default).
 
-Layout: the 7x6 board is packed into an int64, 7 bits per column (6 cells plus one sentinel bit
-above the top), column `col` (0..6, left to right) at bits `col*7 .. col*7+5`, row 0 at the bottom.
-A position is two bitboards: `position` holds the stones of the player to move and `mask` holds
-every stone. After a move the roles swap (`position ^= mask`), so the kernels never need to know
-which colour is to move. Keys `position + mask` are unique per position and fit in 49 bits.
+Layout: a W x H board is packed into an int64, H + 1 bits per column (H cells plus one sentinel
+bit above the top), column `col` (0..W-1, left to right) at bits `col*(H+1) .. col*(H+1)+H-1`, row
+0 at the bottom. A position is two bitboards: `position` holds the stones of the player to move and
+`mask` holds every stone. After a move the roles swap (`position ^= mask`), so the kernels never
+need to know which colour is to move. Keys `position + mask` are unique per position and fit in
+(H + 1) * W bits (49 on 7x6).
 
-The kernels are numba `njit(cache=True, nogil=True)` functions on plain int64 values; the solver and
-the MCTS search call them from their own compiled loops. `Position` is the Python-side API: parsing
-move strings, validity checks and the neural-net encoding.
+The kernels are numba `njit(cache=True, nogil=True)` functions on plain int64 values, compiled per
+board size (`libs.connect4.rules.rules`); the names of this module (`play`, `possible`,
+`alignment`, ...) are those of the standard 7x6 board, which the solver and the MCTS search call
+from their own compiled loops.
 
-Column numbering: kernels and `Position` methods take `col` in 0..6; move strings and every public
-"column" or "action" outside this module use 1..7 (Pons' files, the protos).
+Column numbering: kernels and `Position` methods take `col` in 0..W-1; move strings and every
+public "column" or "action" outside this module use 1..W (Pons' files, the protos).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
-WIDTH = 7
-HEIGHT = 6
+from libs.connect4.geometry import STANDARD, Board
+from libs.connect4.rules import AFTER_WIN, FULL_COLUMN, NOT_A_COLUMN, Rules, popcount, rules
+
+WIDTH = STANDARD.columns
+HEIGHT = STANDARD.rows
 CELLS = WIDTH * HEIGHT
 H1 = HEIGHT + 1
 
-BOTTOM_MASK = sum(1 << (col * H1) for col in range(WIDTH))
-"""One bit at the bottom cell of every column."""
-BOARD_MASK = BOTTOM_MASK * ((1 << HEIGHT) - 1)
-"""Every playable cell (the sentinel row excluded)."""
+_STANDARD_RULES = rules(STANDARD)
+BOTTOM_MASK = _STANDARD_RULES.bottom_mask
+"""One bit at the bottom cell of every column (7x6)."""
+BOARD_MASK = _STANDARD_RULES.board_mask
+"""Every playable cell of the 7x6 board (the sentinel row excluded)."""
+
+# The 7x6 kernels (see `libs.connect4.rules.Rules` for each one's contract).
+top_mask_col = _STANDARD_RULES.top_mask_col
+bottom_mask_col = _STANDARD_RULES.bottom_mask_col
+column_mask = _STANDARD_RULES.column_mask
+can_play = _STANDARD_RULES.can_play
+play = _STANDARD_RULES.play
+play_move = _STANDARD_RULES.play_move
+alignment = _STANDARD_RULES.alignment
+possible = _STANDARD_RULES.possible
+winning_cells = _STANDARD_RULES.winning_cells
+completing_cells = _STANDARD_RULES.completing_cells
+can_win_next = _STANDARD_RULES.can_win_next
+is_winning_move = _STANDARD_RULES.is_winning_move
+non_losing_moves = _STANDARD_RULES.non_losing_moves
+legal_columns_mask = _STANDARD_RULES.legal_columns_mask
+__all__ = ["BOARD_MASK", "BOTTOM_MASK", "CELLS", "H1", "HEIGHT", "WIDTH", "Board",
+           "IllegalPosition", "Position", "Rules", "STANDARD", "alignment", "bottom_mask_col",
+           "can_play", "can_win_next", "column_mask", "completing_cells", "encode",
+           "is_winning_move", "legal_columns_mask", "legal_mask", "non_losing_moves", "play",
+           "play_move", "popcount", "possible", "rules", "top_mask_col", "winning_cells"]
 
 
-@njit(cache=True, nogil=True)
-def top_mask_col(col: int) -> int:
-    """The bit of the top cell of column `col` (0..6)."""
-    return 1 << (HEIGHT - 1 + col * H1)
-
-
-_TOP_MASKS = tuple(top_mask_col.py_func(col) for col in range(WIDTH))
-"""`top_mask_col` of every column, for `Position.legal_columns` in plain Python."""
-
-
-@njit(cache=True, nogil=True)
-def bottom_mask_col(col: int) -> int:
-    """The bit of the bottom cell of column `col` (0..6)."""
-    return 1 << (col * H1)
-
-
-@njit(cache=True, nogil=True)
-def column_mask(col: int) -> int:
-    """Every cell of column `col` (0..6)."""
-    return ((1 << HEIGHT) - 1) << (col * H1)
-
-
-@njit(cache=True, nogil=True)
-def can_play(mask: int, col: int) -> bool:
-    """True when column `col` (0..6) is not full."""
-    return (mask & top_mask_col(col)) == 0
-
-
-@njit(cache=True, nogil=True)
-def play(position: int, mask: int, col: int) -> tuple[int, int]:
-    """Plays column `col` (0..6) for the player to move; returns the new (position, mask).
-
-    The returned `position` holds the stones of the new player to move (the opponent). The column
-    must be playable (`can_play`); this is not checked here.
-    """
-    return position ^ mask, mask | (mask + bottom_mask_col(col))
-
-
-@njit(cache=True, nogil=True)
-def play_move(position: int, mask: int, move: int) -> tuple[int, int]:
-    """Plays the single-bit `move` (a cell from `possible`); returns the new (position, mask)."""
-    return position ^ mask, mask | move
-
-
-@njit(cache=True, nogil=True)
-def alignment(stones: int) -> bool:
-    """True when `stones` (one player's bitboard) contains four in a row in any direction."""
-    m = stones & (stones >> H1)  # horizontal
-    if m & (m >> (2 * H1)):
-        return True
-    m = stones & (stones >> HEIGHT)  # diagonal one way
-    if m & (m >> (2 * HEIGHT)):
-        return True
-    m = stones & (stones >> (HEIGHT + 2))  # diagonal the other way
-    if m & (m >> (2 * (HEIGHT + 2))):
-        return True
-    m = stones & (stones >> 1)  # vertical
-    if m & (m >> 2):
-        return True
-    return False
-
-
-@njit(cache=True, nogil=True)
-def possible(mask: int) -> int:
-    """The playable cells: the lowest empty cell of each non-full column."""
-    return (mask + BOTTOM_MASK) & BOARD_MASK
-
-
-@njit(cache=True, nogil=True)
-def winning_cells(stones: int, mask: int) -> int:
-    """Empty cells (playable now or later) that would complete four in a row for `stones`."""
-    return completing_cells(stones) & (BOARD_MASK ^ mask)
-
-
-@njit(cache=True, nogil=True)
-def completing_cells(stones: int) -> int:
-    """Cells that would complete four in a row for `stones`, occupied or not (Pons part 10).
-
-    Depends on one player's stones only, so a rollout can keep it until that player moves again.
-    """
-    # vertical: three stones below
-    r = (stones << 1) & (stones << 2) & (stones << 3)
-    # horizontal
-    p = (stones << H1) & (stones << (2 * H1))
-    r |= p & (stones << (3 * H1))
-    r |= p & (stones >> H1)
-    p = (stones >> H1) & (stones >> (2 * H1))
-    r |= p & (stones << H1)
-    r |= p & (stones >> (3 * H1))
-    # diagonal, shift HEIGHT
-    p = (stones << HEIGHT) & (stones << (2 * HEIGHT))
-    r |= p & (stones << (3 * HEIGHT))
-    r |= p & (stones >> HEIGHT)
-    p = (stones >> HEIGHT) & (stones >> (2 * HEIGHT))
-    r |= p & (stones << HEIGHT)
-    r |= p & (stones >> (3 * HEIGHT))
-    # diagonal, shift HEIGHT + 2
-    p = (stones << (HEIGHT + 2)) & (stones << (2 * (HEIGHT + 2)))
-    r |= p & (stones << (3 * (HEIGHT + 2)))
-    r |= p & (stones >> (HEIGHT + 2))
-    p = (stones >> (HEIGHT + 2)) & (stones >> (2 * (HEIGHT + 2)))
-    r |= p & (stones << (HEIGHT + 2))
-    r |= p & (stones >> (3 * (HEIGHT + 2)))
-    return r & BOARD_MASK
-
-
-@njit(cache=True, nogil=True)
-def can_win_next(position: int, mask: int) -> bool:
-    """True when the player to move has a move that wins at once."""
-    return (winning_cells(position, mask) & possible(mask)) != 0
-
-
-@njit(cache=True, nogil=True)
-def is_winning_move(position: int, mask: int, col: int) -> bool:
-    """True when playing column `col` (0..6) wins at once for the player to move."""
-    return (winning_cells(position, mask) & possible(mask) & column_mask(col)) != 0
-
-
-@njit(cache=True, nogil=True)
-def non_losing_moves(position: int, mask: int) -> int:
-    """Playable cells that do not hand the opponent an immediate win (Pons part 10).
-
-    Assumes the player to move cannot win at once. Forced: if the opponent threatens one playable
-    cell we must take it (two such cells: no move saves the game, returns 0); never play directly
-    below an opponent's winning cell.
-    """
-    moves = possible(mask)
-    opponent_win = winning_cells(position ^ mask, mask)
-    forced = moves & opponent_win
-    if forced:
-        if forced & (forced - 1):
-            return 0
-        moves = forced
-    return moves & ~(opponent_win >> 1)
-
-
-@njit(cache=True, nogil=True)
-def popcount(x: int) -> int:
-    """Number of set bits of a non-negative int64."""
-    n = 0
-    while x:
-        x &= x - 1
-        n += 1
-    return n
-
-
-@njit(cache=True, nogil=True)
-def legal_columns_mask(mask: int) -> int:
-    """Bit `col` set for every column (0..6) that is not full."""
-    out = 0
-    for col in range(WIDTH):
-        if (mask & top_mask_col(col)) == 0:
-            out |= 1 << col
-    return out
-
-
-_NOT_A_COLUMN = 1
-_FULL_COLUMN = 2
-_AFTER_WIN = 3
-
-
-@njit(cache=True, nogil=True)
-def _parse(columns: np.ndarray) -> tuple[int, int, bool, int, int]:
-    """Plays `columns` (int64 [n], 0..6 expected) from the empty board.
-
-    Returns (position, mask, won, error, index): error 0 when every move was legal, else
-    _NOT_A_COLUMN, _FULL_COLUMN or _AFTER_WIN for the move at `index`.
-    """
-    position = 0
-    mask = 0
-    won = False
-    for index in range(columns.shape[0]):
-        col = columns[index]
-        if won:
-            return position, mask, won, _AFTER_WIN, index
-        if col < 0 or col >= WIDTH:
-            return position, mask, won, _NOT_A_COLUMN, index
-        if not can_play(mask, col):
-            return position, mask, won, _FULL_COLUMN, index
-        won = is_winning_move(position, mask, col)
-        position, mask = play(position, mask, col)
-    return position, mask, won, 0, -1
+@functools.cache
+def _top_masks(board: Board) -> tuple[int, ...]:
+    """The top cell's bit of every column, for `Position.legal_columns` in plain Python."""
+    h1 = board.rows + 1
+    return tuple(1 << (board.rows - 1 + col * h1) for col in range(board.columns))
 
 
 class IllegalPosition(Exception):
@@ -235,44 +86,49 @@ class Position:
     """A Connect Four position reached from the empty board.
 
     Attributes:
-        moves: the move string, one character '1'..'7' per move, first player first.
-        position: bitboard of the stones of the player to move (Pons layout, see module docstring).
+        moves: the move string, one character '1'..'W' per move, first player first.
+        position: bitboard of the stones of the player to move (layout in the module docstring).
         mask: bitboard of every stone.
         won: True when the last move made four in a row (the game is over, the player who just
             moved won).
+        board: the board size (7x6 by default).
     """
 
     moves: str
     position: int
     mask: int
     won: bool = False
+    board: Board = STANDARD
 
     @staticmethod
-    def from_moves(moves: str) -> Position:
-        """Parses a Pons move string ('' is the empty board).
+    def from_moves(moves: str, board: Board = STANDARD) -> Position:
+        """Parses a Pons move string ('' is the empty board) on `board`.
 
         Raises:
-            IllegalPosition: a character outside '1'..'7', a move into a full column, or a move
+            IllegalPosition: a character outside '1'..'W', a move into a full column, or a move
                 after four in a row was already made. A string whose last move makes four in a row
                 is accepted and gives a position with `won=True`.
         """
         if not isinstance(moves, str):
             raise IllegalPosition(f"moves must be a string, got {type(moves).__name__}")
-        if len(moves) > CELLS:
-            raise IllegalPosition(f"{len(moves)} moves do not fit on a board of {CELLS} cells")
+        if len(moves) > board.cells:
+            raise IllegalPosition(f"{len(moves)} moves do not fit on a board of {board.cells} "
+                                  "cells")
         code_points = np.frombuffer(moves.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         columns = code_points.astype(np.int64) - ord("1")
-        position, mask, won, error, index = _parse(columns)
-        if error == _NOT_A_COLUMN:
+        position, mask, won, error, index = rules(board).parse(columns)
+        if error == NOT_A_COLUMN:
             raise IllegalPosition(
-                f"move {index + 1} is {moves[index]!r}; columns are '1'..'7'", index)
-        if error == _FULL_COLUMN:
+                f"move {index + 1} is {moves[index]!r}; columns are '1'..'{board.columns}'",
+                index)
+        if error == FULL_COLUMN:
             raise IllegalPosition(
                 f"move {index + 1} plays column {moves[index]}, which is full", index)
-        if error == _AFTER_WIN:
+        if error == AFTER_WIN:
             raise IllegalPosition(
                 f"move {index + 1} ('{moves[index]}') is played after the game was won", index)
-        return Position(moves=moves, position=int(position), mask=int(mask), won=bool(won))
+        return Position(moves=moves, position=int(position), mask=int(mask), won=bool(won),
+                        board=board)
 
     @property
     def num_moves(self) -> int:
@@ -281,8 +137,8 @@ class Position:
 
     @property
     def is_full(self) -> bool:
-        """True when all 42 cells are taken."""
-        return self.num_moves == CELLS
+        """True when every cell is taken."""
+        return self.num_moves == self.board.cells
 
     @property
     def is_finished(self) -> bool:
@@ -294,80 +150,93 @@ class Position:
         """0 when the first player is to move, 1 for the second."""
         return self.num_moves % 2
 
+    @property
+    def rules(self) -> Rules:
+        """The kernels of this position's board size."""
+        return rules(self.board)
+
     def can_play(self, col: int) -> bool:
-        """True when column `col` (0..6) is not full and the game is not over."""
-        return not self.is_finished and bool(can_play(self.mask, col))
+        """True when column `col` (0..W-1) is not full and the game is not over."""
+        return (not self.is_finished and 0 <= col < self.board.columns
+                and not self.mask & _top_masks(self.board)[col])
 
     def legal_columns(self) -> list[int]:
-        """Playable columns (0..6) in increasing order; empty when the game is over."""
+        """Playable columns (0..W-1) in increasing order; empty when the game is over."""
         if self.is_finished:
             return []
-        # `can_play` in plain Python: a call of the njit kernel from Python costs about 1 us of
-        # numba's dispatch, seven per call here, and the orchestrator asks several times a request.
+        # In plain Python: a call of an njit kernel from Python costs about 1 us of numba's
+        # dispatch, seven per call here, and the orchestrator asks several times a request.
         mask = self.mask
-        return [col for col, top in enumerate(_TOP_MASKS) if not mask & top]
+        return [col for col, top in enumerate(_top_masks(self.board)) if not mask & top]
 
     def is_winning_move(self, col: int) -> bool:
-        """True when column `col` (0..6) is playable and makes four in a row for the mover."""
-        return self.can_play(col) and bool(is_winning_move(self.position, self.mask, col))
+        """True when column `col` (0..W-1) is playable and makes four in a row for the mover."""
+        return self.can_play(col) and bool(self.rules.is_winning_move(self.position, self.mask,
+                                                                       col))
 
     def can_win_next(self) -> bool:
         """True when the player to move can make four in a row at once."""
-        return not self.is_finished and bool(can_win_next(self.position, self.mask))
+        return not self.is_finished and bool(self.rules.can_win_next(self.position, self.mask))
 
     def play(self, col: int) -> Position:
-        """The position after the player to move plays column `col` (0..6).
+        """The position after the player to move plays column `col` (0..W-1).
 
         Raises:
-            IllegalPosition: the column is outside 0..6 or full, or the game is over.
+            IllegalPosition: the column is outside 0..W-1 or full, or the game is over.
         """
-        if not 0 <= col < WIDTH:
-            raise IllegalPosition(f"column index {col} is outside 0..6")
+        if not 0 <= col < self.board.columns:
+            raise IllegalPosition(f"column index {col} is outside 0..{self.board.columns - 1}")
         if self.won:
             raise IllegalPosition("the game is already won")
-        if not can_play(self.mask, col):
+        if self.mask & _top_masks(self.board)[col]:
             raise IllegalPosition(f"column {col + 1} is full")
-        won = bool(is_winning_move(self.position, self.mask, col))
-        position, mask = play(self.position, self.mask, col)
-        return Position(moves=self.moves + str(col + 1), position=position, mask=mask, won=won)
+        kernels = self.rules
+        won = bool(kernels.is_winning_move(self.position, self.mask, col))
+        position, mask = kernels.play(self.position, self.mask, col)
+        return Position(moves=self.moves + str(col + 1), position=position, mask=mask, won=won,
+                        board=self.board)
 
     def key(self) -> int:
-        """A unique 49-bit key of the position (Pons: position + mask)."""
+        """A unique key of the position (Pons: position + mask), below 2**bits."""
         return self.position + self.mask
 
 
-_CELL_SHIFTS = np.array([[col * H1 + row for col in range(WIDTH)] for row in range(HEIGHT)],
-                        dtype=np.int64)
-"""int64 [6, 7]: the bit of cell [row, col] in a bitboard."""
+@functools.cache
+def cell_shifts(board: Board) -> np.ndarray:
+    """int64 [H, W]: the bit of cell [row, col] in a bitboard of `board` (row 0 the bottom)."""
+    h1 = board.rows + 1
+    return np.array([[col * h1 + row for col in range(board.columns)]
+                     for row in range(board.rows)], dtype=np.int64)
 
 
-def _plane(stones: int) -> np.ndarray:
-    """float32 [6, 7]: 1.0 where `stones` has a stone (index [row, col], row 0 at the bottom)."""
-    # One vectorised shift instead of 42 Python bit tests (about 15 us a position, every
-    # EvaluatePositions request pays it); a bitboard has 49 bits, so it fits an int64.
-    return ((np.int64(stones) >> _CELL_SHIFTS) & 1).astype(np.float32)
+def _plane(stones: int, board: Board) -> np.ndarray:
+    """float32 [H, W]: 1.0 where `stones` has a stone (index [row, col], row 0 at the bottom)."""
+    # One vectorised shift instead of a Python bit test per cell (about 15 us a position on 7x6,
+    # every EvaluatePositions request pays it); a bitboard has at most 49 bits.
+    return ((np.int64(stones) >> cell_shifts(board)) & 1).astype(np.float32)
 
 
 def encode(position: Position) -> np.ndarray:
     """The input planes of a policy/value network, from the point of view of the player to move.
 
     Returns:
-        float32 array [2, 6, 7]: plane 0 holds the stones of the player to move, plane 1 those of
-        the opponent; index [plane, row, col] with row 0 the bottom row and col 0 the leftmost
-        column (move character '1'). A cell is 1.0 when occupied by that plane's player, else 0.0.
+        float32 array [2, H, W] ([2, 6, 7] on the standard board): plane 0 holds the stones of the
+        player to move, plane 1 those of the opponent; index [plane, row, col] with row 0 the
+        bottom row and col 0 the leftmost column (move character '1'). A cell is 1.0 when occupied
+        by that plane's player, else 0.0.
     """
-    planes = np.empty((2, HEIGHT, WIDTH), dtype=np.float32)
-    planes[0] = _plane(position.position)
-    planes[1] = _plane(position.position ^ position.mask)
+    board = position.board
+    planes = np.empty((2, board.rows, board.columns), dtype=np.float32)
+    planes[0] = _plane(position.position, board)
+    planes[1] = _plane(position.position ^ position.mask, board)
     return planes
 
 
 def legal_mask(position: Position) -> np.ndarray:
-    """bool array [7]: True for each column (index 0..6 = move '1'..'7') that can be played now.
-
-    All False when the game is over (four in a row made, or the board full).
-    """
-    out = np.zeros(WIDTH, dtype=np.bool_)
+    """bool array [W] ([7] on the standard board): True for each column (index 0..W-1 = move
+    '1'..'W') that can be played now. All False when the game is over (four in a row made, or the
+    board full)."""
+    out = np.zeros(position.board.columns, dtype=np.bool_)
     for col in position.legal_columns():
         out[col] = True
     return out

@@ -7,7 +7,8 @@ The result after the move is decided by the exact solver in weak mode (`libs.con
 
 from __future__ import annotations
 
-from libs.connect4.board import WIDTH, IllegalPosition, Position
+from libs.connect4.board import IllegalPosition, Position
+from libs.connect4.geometry import STANDARD, Board
 from libs.connect4.solver import Solver, default_solver
 
 JUDGE_MAX_NODES = 2_000_000_000
@@ -24,27 +25,29 @@ def _sign(x: int) -> int:
 
 
 def keeps_outcome(moves: str, column: int, score_before: int,
-                  max_nodes: int = JUDGE_MAX_NODES, solver: Solver | None = None) -> bool:
+                  max_nodes: int = JUDGE_MAX_NODES, solver: Solver | None = None,
+                  board: Board = STANDARD) -> bool:
     """True when playing `column` in the position `moves` keeps its game-theoretic result.
 
     Args:
         moves: the position before the move (Pons move string).
-        column: the move, 1..7.
+        column: the move, 1..W.
         score_before: the exact score of the position before the move for the player to move (the
             benchmark file's score; only its sign is used).
         max_nodes: node budget of the solver for the position after the move.
         solver: the solver to use; None uses this thread's default solver.
+        board: the board size (7x6 by default).
     Returns:
-        False for an illegal move (column outside 1..7 or full); True in a lost position;
+        False for an illegal move (column outside 1..W or full); True in a lost position;
         otherwise whether the result after the move (for the mover) equals `sign(score_before)`.
     Raises:
         IllegalPosition: `moves` is malformed, illegal or a finished game.
         SolverBudgetExhausted: `max_nodes` did not suffice to solve the position after the move.
     """
-    before = Position.from_moves(moves)
+    before = Position.from_moves(moves, board)
     if before.is_finished:
         raise IllegalPosition("the game is over: there is no move to judge")
-    if not 1 <= column <= WIDTH or not before.can_play(column - 1):
+    if not 1 <= column <= board.columns or not before.can_play(column - 1):
         return False
     expected = _sign(score_before)
     if expected < 0:

@@ -18,38 +18,34 @@ empty; the table is zeroed once every 255 calls.
 Score convention (the files in ../shared/data/connect4-pons): the value for the player to move
 under perfect play, 0 for a draw, `22 - s` when the player to move wins with their `s`-th stone,
 `s - 22` when they lose to the opponent's `s`-th stone. An immediate win from a position with `n`
-stones scores `(43 - n) // 2`. Weak mode only decides the sign: its result is -1, 0 or 1.
+stones scores `(43 - n) // 2`. Weak mode only decides the sign: its result is -1, 0 or 1. On a
+board of C = W * H cells (`libs.connect4.geometry.Board`; a `Position` carries its board) the same
+convention reads `C // 2 + 1 - s`, and an immediate win scores `(C + 1 - n) // 2`.
 
-The search is a numba kernel (`njit(nogil=True)`), so solvers in different threads run in
-parallel. A node budget bounds each call; a call that runs out returns `complete=False` and no
-score instead of a guess.
+The search is a numba kernel (`njit(nogil=True)`) compiled per board size (`search_kernel`: the
+board's constants are compile-time constants, as in a kernel written for that size alone), so
+solvers in different threads run in parallel. A node budget bounds each call; a call that runs
+out returns `complete=False` and no score instead of a guess.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
-from libs.connect4.board import (
-    CELLS,
-    WIDTH,
-    IllegalPosition,
-    Position,
-    can_play,
-    can_win_next,
-    column_mask,
-    is_winning_move,
-    non_losing_moves,
-    play,
-    popcount,
-    winning_cells,
-)
+from libs.connect4.board import IllegalPosition, Position, popcount
+from libs.connect4.geometry import MAX_CELLS, STANDARD, Board
+from libs.connect4.rules import Rules, rules
 
+CELLS = STANDARD.cells
 MIN_SCORE = -(CELLS // 2) + 3
-"""Lowest score a position can have once nobody wins within two moves: -18."""
+"""Lowest score a 7x6 position can have once nobody wins within two moves: -18. The bounds of
+the transposition table are encoded with the 7x6 offsets on every board (a smaller board's scores
+lie within the 7x6 range)."""
 MAX_SCORE = (CELLS + 1) // 2 - 3
 """Highest such score: 18."""
 DEFAULT_TABLE_SIZE = 4_194_301
@@ -61,9 +57,20 @@ DEFAULT_MAX_NODES = 50_000_000
 """Default node budget of one `solve` call."""
 
 _ABORTED = 1000
-_COLUMN_ORDER = np.array([3, 2, 4, 1, 5, 0, 6], dtype=np.int64)
+_NO_CUT = 2000
 _LOWER_BOUND_OFFSET = MAX_SCORE - 2 * MIN_SCORE + 2
 _UPPER_BOUND_OFFSET = 1 - MIN_SCORE
+_MAX_COLUMNS = 9
+
+
+def column_order(columns: int) -> np.ndarray:
+    """int64 [W]: the columns centre first, then alternately left and right of it (Pons part 5):
+    [3, 2, 4, 1, 5, 0, 6] on 7 columns, [2, 1, 3, 0] on 4."""
+    return np.array([columns // 2 + (1 - 2 * (i % 2)) * (i + 1) // 2 for i in range(columns)],
+                    dtype=np.int64)
+
+
+_COLUMN_ORDER = column_order(STANDARD.columns)
 
 
 @njit(cache=True, nogil=True)
@@ -71,37 +78,10 @@ def _half_toward_zero(x: int) -> int:
     return x // 2 if x >= 0 else -((-x) // 2)
 
 
-@njit(cache=True, nogil=True)
-def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, generation, counters,
-             order, sort_moves, sort_scores):
-    """Score of a position in which the player to move cannot win at once, within [alpha, beta].
-
-    Returns the exact score when it lies inside the window, an upper bound <= alpha or a lower bound
-    >= beta otherwise (fail-soft as in Pons part 4), or _ABORTED when `counters[0]` (nodes) passed
-    `counters[1]` (budget).
-    """
-    counters[0] += 1
-    if counters[0] > counters[1]:
-        return _ABORTED
-    moves = non_losing_moves(position, mask)
-    if moves == 0:
-        return -((CELLS - num_moves) // 2)
-    if num_moves >= CELLS - 2:
-        return 0
-    low = -((CELLS - 2 - num_moves) // 2)
-    if alpha < low:
-        alpha = low
-        if alpha >= beta:
-            return alpha
-    high = (CELLS - 1 - num_moves) // 2
-    if beta > high:
-        beta = high
-        if alpha >= beta:
-            return beta
-    key = position + mask
-    size = tt_keys.shape[0]
-    slot = key % size
-    partial = key & 0xFFFFFFFF
+@njit(cache=True, nogil=True, inline="always")
+def _table_window(tt_keys, tt_values, slot, partial, generation, alpha, beta):
+    """The window narrowed by the table's bound for `slot` (when it holds this key and call):
+    (alpha, beta, cut), cut the score to return at once or _NO_CUT."""
     stored = np.int64(tt_values[slot])
     if (stored >> 8) == generation and np.int64(tt_keys[slot]) == partial:
         stored = stored & 0xFF
@@ -112,76 +92,140 @@ def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, generat
             if alpha < low:
                 alpha = low
                 if alpha >= beta:
-                    return alpha
+                    return alpha, beta, alpha
         else:
             high = stored - _UPPER_BOUND_OFFSET
             if beta > high:
                 beta = high
                 if alpha >= beta:
-                    return beta
+                    return alpha, beta, beta
+    return alpha, beta, _NO_CUT
 
-    # Centre-first candidates, stably sorted by how many winning cells the move leaves us.
-    count = 0
-    for i in range(WIDTH):
-        move = moves & column_mask(order[i])
-        if move:
-            score = popcount(winning_cells(position | move, mask))
-            at = count
-            while at > 0 and sort_scores[num_moves, at - 1] < score:
-                sort_moves[num_moves, at] = sort_moves[num_moves, at - 1]
-                sort_scores[num_moves, at] = sort_scores[num_moves, at - 1]
-                at -= 1
-            sort_moves[num_moves, at] = move
-            sort_scores[num_moves, at] = score
-            count += 1
 
-    for i in range(count):
-        move = sort_moves[num_moves, i]
-        child = _negamax(position ^ mask, mask | move, num_moves + 1, -beta, -alpha, tt_keys,
-                         tt_values, generation, counters, order, sort_moves, sort_scores)
-        if child == _ABORTED:
+def _ordering_kernel(width: int, kernels: Rules):
+    """`order_moves` of one board size."""
+    column_mask, winning_cells = kernels.column_mask, kernels.winning_cells
+
+    @njit(cache=True, nogil=True, inline="always")
+    def order_moves(moves, position, mask, num_moves, order, sort_moves, sort_scores):
+        """Writes the candidate cells of `moves` to `sort_moves[num_moves]`, centre first, stably
+        sorted by how many winning cells each leaves the mover; returns how many."""
+        count = 0
+        for i in range(width):
+            move = moves & column_mask(order[i])
+            if move:
+                score = popcount(winning_cells(position | move, mask))
+                at = count
+                while at > 0 and sort_scores[num_moves, at - 1] < score:
+                    sort_moves[num_moves, at] = sort_moves[num_moves, at - 1]
+                    sort_scores[num_moves, at] = sort_scores[num_moves, at - 1]
+                    at -= 1
+                sort_moves[num_moves, at] = move
+                sort_scores[num_moves, at] = score
+                count += 1
+        return count
+
+    return order_moves
+
+
+def _negamax_kernel(cells: int, kernels: Rules):
+    """`_negamax` of one board size (`cells` = W * H)."""
+    non_losing_moves = kernels.non_losing_moves
+    order_moves = _ordering_kernel(kernels.board.columns, kernels)
+
+    @njit(cache=True, nogil=True)
+    def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, generation, counters,
+                 order, sort_moves, sort_scores):
+        """Score of a position in which the player to move cannot win at once, within
+        [alpha, beta]: exact inside the window, an upper bound <= alpha or a lower bound >= beta
+        otherwise (fail-soft, Pons part 4), or _ABORTED when `counters[0]` (nodes) passed
+        `counters[1]` (budget)."""
+        counters[0] += 1
+        if counters[0] > counters[1]:
             return _ABORTED
-        score = -child
-        if score >= beta:
-            tt_keys[slot] = partial
-            tt_values[slot] = (generation << 8) | ((score + _LOWER_BOUND_OFFSET) & 0xFF)
-            return score
-        if score > alpha:
-            alpha = score
-    tt_keys[slot] = partial
-    tt_values[slot] = (generation << 8) | ((alpha + _UPPER_BOUND_OFFSET) & 0xFF)
-    return alpha
+        moves = non_losing_moves(position, mask)
+        if moves == 0:
+            return -((cells - num_moves) // 2)
+        if num_moves >= cells - 2:
+            return 0
+        low = -((cells - 2 - num_moves) // 2)
+        if alpha < low:
+            alpha = low
+            if alpha >= beta:
+                return alpha
+        high = (cells - 1 - num_moves) // 2
+        if beta > high:
+            beta = high
+            if alpha >= beta:
+                return beta
+        key = position + mask
+        slot = key % tt_keys.shape[0]
+        partial = key & 0xFFFFFFFF
+        alpha, beta, cut = _table_window(tt_keys, tt_values, slot, partial, generation, alpha,
+                                         beta)
+        if cut != _NO_CUT:
+            return cut
+        count = order_moves(moves, position, mask, num_moves, order, sort_moves, sort_scores)
+        for i in range(count):
+            move = sort_moves[num_moves, i]
+            child = _negamax(position ^ mask, mask | move, num_moves + 1, -beta, -alpha, tt_keys,
+                             tt_values, generation, counters, order, sort_moves, sort_scores)
+            if child == _ABORTED:
+                return _ABORTED
+            score = -child
+            if score >= beta:
+                tt_keys[slot] = partial
+                tt_values[slot] = (generation << 8) | ((score + _LOWER_BOUND_OFFSET) & 0xFF)
+                return score
+            if score > alpha:
+                alpha = score
+        tt_keys[slot] = partial
+        tt_values[slot] = (generation << 8) | ((alpha + _UPPER_BOUND_OFFSET) & 0xFF)
+        return alpha
+
+    return _negamax
 
 
-@njit(cache=True, nogil=True)
-def _solve(position, mask, num_moves, weak, tt_keys, tt_values, generation, counters, order,
-           sort_moves, sort_scores):
-    """Exact (or, when `weak`, sign-only) score or _ABORTED; bisects with null windows (part 12)."""
-    if can_win_next(position, mask):
-        return 1 if weak else (CELLS + 1 - num_moves) // 2
-    low = -((CELLS - num_moves) // 2)
-    high = (CELLS + 1 - num_moves) // 2
-    if weak:
-        low = -1
-        high = 1
-    while low < high:
-        med = low + (high - low) // 2
-        if med <= 0 and _half_toward_zero(low) < med:
-            med = _half_toward_zero(low)
-        elif med >= 0 and _half_toward_zero(high) > med:
-            med = _half_toward_zero(high)
-        r = _negamax(position, mask, num_moves, med, med + 1, tt_keys, tt_values, generation,
-                     counters, order, sort_moves, sort_scores)
-        if r == _ABORTED:
-            return _ABORTED
-        if r <= med:
-            high = r
-        else:
-            low = r
-    if weak:
-        # Fail-soft bounds can overshoot the [-1, 1] window; only the sign is decided.
-        return (low > 0) - (low < 0)
-    return low
+@functools.cache
+def search_kernel(board: Board):
+    """`_solve` of one board size: exact (or, when `weak`, sign-only) score or _ABORTED, by null
+    windows bisecting the score interval (Pons part 12). Built once per process and size."""
+    cells = board.cells
+    kernels = rules(board)
+    can_win_next = kernels.can_win_next
+    negamax = _negamax_kernel(cells, kernels)
+
+    @njit(cache=True, nogil=True)
+    def _solve(position, mask, num_moves, weak, tt_keys, tt_values, generation, counters, order,
+               sort_moves, sort_scores):
+        """See `search_kernel`."""
+        if can_win_next(position, mask):
+            return 1 if weak else (cells + 1 - num_moves) // 2
+        low = -((cells - num_moves) // 2)
+        high = (cells + 1 - num_moves) // 2
+        if weak:
+            low = -1
+            high = 1
+        while low < high:
+            med = low + (high - low) // 2
+            if med <= 0 and _half_toward_zero(low) < med:
+                med = _half_toward_zero(low)
+            elif med >= 0 and _half_toward_zero(high) > med:
+                med = _half_toward_zero(high)
+            r = negamax(position, mask, num_moves, med, med + 1, tt_keys, tt_values, generation,
+                        counters, order, sort_moves, sort_scores)
+            if r == _ABORTED:
+                return _ABORTED
+            if r <= med:
+                high = r
+            else:
+                low = r
+        if weak:
+            # Fail-soft bounds can overshoot the [-1, 1] window; only the sign is decided.
+            return (low > 0) - (low < 0)
+        return low
+
+    return _solve
 
 
 @dataclass(frozen=True)
@@ -254,8 +298,8 @@ class CancelToken:
             return not self.cancelled
 
 
-def _as_position(position: Position | str) -> Position:
-    pos = Position.from_moves(position) if isinstance(position, str) else position
+def _as_position(position: Position | str, board: Board) -> Position:
+    pos = Position.from_moves(position, board) if isinstance(position, str) else position
     if pos.is_finished:
         raise IllegalPosition("the game is over: there is nothing to solve")
     return pos
@@ -283,8 +327,8 @@ class Solver:
         self._tt_values = np.empty(table_size, dtype=np.uint16)
         self._tt_values.fill(0)
         self._generation = 0
-        self._sort_moves = np.zeros((CELLS + 1, WIDTH), dtype=np.int64)
-        self._sort_scores = np.zeros((CELLS + 1, WIDTH), dtype=np.int64)
+        self._sort_moves = np.zeros((MAX_CELLS + 1, _MAX_COLUMNS), dtype=np.int64)
+        self._sort_scores = np.zeros((MAX_CELLS + 1, _MAX_COLUMNS), dtype=np.int64)
         self._counters = np.zeros(2, dtype=np.int64)
         self._lock = threading.Lock()
 
@@ -296,16 +340,17 @@ class Solver:
             self._generation = 0
         self._generation += 1
 
-    def _run(self, position: int, mask: int, num_moves: int, weak: bool,
+    def _run(self, board: Board, position: int, mask: int, num_moves: int, weak: bool,
              max_nodes: int, cancel: CancelToken | None = None) -> tuple[int | None, int]:
         self._counters[0] = 0
         self._counters[1] = max_nodes
         if cancel is not None and not cancel._attach(self._counters):
             return None, 0
         try:
-            score = _solve(position, mask, num_moves, weak, self._tt_keys, self._tt_values,
-                           self._generation, self._counters, _COLUMN_ORDER, self._sort_moves,
-                           self._sort_scores)
+            order = _COLUMN_ORDER if board == STANDARD else column_order(board.columns)
+            score = search_kernel(board)(position, mask, num_moves, weak, self._tt_keys,
+                                         self._tt_values, self._generation, self._counters,
+                                         order, self._sort_moves, self._sort_scores)
         finally:
             if cancel is not None:
                 cancel._attach(None)
@@ -313,27 +358,28 @@ class Solver:
         return (None if score == _ABORTED else int(score)), nodes
 
     def solve(self, position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-              weak: bool = False, cancel: CancelToken | None = None) -> SolveResult:
+              weak: bool = False, cancel: CancelToken | None = None,
+              board: Board = STANDARD) -> SolveResult:
         """Solves a position for the player to move.
 
         Args:
-            position: a `Position` or a Pons move string.
+            position: a `Position` (on its own board) or a Pons move string (on `board`).
             max_nodes: node budget; past it the result has `score=None, complete=False`.
             weak: decide win/draw/loss only (score -1, 0 or 1), usually far fewer nodes.
             cancel: stops the search early (a time budget); the result is then incomplete.
         Raises:
             IllegalPosition: malformed moves, or a finished game.
         """
-        pos = _as_position(position)
+        pos = _as_position(position, board)
         with self._lock:
             self._empty_table()
-            score, nodes = self._run(pos.position, pos.mask, pos.num_moves, weak, max_nodes,
-                                     cancel)
+            score, nodes = self._run(pos.board, pos.position, pos.mask, pos.num_moves, weak,
+                                     max_nodes, cancel)
         return SolveResult(score=score, nodes=nodes, complete=score is not None)
 
     def best_moves(self, position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
                    weak: bool = False, cancel: CancelToken | None = None,
-                   stop_at_win: bool = False) -> MoveScores:
+                   stop_at_win: bool = False, board: Board = STANDARD) -> MoveScores:
         """Scores every column for the player to move (the negated score of the child position, or
         the immediate-win score for a winning move), columns in centre-first order sharing
         `max_nodes`; `cancel` stops it early (the columns not solved by then stay None).
@@ -344,30 +390,31 @@ class Solver:
         opponent an immediate win still get their score (no search needed); the others stay None,
         and the result is complete only when none is left (a forced block, say).
 
+        A move string is read on `board`; a `Position` brings its own.
         Raises:
             IllegalPosition: malformed moves, or a finished game.
         """
-        pos = _as_position(position)
-        scores: list[int | None] = [None] * WIDTH
+        pos = _as_position(position, board)
+        kernels, cells = pos.rules, pos.board.cells
+        scores: list[int | None] = [None] * pos.board.columns
         nodes = 0
         complete = True
-        win_score = (CELLS + 1 - pos.num_moves) // 2
+        win_score = (cells + 1 - pos.num_moves) // 2
         # The score of a column after which the opponent wins at once, and the columns that don't.
-        loss_score = -1 if weak else -((CELLS - pos.num_moves) // 2)
-        safe = non_losing_moves(pos.position, pos.mask) if stop_at_win else 0
+        loss_score = -1 if weak else -((cells - pos.num_moves) // 2)
+        safe = kernels.non_losing_moves(pos.position, pos.mask) if stop_at_win else 0
         won = False
         with self._lock:
             self._empty_table()
-            for col in _COLUMN_ORDER:
-                col = int(col)
-                if not can_play(pos.mask, col):
+            for col in column_order(pos.board.columns).tolist():
+                if not pos.can_play(col):
                     continue
-                if is_winning_move(pos.position, pos.mask, col):
+                if kernels.is_winning_move(pos.position, pos.mask, col):
                     scores[col] = 1 if weak else win_score
                     won = stop_at_win
                     continue
                 if won:
-                    if safe & column_mask(col):
+                    if safe & kernels.column_mask(col):
                         complete = False
                     else:
                         scores[col] = loss_score
@@ -376,9 +423,9 @@ class Solver:
                 if budget <= 0:
                     complete = False
                     continue
-                child_position, child_mask = play(pos.position, pos.mask, col)
-                score, used = self._run(child_position, child_mask, pos.num_moves + 1, weak,
-                                        budget, cancel)
+                child_position, child_mask = kernels.play(pos.position, pos.mask, col)
+                score, used = self._run(pos.board, child_position, child_mask,
+                                        pos.num_moves + 1, weak, budget, cancel)
                 nodes += used
                 if score is None:
                     complete = False
@@ -401,13 +448,14 @@ def default_solver() -> Solver:
 
 
 def solve(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
-          weak: bool = False, cancel: CancelToken | None = None) -> SolveResult:
+          weak: bool = False, cancel: CancelToken | None = None,
+          board: Board = STANDARD) -> SolveResult:
     """`Solver.solve` on this thread's solver; see there."""
-    return default_solver().solve(position, max_nodes, weak, cancel)
+    return default_solver().solve(position, max_nodes, weak, cancel, board)
 
 
 def best_moves(position: Position | str, max_nodes: int = DEFAULT_MAX_NODES,
                weak: bool = False, cancel: CancelToken | None = None,
-               stop_at_win: bool = False) -> MoveScores:
+               stop_at_win: bool = False, board: Board = STANDARD) -> MoveScores:
     """`Solver.best_moves` on this thread's solver; see there."""
-    return default_solver().best_moves(position, max_nodes, weak, cancel, stop_at_win)
+    return default_solver().best_moves(position, max_nodes, weak, cancel, stop_at_win, board)
