@@ -46,11 +46,19 @@ class Connect4PVConfig:
     """W, the board's columns: the policy's width and the planes' last dimension."""
     rows: int = ROWS
     """H, the board's rows (`libs.connect4.geometry.Board` sets the limits the services check)."""
+    actions: int = 0
+    """Policy logits; 0 (Connect Four) means one per column. Tic-tac-toe's network (3 x 3 planes)
+    has 9, one per cell, as the AlphaZero loop trains it (`training.az`)."""
 
     def __post_init__(self) -> None:
         if self.channels < 1 or self.blocks < 0 or self.value_hidden < 1 \
-                or self.columns < 1 or self.rows < 1:
+                or self.columns < 1 or self.rows < 1 or self.actions < 0:
             raise ValueError(f"invalid Connect4PVConfig {self}")
+
+    @property
+    def policy_size(self) -> int:
+        """Policy logits: `actions`, or `columns` when it is 0."""
+        return self.actions or self.columns
 
 
 class ResidualBlock(nn.Module):
@@ -88,7 +96,7 @@ class Connect4PV(nn.Module):
         self.policy_conv = nn.Sequential(nn.Conv2d(c, 2, 1, bias=False), nn.BatchNorm2d(2),
                                          nn.ReLU())
         cells = config.rows * config.columns
-        self.policy_fc = nn.Linear(2 * cells, config.columns)
+        self.policy_fc = nn.Linear(2 * cells, config.policy_size)
         self.value_conv = nn.Sequential(nn.Conv2d(c, 1, 1, bias=False), nn.BatchNorm2d(1),
                                         nn.ReLU())
         self.value_fc1 = nn.Linear(cells, config.value_hidden)
