@@ -340,9 +340,11 @@ async def serve(
         ports.update(extra_ports)
     # What start-up made (modules, models, stubs: ~10^5 objects) lives as long as the process:
     # moved out of the collector's reach, a full collection no longer walks it (about 100 ms of
-    # the orchestrator's event loop, during which even health checks wait).
+    # the orchestrator's event loop, during which even health checks wait). `mcts-mesh serve`
+    # starts with the collector off (imports run faster): it is on from here.
     gc.collect()
     gc.freeze()
+    gc.enable()
     if on_listening is not None:
         on_listening(ports)
     stop = asyncio.Event()

@@ -27,7 +27,6 @@ that stayed up `stable_s` seconds starts a fresh count); the others keep serving
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import secrets
@@ -42,6 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from libs.services import BACKENDS, BY_NAME, NAMES, ORCHESTRATOR
+from mcts_mesh.startup import (
+    LaunchError as LaunchError,  # raised by start_mesh; callers import it from here
+)
+from mcts_mesh.startup import (
+    read_port_file,
+    wait_until_backends_seen,
+    wait_until_ready,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +63,6 @@ restarts a service by hand) does not take some other file of its own for the pip
 LAUNCHER_PID_ENV = "MCTS_MESH_LAUNCHER_PID"
 """The launcher's pid, set when the service may use the parent-death signal (`follow_launcher`)."""
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-class LaunchError(RuntimeError):
-    """A service exited or did not become ready in time; the message names it and says why (its
-    own one-line start-up error, e.g. "mcts: cannot bind 127.0.0.1:50052: address already in use",
-    or the tail of its log)."""
 
 
 @dataclass
@@ -204,40 +205,6 @@ def follow_launcher(environ: dict[str, str] | None = None) -> None:
                      daemon=True).start()
 
 
-def _read_port_file(path: Path) -> dict | None:
-    """The ports a service wrote once SERVING, or {"error": ...} if its start-up failed; None
-    while it has written nothing."""
-    if path.exists() and path.stat().st_size > 0:
-        return json.loads(path.read_text())
-    return None
-
-
-def _exit_reason(name: str, process: subprocess.Popen, port_file: Path, log: Path) -> str:
-    """Why a service that exited during start-up did: its own one-line error when it wrote one,
-    else its exit code and the tail of its log."""
-    info = _read_port_file(port_file)
-    if info and "error" in info:
-        return str(info["error"])
-    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-    return f"{name} exited with code {process.returncode}; log {log}:\n{tail}"
-
-
-def _wait_for_port_file(name: str, path: Path, process: subprocess.Popen, log: Path,
-                        timeout_s: float) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise LaunchError(_exit_reason(name, process, path, log))
-        info = _read_port_file(path)
-        if info is not None:
-            if "error" in info:  # it wrote its error and is exiting
-                process.wait()
-                raise LaunchError(str(info["error"]))
-            return info
-        time.sleep(0.1)
-    raise LaunchError(f"{name} was not ready after {timeout_s:.0f} s; log {log}")
-
-
 def reserve_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct ports free on `host` now (the kernel's choice for port 0), so that each
     service gets a concrete port it keeps across restarts."""
@@ -303,27 +270,12 @@ class _LaunchPlan:
         return child_env
 
 
-def _wait_until_ready(mesh: Mesh, names: list[str], ready_timeout_s: float) -> None:
-    """Waits for each service's port file and records its ports in `mesh`.
-
-    Raises:
-        LaunchError: one exited or was not ready within `ready_timeout_s`.
-    """
-    for name in names:
-        info = _wait_for_port_file(name, mesh.port_file(name), mesh.processes[name],
-                                   mesh.logs[name], ready_timeout_s)
-        mesh.ports[name] = int(info["grpc"])
-        if "metrics" in info:
-            mesh.metrics_ports[name] = int(info["metrics"])
-        if name == ORCHESTRATOR:
-            mesh.rest_port = int(info.get("rest", 0))
-
-
 def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAULT_REST_PORT,
                env: dict[str, str] | None = None, log_dir: Path | None = None,
                ready_timeout_s: float = 300.0, metrics: bool = True,
                log_format: str | None = None) -> Mesh:
-    """Starts all five services and returns once each reports SERVING, with a new mesh token
+    """Starts all five services at once and returns once each reports SERVING and the orchestrator
+    reports every backend SERVING (a call through it reaches them all), with a new mesh token
     (`Mesh.token`) that every service gets as its `<PREFIX>MESH_TOKEN`.
 
     Args:
@@ -349,15 +301,15 @@ def start_mesh(port_base: int = DEFAULT_PORT_BASE, rest_port: int | None = DEFAU
     plan = _LaunchPlan.of(port_base, rest_port, {**os.environ, **(env or {})}, mesh.token,
                           metrics, log_format)
     try:
-        for name in NAMES:  # start order: the backends, then the orchestrator
+        # All five at once: the orchestrator does not wait for its backends (it reports each one
+        # NOT_SERVING until it answers), so the mesh is up as soon as the slowest service is.
+        for name in NAMES:
             mesh.envs[name] = plan.env(name)
             mesh.logs[name] = log_dir / f"{name}.log"
             mesh.launch(name)
-            # Start the four backends together; wait for them before the orchestrator.
-            if name == BACKENDS[-1].name:
-                _wait_until_ready(mesh, [backend.name for backend in BACKENDS], ready_timeout_s)
-            elif name == ORCHESTRATOR:
-                _wait_until_ready(mesh, [ORCHESTRATOR], ready_timeout_s)
+        deadline = time.monotonic() + ready_timeout_s
+        wait_until_ready(mesh, list(NAMES), ready_timeout_s)
+        wait_until_backends_seen(mesh, deadline)
     except BaseException:
         mesh.stop()
         raise
@@ -454,7 +406,7 @@ class Supervisor:
         code = process.poll()
         if watch.starting:
             if code is None:
-                info = _read_port_file(mesh.port_file(name))
+                info = read_port_file(mesh.port_file(name))
                 if info is not None and "error" not in info:
                     watch.starting = False
                     log.warning("%s is back: SERVING on port %s after %.1f s", name,
@@ -466,7 +418,7 @@ class Supervisor:
                             self.policy.ready_timeout_s)
                 process.kill()
                 code = process.wait()
-            info = _read_port_file(mesh.port_file(name))
+            info = read_port_file(mesh.port_file(name))
             reason = (str(info["error"]) if info and "error" in info else
                       f"{name} exited with {_exit_description(code)} while starting; log "
                       f"{mesh.logs[name]}")

@@ -5,6 +5,7 @@ of the registry, `libs.services`); `mcp` runs an MCP server over the orchestrato
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import logging
@@ -126,6 +127,10 @@ def cmd_serve(args) -> int:
     e.g. "mcts: cannot bind 127.0.0.1:50052: address already in use", written as {"error": ...} to
     the port file too (the launcher shows it), with the traceback in the log; exit status 1.
     A service started by `mcts-mesh up` stops when that launcher ends (`follow_launcher`)."""
+    # No garbage collection until the service is ready (`libs.server.serve` collects once, freezes
+    # what start-up made and turns it back on): importing torch, numba and the rest runs the
+    # collector over every object made so far again and again, about a quarter of their CPU.
+    gc.disable()
     from libs.server import BindError
     from mcts_mesh.launcher import follow_launcher
 

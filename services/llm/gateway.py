@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 from libs.errors import DeadlineExceeded, Unavailable
 from services.llm import metrics
-from services.llm.providers.anthropic_provider import AnthropicProvider
 from services.llm.providers.errors import ProviderError
 from services.llm.providers.offline_provider import OfflineProvider
-from services.llm.providers.openai_provider import OpenAIProvider
 from services.llm.providers.provider import Generation, GenerationRequest, Provider
 from services.llm.resilience import (
     Attempt,
@@ -203,25 +201,35 @@ def configured_providers(settings: LlmSettings) -> list[Provider]:
     """
     providers: list[Provider] = []
     for name in settings.fallback_order:
-        if name == "openai" and settings.openai_api_key is not None:
-            providers.append(OpenAIProvider(
-                "openai", settings.openai_api_key.get_secret_value(), settings.openai_base_url,
-                settings.openai_model))
-        elif name == "anthropic" and settings.anthropic_api_key is not None:
-            providers.append(AnthropicProvider(
-                "anthropic", settings.anthropic_api_key.get_secret_value(),
-                settings.anthropic_base_url, settings.anthropic_model))
-        elif name == "local" and settings.local_base_url is not None:
-            # OpenAI-compatible servers that check no key still need the header to be present.
-            key = settings.local_api_key.get_secret_value() if settings.local_api_key else "none"
-            providers.append(OpenAIProvider(
-                "local", key, settings.local_base_url, settings.local_model,
-                token_limit_field="max_tokens"))
+        provider = _configured_provider(name, settings)
+        if provider is not None:
+            providers.append(provider)
         elif name != "offline":
             log.info("LLM provider %s is not configured; skipped", name)
     if settings.offline_enabled:
         providers.append(OfflineProvider("offline"))
     return providers
+
+
+def _configured_provider(name: str, settings: LlmSettings) -> Provider | None:
+    """Provider `name` ("openai", "anthropic", "local") when its settings configure it, else None.
+    A provider's SDK is imported only when it is configured: each costs about half a second of
+    CPU at start-up, which a service without provider keys does not pay."""
+    if name == "openai" and settings.openai_api_key is not None:
+        from services.llm.providers.openai_provider import OpenAIProvider
+        return OpenAIProvider("openai", settings.openai_api_key.get_secret_value(),
+                              settings.openai_base_url, settings.openai_model)
+    if name == "anthropic" and settings.anthropic_api_key is not None:
+        from services.llm.providers.anthropic_provider import AnthropicProvider
+        return AnthropicProvider("anthropic", settings.anthropic_api_key.get_secret_value(),
+                                 settings.anthropic_base_url, settings.anthropic_model)
+    if name == "local" and settings.local_base_url is not None:
+        from services.llm.providers.openai_provider import OpenAIProvider
+        # OpenAI-compatible servers that check no key still need the header to be present.
+        key = settings.local_api_key.get_secret_value() if settings.local_api_key else "none"
+        return OpenAIProvider("local", key, settings.local_base_url, settings.local_model,
+                              token_limit_field="max_tokens")
+    return None
 
 
 def build_gateway(settings: LlmSettings) -> Gateway:

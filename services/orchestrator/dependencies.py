@@ -2,7 +2,8 @@
 
 Every `interval_s` seconds each dependency (mcts, neural, retrieval, llm) is asked
 `grpc.health.v1.Health/Check` for its service name with a `timeout_s` deadline, over the same
-channel the agents use. A Check with a deadline, not a Watch stream: a frozen process (SIGSTOP)
+channel the agents use (every `STARTUP_RECHECK_S` while one is not SERVING in the first minute,
+when the mesh's services start together). A Check with a deadline, not a Watch stream: a frozen process (SIGSTOP)
 keeps its TCP connection open, so a stream would stay silent and look healthy.
 
 States (the names of grpc.health.v1's ServingStatus):
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 SERVING = "SERVING"
 NOT_SERVING = "NOT_SERVING"
 UNKNOWN = "UNKNOWN"
+STARTUP_RECHECK_S = 0.1
+"""Seconds between rounds while a dependency is not SERVING yet, during `STARTUP_WINDOW_S`."""
+STARTUP_WINDOW_S = 60.0
+"""Seconds after the watcher starts during which a dependency not SERVING is re-checked every
+`STARTUP_RECHECK_S` (then every `interval_s`, like the others)."""
 TO_PROTO = {
     SERVING: health_pb2.HealthCheckResponse.SERVING,
     NOT_SERVING: health_pb2.HealthCheckResponse.NOT_SERVING,
@@ -120,9 +126,19 @@ class DependencyWatcher:
             self._task = None
 
     async def _loop(self) -> None:
+        started = time.monotonic()
         while True:
             await self.check_all()
-            await asyncio.sleep(self._interval_s)
+            await asyncio.sleep(self._next_round_s(time.monotonic() - started))
+
+    def _next_round_s(self, running_s: float) -> float:
+        """Seconds to the next round: `interval_s`, or `STARTUP_RECHECK_S` while a dependency is
+        not SERVING during the first `STARTUP_WINDOW_S` (a mesh whose services all start at
+        once: each backend is seen within a tenth of a second of becoming ready)."""
+        if running_s < STARTUP_WINDOW_S and any(state.state != SERVING
+                                                 for state in self._states.values()):
+            return min(self._interval_s, STARTUP_RECHECK_S)
+        return self._interval_s
 
     async def _check(self, dependency: Dependency) -> tuple[str, str]:
         stub = health_pb2_grpc.HealthStub(dependency.channel)

@@ -12,6 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 from mesh.llm.v1 import llm_service_pb2_grpc
 
+from libs.channels import channel_options
 from libs.server import Servicer, start_server
 from libs.settings import ServiceSettings
 from services.orchestrator.dependencies import Dependency, DependencyWatcher
@@ -105,3 +106,41 @@ async def test_the_periodic_loop_picks_up_a_change():
         await watcher.stop()
         await channel.close()
         await running.stop(0)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_a_dependency_that_starts_after_the_watcher_is_seen_without_waiting_an_interval():
+    """The whole mesh starts at once: a backend listens (and becomes ready) after the orchestrator
+    first found nothing there. Over a mesh channel (its reconnection backoff), with a one-minute
+    interval, the watcher still sees it SERVING within seconds (re-checks while it is not)."""
+    port = _free_port()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=channel_options())
+    watcher = DependencyWatcher([Dependency("llm", SERVICE, channel)], interval_s=60.0,
+                                timeout_s=1.0)
+    watcher.start()
+    running = None
+    try:
+        for _ in range(200):  # the first check finds nothing listening
+            if watcher.states()[0].detail == "unreachable (UNAVAILABLE)":
+                break
+            await asyncio.sleep(0.05)
+        assert watcher.states()[0].state == "NOT_SERVING"
+        running = await start_server(
+            "llm", ServiceSettings(port=port, health_interval_s=0.05),
+            [Servicer(llm_service_pb2_grpc.add_LlmServiceServicer_to_server,
+                      llm_service_pb2_grpc.LlmServiceServicer(), SERVICE)])
+        for _ in range(200):
+            if watcher.states()[0].state == "SERVING":
+                break
+            await asyncio.sleep(0.05)
+        assert watcher.states()[0].state == "SERVING"
+    finally:
+        await watcher.stop()
+        await channel.close()
+        if running is not None:
+            await running.stop(0)
