@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import socket
 import sys
 from pathlib import Path
 from types import FrameType
@@ -158,8 +159,9 @@ def register(sub) -> None:
     actor = sub.add_parser("selfplay-actor", help="play self-play games with a run's best "
                                                   "network and write replay shards")
     actor.add_argument("--run-dir", default="runs/connect4-az")
-    actor.add_argument("--actor-id", default="0",
-                       help="unique among the run's actors (a number, a pod name)")
+    actor.add_argument("--actor-id", default=None,
+                       help="unique among the run's actors (default: this host's name, which "
+                            "on Kubernetes is the pod's name)")
     actor.add_argument("--torch-threads", type=int, default=1)
     actor.add_argument("--max-shards", type=int, default=None)
     actor.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
@@ -176,6 +178,8 @@ def register(sub) -> None:
 def cmd_selfplay_actor(args: argparse.Namespace) -> int:
     """`selfplay-actor`: 0 when it stops by itself (max shards, the run finished, SIGTERM
     between shards); on SIGINT one line on stderr and 130, the shard in progress not written."""
+    args.actor_id = args.actor_id or socket.gethostname()
+    print(f"selfplay-actor {args.actor_id}: run directory {args.run_dir}", flush=True)
     with StopSignals(signal.SIGINT) as stop:
         try:
             from training.az.actor import run_actor

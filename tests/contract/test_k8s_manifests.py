@@ -351,6 +351,12 @@ def test_training_actors_and_learner_share_the_run_volume(repo_root):
     learner_args = learner["containers"][0]["args"]
     assert learner_args[:2] == ["train", "connect4-az"] and "external_actors=true" in learner_args
     assert actors["containers"][0]["args"][0] == "selfplay-actor"
+    # No $(VAR) in any command: `podman kube play` does not expand them (the actor's id is its
+    # host name, the pod's name, by default).
+    for spec in (learner, actors):
+        for container in spec["containers"]:
+            assert not [arg for arg in container.get("command", []) + container["args"]
+                        if "$(" in arg], container["name"]
     for spec in (learner, actors):
         assert spec["securityContext"]["runAsNonRoot"] is True
         container = spec["containers"][0]
