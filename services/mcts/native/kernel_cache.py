@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from numba.core import types
 from numba.core.caching import FunctionCache, IndexDataCacheFile
 
@@ -63,7 +64,25 @@ def _function_key(function: Any) -> tuple:
         source = None
     code = hashlib.sha256(function.__code__.co_code).hexdigest()
     return (function.__module__, function.__qualname__, code,
-            source and _file_stamp(source))
+            source and _file_stamp(source), _closure_key(function))
+
+
+def _closure_key(function: Any) -> tuple:
+    """What a closure captured (numba compiles the captured values as constants): one entry per
+    cell, a captured numba function by `_function_key`, an array by its dtype, shape and bytes'
+    SHA-256, anything else by its repr. Two closures of one factory with other constants (a game
+    compiled per board size) thus get different keys; () for a plain function."""
+    cells = []
+    for cell in function.__closure__ or ():
+        value = cell.cell_contents
+        if hasattr(value, "py_func"):
+            cells.append(("function", _function_key(value.py_func)))
+        elif isinstance(value, np.ndarray):
+            cells.append(("array", str(value.dtype), value.shape,
+                          hashlib.sha256(value.tobytes()).hexdigest()))
+        else:
+            cells.append(repr(value))
+    return tuple(cells)
 
 
 def stable_key(numba_type: types.Type) -> Any:

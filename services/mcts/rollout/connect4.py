@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from libs.connect4.board import WIDTH, IllegalPosition, Position
+from libs.connect4.board import IllegalPosition, Position
 from services.mcts.core.config import PARALLELISMS, SearchConfig
 from services.mcts.core.result import SearchResult, SearchStopped
-from services.mcts.games.connect4 import COLUMN_OFFSET, GAME, UNIFORM_GAME, from_position
+from services.mcts.games.connect4 import COLUMN_OFFSET, from_position, game
 from services.mcts.rollout.engine import SPARE_TREES, grow_parallel, split_simulations
 from services.mcts.rollout.summary import summarise
 from services.mcts.settings import DEFAULT_MAX_NODES, UCT_EXPLORATION, WIDENING_ALPHA
@@ -25,10 +25,10 @@ from services.mcts.settings import DEFAULT_MAX_NODES, UCT_EXPLORATION, WIDENING_
 def search_position(root: Position, simulations: int, config: SearchConfig, threads: int = 1, *,
                     decisive_rollouts: bool = True, deadline: float | None = None,
                     stop: threading.Event | None = None) -> SearchResult:
-    """Searches the Connect Four position `root` (a game that goes on) with `simulations`
-    simulations over all trees and `threads` threads, as `config` says. Each tree holds at most
-    `min(config.max_nodes, 7 * simulations_per_tree + 8)` nodes, more than the simulations can
-    create, so a small search allocates little.
+    """Searches the Connect Four position `root` (a game that goes on, on its own board) with
+    `simulations` simulations over all trees and `threads` threads, as `config` says. Each tree
+    holds at most `min(config.max_nodes, 7 * simulations_per_tree + 8)` nodes, more than the
+    simulations can create, so a small search allocates little.
 
     Args:
         decisive_rollouts: rollouts take immediate wins and block immediate losses.
@@ -37,7 +37,7 @@ def search_position(root: Position, simulations: int, config: SearchConfig, thre
             simulations done.
         stop: an event that stops the search the same way (cancellation).
     Returns:
-        the result, with `action_offset` 1 (`best_action` is the column, 1..7).
+        the result, with `action_offset` 1 (`best_action` is the column, 1..W of `root.board`).
     Raises:
         ValueError: as `rollout.engine.grow_parallel`.
         SearchStopped: the deadline or the stop event ended the search before any simulation.
@@ -48,17 +48,16 @@ def search_position(root: Position, simulations: int, config: SearchConfig, thre
     capacity = min(config.max_nodes, 7 * per_tree + 8)
     if capacity != config.max_nodes:
         config = replace(config, max_nodes=capacity)
-    game = GAME if decisive_rollouts else UNIFORM_GAME
     started = time.perf_counter()
-    runs = grow_parallel(game, from_position(root), simulations, config, threads,
-                         deadline=deadline, stop=stop, pool=SPARE_TREES)
+    runs = grow_parallel(game(root.board, decisive_rollouts), from_position(root), simulations,
+                         config, threads, deadline=deadline, stop=stop, pool=SPARE_TREES)
     elapsed = time.perf_counter() - started
     try:
         if sum(grown.simulations for grown in runs) == 0:
             raise SearchStopped("the search was stopped before any simulation finished")
         legal = root.legal_columns()
         prior = 1.0 / len(legal)
-        priors = np.array([prior if col in legal else 0.0 for col in range(WIDTH)],
+        priors = np.array([prior if col in legal else 0.0 for col in range(root.board.columns)],
                           dtype=np.float64)
         return summarise(runs, legal, priors, elapsed, config, action_offset=COLUMN_OFFSET)
     finally:
