@@ -11,6 +11,7 @@ locks, `FOR UPDATE SKIP LOCKED` for leases, so that replicas share the queue.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from sqlalchemy.exc import (
 )
 
 from libs.errors import Unavailable
+from services.orchestrator.runs.group_commit import GroupWriter
 from services.orchestrator.runs.model import StoreError
 
 T = TypeVar("T")
@@ -71,19 +73,22 @@ class Database:
         self.is_sqlite = url.get_backend_name() == "sqlite"
         self.engine = _engine(url, pool_size)
         self._pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="run-store")
+        # SQLite has one writer at a time: writes queue on one thread, several per transaction.
+        self._writer = GroupWriter(self._group, functools.partial(self._transaction, True)) \
+            if self.is_sqlite else None
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs fn(connection, *args) in a write transaction; one retry after a unique-key race
         (an idempotent create that lost it finds the winner's row the second time)."""
-        return await self._run(self._transaction, True, fn, args)
+        if self._writer is not None:
+            return await self._writer.write(fn, args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._transaction, True, fn, args)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs fn(connection, *args) in a read transaction."""
-        return await self._run(self._transaction, False, fn, args)
-
-    async def _run(self, target: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, target, *args)
+        return await loop.run_in_executor(self._pool, self._transaction, False, fn, args)
 
     def _transaction(self, immediate: bool, fn: Callable[..., T], args: tuple) -> T:
         for attempt in (1, 2):
@@ -100,6 +105,17 @@ class Database:
                                   f"{_first_line(error)}") from error
         raise AssertionError("unreachable")
 
+    def _group(self, jobs: list[tuple[Callable[..., Any], tuple]]) -> list:
+        """Runs each fn(connection, *args) in order in one write transaction: their results."""
+        try:
+            with self.engine.connect() as connection:
+                connection.execution_options(**{_IMMEDIATE: True})
+                with connection.begin():
+                    return [fn(connection, *args) for fn, args in jobs]
+        except (OperationalError, InterfaceError) as error:
+            raise Unavailable(f"run store {self.shown} unavailable: "
+                              f"{_first_line(error)}") from error
+
     def ping(self) -> None:
         """Raises Unavailable unless the database answers a query."""
         try:
@@ -112,6 +128,8 @@ class Database:
     def close(self) -> None:
         """Closes the pool's connections and threads."""
         self._pool.shutdown(wait=True)
+        if self._writer is not None:
+            self._writer.close()
         self.engine.dispose()
 
 
@@ -123,7 +141,7 @@ def _engine(url: URL, pool_size: int) -> Engine:
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
                              connect_args={"connect_timeout": 5})
-    engine = create_engine(url, pool_size=pool_size, max_overflow=0,
+    engine = create_engine(url, pool_size=pool_size + 1, max_overflow=0,  # + the writer's
                            connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
