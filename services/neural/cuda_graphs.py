@@ -118,7 +118,8 @@ class GraphedPolicyValue:
         if entry is None:
             config = self.module.network.config
             planes = torch.zeros((size, PLANES, config.rows, config.columns), device=self.device)
-            legal = torch.ones((size, config.columns), dtype=torch.bool, device=self.device)
+            legal = torch.ones((size, config.policy_size), dtype=torch.bool,
+                               device=self.device)
             graph, (policy, value) = capture(self.module, (planes, legal))
             entry = self._graphs[size] = (graph, planes, legal, policy, value)
         return entry

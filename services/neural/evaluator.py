@@ -12,7 +12,8 @@ from typing import Literal
 
 import numpy as np
 
-from libs.errors import InvalidArgument, Unavailable
+from libs.connect4.geometry import STANDARD, Board
+from libs.errors import FailedPrecondition, InvalidArgument, Unavailable
 from services.neural.batcher import BatcherPool, DynamicBatcher
 from services.neural.cuda_graphs import GraphedPolicyValue
 from services.neural.models import connect4_pv
@@ -62,7 +63,7 @@ class PositionEvaluator:
         takes about 0.5 s per model, the CUDA graphs' capture about as long) rather than on its
         first request; blocking, call it off the event loop."""
         for model in registry.list():
-            if model.architecture == connect4_pv.ARCHITECTURE:
+            if model.board is not None:  # the Connect Four networks, which EvaluatePositions runs
                 self.runner(model)
 
     def runner(self, model: RegisteredModel) -> Predict:
@@ -121,25 +122,73 @@ class PositionEvaluator:
         """
         return self.registry.get(name or self.default_model)
 
-    async def evaluate(self, name: str, planes: np.ndarray, legal: np.ndarray
-                       ) -> tuple[RegisteredModel, np.ndarray, np.ndarray]:
+    def network_for(self, name: str, board: Board = STANDARD) -> RegisteredModel:
+        """The policy/value network that evaluates positions on `board`.
+
+        `name` given: that model, which must play `board`. `name` empty: on the standard 7x6
+        board the default model, as before boards had a size; on another board the default model
+        when it plays that board, else the loaded network of that board first by name.
+
+        Raises:
+            Unavailable: no registry yet, or it holds no checkpoint.
+            NotFound: no model called `name` (or, on 7x6, no default model).
+            InvalidArgument("model"): the model is not a Connect Four policy/value network.
+            FailedPrecondition: the model plays another board, or (`name` empty) no loaded
+                network plays `board`; the message names both boards.
+        """
+        if name or board == STANDARD:
+            model = self.model(name)
+            if model.board is None:  # another architecture, or a network of another game
+                kind = ("a network of another game" if model.architecture ==
+                        connect4_pv.ARCHITECTURE else f"a {model.architecture}")
+                raise InvalidArgument("model", f"{model.name!r} is {kind}, not a Connect Four "
+                                               f"policy/value network")
+            if model.board != board:
+                raise FailedPrecondition(
+                    f"model {model.name!r} plays the {model.board.name} board; the positions are "
+                    f"on {board.name}{self._networks_of(board)}")
+            return model
+        models = self.registry.list()
+        if not models:
+            self.model(name)  # raises Unavailable, as for any request while none is loaded
+        default = self.registry.find(self.default_model)
+        if default is not None and default.board == board:
+            return default
+        for model in models:
+            if model.board == board:
+                return model
+        raise FailedPrecondition(f"no policy/value network of the {board.name} board is loaded"
+                                 f"{self._networks_of(None)}")
+
+    def _networks_of(self, board: Board | None) -> str:
+        """"; loaded for <board>: a, b" (every board's networks when `board` is None), or ""."""
+        networks = [model for model in self.registry.list() if model.board is not None
+                    and (board is None or model.board == board)]
+        if not networks:
+            return ""
+        where = f" for {board.name}" if board is not None else ""
+        return f"; loaded{where}: " + ", ".join(f"{model.name} ({model.board.name})"
+                                                for model in networks)
+
+    async def evaluate(self, name: str, planes: np.ndarray, legal: np.ndarray,
+                       board: Board = STANDARD) -> tuple[RegisteredModel, np.ndarray, np.ndarray]:
         """Policy and value of each position, computed in shared batches.
 
         Args:
-            name: model name; "" is the default model.
-            planes: float32 [N, 2, 6, 7] from `libs.connect4.board.encode`, N >= 1.
-            legal: bool [N, 7] from `libs.connect4.board.legal_mask`, a True in every row.
+            name: model name; "" is the default model, or on another board than 7x6 the
+                network of that board (see `network_for`).
+            planes: float32 [N, 2, H, W] from `libs.connect4.board.encode`, N >= 1, every
+                position on `board` (H rows, W columns).
+            legal: bool [N, W] from `libs.connect4.board.legal_mask`, a True in every row.
+            board: the positions' board.
         Returns:
-            The model that answered, policy float32 [N, 7] (0 on illegal columns, rows sum to 1)
+            The model that answered, policy float32 [N, W] (0 on illegal columns, rows sum to 1)
             and value float32 [N] in [-1, 1] for the player to move.
         Raises:
-            Unavailable, NotFound: see `model`.
-            InvalidArgument("model"): the model is not a Connect Four policy/value network.
+            Unavailable, NotFound, InvalidArgument("model"), FailedPrecondition: see
+                `network_for`.
         """
-        model = self.model(name)
-        if model.architecture != connect4_pv.ARCHITECTURE:
-            raise InvalidArgument("model", f"{model.name!r} is a {model.architecture}, not a "
-                                           f"Connect Four policy/value network")
+        model = self.network_for(name, board)
         run_batch = self._runners.get((model.name, model.version))
         if run_batch is None:  # a model reloaded since `prepare`: its export runs off the loop
             run_batch = await asyncio.to_thread(self.runner, model)

@@ -25,10 +25,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from libs.connect4.geometry import STANDARD, Board
 from libs.errors import FailedPrecondition, NotFound, Unavailable
 from services.neural import metrics
 from services.neural.checkpoint import CheckpointError, load_checkpoint
-from services.neural.models import hrm, trm
+from services.neural.models import connect4_pv, hrm, trm
 from services.neural.reasoning_task import GridTask, TaskError, task_from_metadata
 
 REASONING_ARCHITECTURES = (hrm.ARCHITECTURE, trm.ARCHITECTURE)
@@ -50,6 +51,9 @@ class RegisteredModel:
     module: nn.Module
     task: GridTask | None = None
     """What a reasoning model solves; None for a game network."""
+    board: Board | None = None
+    """The Connect Four board a policy/value network plays (`board_of_config`); None for other
+    models (and networks of other games)."""
 
     @property
     def task_name(self) -> str:
@@ -90,15 +94,34 @@ def select_device(requested: Literal["auto", "cpu", "cuda"]) -> str:
     return "cpu"
 
 
+def board_of_config(architecture: str, config: dict[str, Any]) -> Board | None:
+    """The Connect Four board a checkpoint's network plays: a policy/value network's config
+    records it as "columns" and "rows" (a config without them, written before boards had a size,
+    plays 7x6); None for another architecture, or a network of another game (a config with
+    "actions", such as tic-tac-toe's policy over 9 cells).
+
+    Raises:
+        ValueError: columns or rows outside the limits of `libs.connect4.geometry.Board`.
+    """
+    if architecture != connect4_pv.ARCHITECTURE or config.get("actions", 0):
+        return None
+    return Board(config.get("columns", STANDARD.columns), config.get("rows", STANDARD.rows))
+
+
 def load_model(directory: Path, device: str) -> RegisteredModel:
     """Loads the checkpoint directory `directory` as the model named after it.
 
     Raises:
-        CheckpointError: the checkpoint cannot be loaded (see `load_checkpoint`), or a reasoning
-            model's task is missing, malformed, or does not fit its config (vocabulary, length).
+        CheckpointError: the checkpoint cannot be loaded (see `load_checkpoint`), a reasoning
+            model's task is missing, malformed, or does not fit its config (vocabulary, length),
+            or a policy/value network's board is outside the limits.
     """
     started = time.perf_counter()
     checkpoint = load_checkpoint(directory, device=device)
+    try:
+        board = board_of_config(checkpoint.architecture, checkpoint.config)
+    except ValueError as error:
+        raise CheckpointError(f"{directory}: the config's board: {error}") from error
     task = None
     if checkpoint.architecture in REASONING_ARCHITECTURES:
         try:
@@ -122,11 +145,12 @@ def load_model(directory: Path, device: str) -> RegisteredModel:
         config=checkpoint.config,
         module=checkpoint.model,
         task=task,
+        board=board,
     )
     metrics.MODEL_LOAD_SECONDS.labels(model.name).set(time.perf_counter() - started)
     log.info("loaded model %s version %s (%s%s, %d parameters) on %s", model.name, model.version,
-             model.architecture, f", {model.task_name}" if task else "", model.parameter_count,
-             device)
+             model.architecture, f", {model.task_name}" if task else
+             (f", {board.name}" if board else ""), model.parameter_count, device)
     return model
 
 

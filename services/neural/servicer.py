@@ -11,7 +11,9 @@ import re
 import numpy as np
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
 
-from libs.connect4.board import IllegalPosition, Position, encode, legal_mask
+from libs.connect4.board import encode, legal_mask
+from libs.connect4.geometry import Board
+from libs.connect4_messages import board_message, parse_board, parse_position
 from libs.errors import FailedPrecondition, InvalidArgument
 from libs.telemetry import set_work_attributes
 from services.neural.evaluator import PositionEvaluator
@@ -34,11 +36,14 @@ MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def model_proto(model: RegisteredModel) -> neural_service_pb2.Model:
     """The `Model` message of a registry entry."""
-    return neural_service_pb2.Model(
+    message = neural_service_pb2.Model(
         name=model.name, version=model.version, architecture=model.architecture,
         parameter_count=model.parameter_count, device=model.device,
         metadata=model.metadata_strings(), task=model.task_name,
     )
+    if model.board is not None:
+        message.board.CopyFrom(board_message(model.board))
+    return message
 
 
 def solve_response(solution: Solution) -> neural_service_pb2.SolveResponse:
@@ -52,31 +57,36 @@ def solve_response(solution: Solution) -> neural_service_pb2.SolveResponse:
         latency_ms=solution.latency_ms, model=model_proto(solution.model))
 
 
-def parse_positions(positions) -> tuple[np.ndarray, np.ndarray]:
-    """Planes float32 [N, 2, 6, 7] and legal masks bool [N, 7] of the request's positions.
+def parse_positions(positions) -> tuple[Board, np.ndarray, np.ndarray]:
+    """The board of the request's positions, their planes float32 [N, 2, H, W] and legal masks
+    bool [N, W] (H rows, W columns: 6 and 7 on the standard board).
 
     Raises:
         InvalidArgument("positions"): none, or more than `MAX_POSITIONS`.
-        InvalidArgument("positions[i].moves"): malformed, illegal, or a finished game.
+        InvalidArgument("positions[i].board.columns", "positions[i].board.rows"): a board
+            outside the limits (`libs.connect4_messages.parse_board`).
+        InvalidArgument("positions[i].board"): another board than the first position's.
+        InvalidArgument("positions[i].moves"): malformed, illegal on the board, or a finished
+            game.
     """
     if not positions:
         raise InvalidArgument("positions", "at least one position is required")
     if len(positions) > MAX_POSITIONS:
         raise InvalidArgument("positions", f"{len(positions)} positions; at most {MAX_POSITIONS}")
-    planes = np.empty((len(positions), 2, 6, 7), dtype=np.float32)
-    legal = np.empty((len(positions), 7), dtype=np.bool_)
+    board = parse_board(positions[0], "positions[0]")
+    planes = np.empty((len(positions), 2, board.rows, board.columns), dtype=np.float32)
+    legal = np.empty((len(positions), board.columns), dtype=np.bool_)
     for index, proto in enumerate(positions):
-        field = f"positions[{index}].moves"
-        try:
-            position = Position.from_moves(proto.moves)
-        except IllegalPosition as error:
-            raise InvalidArgument(field, error.message) from error
-        if position.is_finished:
-            reason = "four in a row" if position.won else "a full board"
-            raise InvalidArgument(field, f"the game is over ({reason}); nothing to evaluate")
+        field = f"positions[{index}]"
+        if index and parse_board(proto, field) != board:
+            raise InvalidArgument(f"{field}.board",
+                                  f"is {parse_board(proto, field).name}; every position of a "
+                                  f"request is on the same board (positions[0] is on "
+                                  f"{board.name})")
+        position = parse_position(proto, field)
         planes[index] = encode(position)
         legal[index] = legal_mask(position)
-    return planes, legal
+    return board, planes, legal
 
 
 def parse_steps(steps, num_features: int) -> list[list[float]]:
@@ -136,10 +146,12 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
         return cached[1]
 
     async def EvaluatePositions(self, request, context):
-        # Resolve the model first: an unknown model is NOT_FOUND whatever the positions are.
-        self._evaluator.model(request.model)
-        planes, legal = parse_positions(request.positions)
-        model, policy, value = await self._evaluator.evaluate(request.model, planes, legal)
+        # Resolve a named model first: an unknown model is NOT_FOUND whatever the positions are.
+        if request.model:
+            self._evaluator.model(request.model)
+        board, planes, legal = parse_positions(request.positions)
+        model, policy, value = await self._evaluator.evaluate(request.model, planes, legal,
+                                                              board)
         set_work_attributes({"mesh.neural.model": model.name,
                              "mesh.neural.batch_size": len(planes)})
         evaluations = [

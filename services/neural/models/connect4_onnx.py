@@ -36,7 +36,7 @@ class OnnxPolicyValue:
 
         config = network.config
         planes = torch.zeros((1, PLANES, config.rows, config.columns), dtype=torch.float32)
-        legal = torch.ones((1, config.columns), dtype=torch.bool)
+        legal = torch.ones((1, config.policy_size), dtype=torch.bool)
         graph = io.BytesIO()
         batch = {0: "batch"}
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():

@@ -33,6 +33,12 @@ and the solvers' transposition tables (about 25 MB each, one per thread) stay bo
 A request waiting for a free thread spends its time budget waiting. Each request starts from an
 empty table (`libs.connect4.solver`), so its answer depends neither on which thread ran it nor on
 the requests before it.
+
+Boards. A position states its board (7x6 unless another); the tactics, the solver and the scores
+are those of its board (Pons' convention on C cells: C / 2 + 1 minus the winner's stone count).
+The budget of a position on a smaller board is that of the 7x6 position with as many empty cells
+(`budget_moves`): every position of a 5x4 board gets the full budget and is solved in well under
+it, beside the other agents rather than before them.
 """
 
 from __future__ import annotations
@@ -42,30 +48,33 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from libs.connect4.board import (
-    H1,
-    WIDTH,
-    is_winning_move,
-    non_losing_moves,
-    possible,
-    winning_cells,
-)
+from libs.connect4.board import Position
+from libs.connect4.geometry import STANDARD, Board
 from libs.connect4.solver import CancelToken, MoveScores, best_moves
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.problems.connect_four import ConnectFourProblem, ExactResult
 
 
-def _columns(cells: int) -> list[int]:
-    """Columns (0..6) that hold at least one bit of `cells`."""
-    return [col for col in range(WIDTH) if (cells >> (col * H1)) & ((1 << H1) - 1)]
+def _columns(cells: int, board: Board) -> list[int]:
+    """Columns (0..W-1) of `board` that hold at least one bit of the bitboard `cells`."""
+    h1 = board.rows + 1
+    return [col for col in range(board.columns) if (cells >> (col * h1)) & ((1 << h1) - 1)]
 
 
-def _describe(score: int, num_moves: int) -> str:
-    """"win in k" / "loss in k" / "draw", k counting the winner's stones still to play."""
+def _threat_columns(pos: Position) -> list[int]:
+    """The columns where the opponent of the player to move would make four in a row now."""
+    kernels = pos.rules
+    threats = kernels.winning_cells(pos.position ^ pos.mask, pos.mask) & kernels.possible(pos.mask)
+    return _columns(threats, pos.board)
+
+
+def _describe(score: int, num_moves: int, cells: int = STANDARD.cells) -> str:
+    """"win in k" / "loss in k" / "draw", k counting the winner's stones still to play, on a
+    board of `cells` cells."""
     if score == 0:
         return "draw"
-    # Pons: |score| = 22 - s when the winner wins with their s-th stone.
-    stones = 22 - abs(score)
+    # Pons: |score| = C/2 + 1 - s when the winner wins with their s-th stone (22 - s on 7x6).
+    stones = cells // 2 + 1 - abs(score)
     if score > 0:
         return f"win in {stones - num_moves // 2} (score {score:+d})"
     return f"loss in {stones - (num_moves - num_moves // 2)} (score {score:+d})"
@@ -74,7 +83,17 @@ def _describe(score: int, num_moves: int) -> str:
 SOLVER_THREADS = os.cpu_count() or 1
 """Threads that run the checker's solver, shared by every request of the process."""
 _SOLVER_POOL = ThreadPoolExecutor(max_workers=SOLVER_THREADS, thread_name_prefix="checker")
+_PREPARED: set[Board] = {STANDARD}
+"""Boards whose kernels this process compiled (7x6: `warm_up_solvers`, before SERVING)."""
 
+
+async def prepare_board(position: Position) -> None:
+    """Compiles the tactics' and the solver's kernels of `position`'s board in a solver thread,
+    once per board and process (numba compiles a board size's kernels on their first call, a few
+    seconds), so neither the event loop nor a request's time budget pays for it."""
+    if position.board not in _PREPARED:
+        await asyncio.get_running_loop().run_in_executor(_SOLVER_POOL, best_moves, position, 1)
+        _PREPARED.add(position.board)
 
 
 async def warm_up_solvers(moves: str, max_nodes: int) -> int:
@@ -90,6 +109,14 @@ async def warm_up_solvers(moves: str, max_nodes: int) -> int:
 
 GROWTH_BITS = 3
 """The node budget grows 8x (3 bits) per move played beyond `CheckerBudget.min_moves`."""
+
+
+def budget_moves(position: Position) -> int:
+    """The moves played by which the budget is read: on the standard board the moves played, on
+    a smaller board those of a 7x6 position with as many empty cells (what solving costs follows
+    what is left of the game), so every position of a 5x4 board (20 cells) reads as one with 22
+    or more moves played."""
+    return position.num_moves + STANDARD.cells - position.board.cells
 
 
 @dataclass(frozen=True)
@@ -164,7 +191,7 @@ class CheckerAgent:
         """True where this position's node budget is at most `first_max_nodes` (positions the
         checker only runs its tactics on count as 0 nodes)."""
         return self._first_max_nodes is not None and \
-            self._budget.nodes_for(problem.position.num_moves) <= self._first_max_nodes
+            self._budget.nodes_for(budget_moves(problem.position)) <= self._first_max_nodes
 
     async def propose(self, round_: Round) -> Proposal:
         """A verified column, or an abstention with the columns that lose at once.
@@ -174,16 +201,17 @@ class CheckerAgent:
         first; a cancelled call stops the solver at once.
         """
         problem: ConnectFourProblem = round_.problem
+        await prepare_board(problem.position)
         quick = self.tactics(problem)
         if quick is not None:
             return quick
-        nodes = self._budget.nodes_for(problem.position.num_moves)
+        nodes = self._budget.nodes_for(budget_moves(problem.position))
         if nodes == 0:
             return self.from_scores(problem, None, self._skipped(problem))
         seconds = round_.remaining_s()
         if self._budget.time_budget_s is not None:
             seconds = min(seconds, self._budget.time_budget_s)
-        stop_at_win = problem.position.num_moves < self._budget.score_min_moves
+        stop_at_win = budget_moves(problem.position) < self._budget.score_min_moves
         cancel = CancelToken()
         timer = asyncio.get_running_loop().call_later(seconds, cancel.cancel)
         try:
@@ -210,16 +238,15 @@ class CheckerAgent:
     def tactics(problem: ConnectFourProblem) -> Proposal | None:
         """An immediate win, or a position lost to two threats; None when neither."""
         pos = problem.position
-        n = pos.num_moves
+        n, cells = pos.num_moves, pos.board.cells
         for col in problem.legal_columns:
-            if is_winning_move(pos.position, pos.mask, col):
-                score = (43 - n) // 2
+            if pos.rules.is_winning_move(pos.position, pos.mask, col):
+                score = (cells + 1 - n) // 2
                 return Proposal(str(col + 1), 1.0, "exact: wins at once", value=1.0,
                                 verified=True, detail=ExactResult(score=score))
-        threats = winning_cells(pos.position ^ pos.mask, pos.mask) & possible(pos.mask)
-        threat_columns = _columns(threats)
+        threat_columns = _threat_columns(pos)
         if len(threat_columns) >= 2:
-            score = -((42 - n) // 2)
+            score = -((cells - n) // 2)
             col = threat_columns[0]
             return Proposal(str(col + 1), 1.0,
                             f"exact: lost, the opponent threatens columns "
@@ -238,10 +265,11 @@ class CheckerAgent:
         nodes = scores.nodes if scores is not None else 0
         if scores is not None and scores.complete:
             best = scores.best_columns()
-            # Among equally scored columns prefer the centre (Pons' move order).
-            col = min(best, key=lambda c: abs(c - 4))
+            # Among equally scored columns prefer the centre (Pons' move order); columns 1..W.
+            col = min(best, key=lambda c: abs(2 * c - pos.board.columns - 1))
             score = max(s for s in scores.scores if s is not None)
-            return Proposal(str(col), 1.0, f"exact: {_describe(score, n)}, {nodes} nodes",
+            return Proposal(str(col), 1.0,
+                            f"exact: {_describe(score, n, pos.board.cells)}, {nodes} nodes",
                             value=float((score > 0) - (score < 0)), verified=True,
                             detail=ExactResult(score, column_scores, nodes))
         # Before the forced block: where the opponent has one threat, a column proved winning can
@@ -253,13 +281,12 @@ class CheckerAgent:
             return Proposal(str(col), 1.0, f"proved win (score {score:+d} after the move)",
                             value=1.0, verified=True,
                             detail=ExactResult(None, column_scores, nodes))
-        threats = winning_cells(pos.position ^ pos.mask, pos.mask) & possible(pos.mask)
-        threat_columns = _columns(threats)
+        threat_columns = _threat_columns(pos)
         if len(threat_columns) == 1:
             col = threat_columns[0] + 1
             return Proposal(str(col), 1.0, "forced: blocks the opponent's only threat",
                             verified=True, detail=ExactResult(None, column_scores, nodes))
-        safe = _columns(non_losing_moves(pos.position, pos.mask))
+        safe = _columns(pos.rules.non_losing_moves(pos.position, pos.mask), pos.board)
         legal = problem.legal_columns
         losing = frozenset(str(c + 1) for c in legal if c not in safe) if safe else frozenset()
         budget = note or (f"not solved within {nodes} nodes" if scores is not None

@@ -30,6 +30,7 @@ import grpc
 from mesh.common.v1 import common_pb2
 from mesh.mcts.v1 import mcts_service_pb2, mcts_service_pb2_grpc
 
+from libs.connect4_messages import position_message
 from libs.errors import DeadlineExceeded, Unavailable, propagate
 from services.orchestrator.loop.types import AgentName, Proposal, Role, Round
 from services.orchestrator.problems.connect_four import ConnectFourProblem
@@ -66,7 +67,7 @@ class MctsAgent:
         self._close_ratio = close_ratio
 
     def reconsiders(self, proposal: Proposal, rivals: frozenset[str]) -> bool:
-        """True when one of `rivals` (columns "1".."7" the other agents vote for) has at least
+        """True when one of `rivals` (columns "1".."W" the other agents vote for) has at least
         `close_ratio` of the visits of `proposal`'s column in its search statistics (all the
         rounds' so far); always True at `close_ratio` 0 or without statistics.
         """
@@ -97,7 +98,7 @@ class MctsAgent:
             simulations = round_.simulations
         request = mcts_service_pb2.SearchRequest(
             game=mcts_service_pb2.GAME_CONNECT_FOUR,
-            connect_four=common_pb2.ConnectFourPosition(moves=problem.position.moves),
+            connect_four=position_message(problem.position),
             simulations=simulations,
             seed=round_.seed,
         )

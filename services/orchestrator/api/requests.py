@@ -13,7 +13,7 @@ from typing import Any
 from mesh.common.v1 import common_pb2
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
-from libs.connect4 import IllegalPosition, Position
+from libs.connect4_messages import parse_position
 from libs.errors import InvalidArgument
 from services.orchestrator.api.documents import validate_document_fields
 from services.orchestrator.api.enums import AGENT_TO_PROTO, PROTO_TO_AGENT
@@ -77,9 +77,9 @@ def parse_solve(request: pb.SolveProblemRequest, settings: OrchestratorSettings,
     """The validated request.
 
     Raises:
-        InvalidArgument: "problem", "connect_four.moves", "sudoku.puzzle", "sudoku.box_rows",
-            "sudoku.box_cols", "maze.grid", "agents", "simulations", "max_iterations" or
-            "thread_id" is bad.
+        InvalidArgument: "problem", "connect_four.board.columns", "connect_four.board.rows",
+            "connect_four.moves", "sudoku.puzzle", "sudoku.box_rows", "sudoku.box_cols",
+            "maze.grid", "agents", "simulations", "max_iterations" or "thread_id" is bad.
     """
     kind = request.WhichOneof("problem")
     if kind is None:
@@ -87,7 +87,7 @@ def parse_solve(request: pb.SolveProblemRequest, settings: OrchestratorSettings,
     names: list[AgentName] = list(PUZZLE_AGENTS)
     chosen: list[Agent] | None = None
     if kind == "connect_four":
-        problem: Any = ConnectFourProblem(parse_position(request.connect_four.moves))
+        problem: Any = ConnectFourProblem(parse_position(request.connect_four, "connect_four"))
         chosen = agents.connect_four(validate_agents(request.agents, CONNECT_FOUR_AGENTS))
         router, synthesize = routers.game, functools.partial(synthesize_connect_four, problem)
     else:
@@ -200,24 +200,6 @@ def sampling_options(request: pb.AnswerQueryRequest,
                            agreement=settings.text_agreement, max_tokens=max_tokens,
                            max_cost_usd=max_cost,
                            draft_tokens=answer_tokens(request, settings))
-
-
-def parse_position(moves: str) -> Position:
-    """The position of a Pons move string.
-
-    Raises:
-        InvalidArgument: "connect_four.moves" malformed, illegal, or a finished game.
-    """
-    try:
-        position = Position.from_moves(moves)
-    except IllegalPosition as error:
-        raise InvalidArgument("connect_four.moves", error.message) from error
-    if position.won:
-        raise InvalidArgument("connect_four.moves", "the game is over: the last move made four "
-                                                    "in a row")
-    if position.is_full:
-        raise InvalidArgument("connect_four.moves", "the game is over: the board is full")
-    return position
 
 
 def validate_agents(requested: Sequence[int], applicable: Sequence[AgentName]) -> list[AgentName]:

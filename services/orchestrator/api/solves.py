@@ -7,6 +7,7 @@ import time
 
 from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
+from libs.connect4.geometry import STANDARD
 from services.orchestrator.api.requests import MAX_SIMULATIONS, Solve
 from services.orchestrator.api.responses import solve_response
 from services.orchestrator.loop.admission import RunningSolves
@@ -16,7 +17,12 @@ from services.orchestrator.loop.events import EventSink
 from services.orchestrator.loop.tracing import observe_result
 from services.orchestrator.loop.types import Budget
 from services.orchestrator.problems.connect_four import ConnectFourProblem
-from services.orchestrator.routing.log import RoutingLog, log_loop, problem_text
+from services.orchestrator.routing.log import (
+    RoutingLog,
+    log_loop,
+    problem_fields,
+    problem_text,
+)
 from services.orchestrator.routing.rules import DEEP_SEARCH_FACTOR
 from services.orchestrator.routing.selection import AgentSet, Routers, learned_router
 from services.orchestrator.settings import OrchestratorSettings
@@ -53,7 +59,9 @@ class Solves:
         async with self._admission.hold(deadline):
             started = time.perf_counter()
             predictor = self._routers.predictor
-            if isinstance(problem, ConnectFourProblem) and predictor is not None:
+            # The learned router knows the 7x6 board only: another board is routed by the rules.
+            if isinstance(problem, ConnectFourProblem) and predictor is not None \
+                    and problem.position.board == STANDARD:
                 router, agents, route = await learned_router(
                     predictor, problem, agents, solve.max_iterations, deadline, router,
                     self._settings, self._agents.quick_checker)
@@ -71,5 +79,6 @@ class Solves:
             result = await loop.run(problem, budget,
                                     durable.resume if durable is not None else None)
         observe_result(kind, result)
-        log_loop(self._routing_log, kind, problem_text(problem), thread_id, result, started)
+        log_loop(self._routing_log, kind, problem_text(problem), thread_id, result, started,
+                 problem_fields(problem))
         return solve_response(result, thread_id)

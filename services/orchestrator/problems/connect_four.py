@@ -1,7 +1,8 @@
 """A Connect Four problem for the consensus loop, and the synthesis of its answer.
 
-Answers are columns written "1".."7" (as in Pons' move strings); values are for the player to move,
-in [-1, 1]; scores follow Pons' convention (positive wins, 22 minus the winner's stone count).
+Answers are columns written "1".."W" (as in Pons' move strings; "1".."7" on the standard board);
+values are for the player to move, in [-1, 1]; scores follow Pons' convention (positive wins, 22
+minus the winner's stone count on 7x6, C / 2 + 1 minus it on a board of C cells).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import functools
 from dataclasses import dataclass
 
 from libs.connect4 import Position
-from libs.connect4.board import CELLS
 from services.orchestrator.loop.types import AgentName, Proposal, Tally
 
 
@@ -34,23 +34,24 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class ConnectFourProblem:
-    """Choose a move in `position` (unfinished; validated at the edge)."""
+    """Choose a move in `position` (unfinished, on its board; validated at the edge)."""
 
     position: Position
 
     @property
     def query_length_norm(self) -> float:
-        """Plies played over the 42 cells of the board, in [0, 1] (routing feature 8)."""
-        return self.position.num_moves / CELLS
+        """Plies played over the cells of the board (42 on 7x6), in [0, 1] (routing feature
+        8)."""
+        return self.position.num_moves / self.position.board.cells
 
     @functools.cached_property
     def legal_columns(self) -> tuple[int, ...]:
-        """The playable columns 0..6 in increasing order (computed once: the agents and the
+        """The playable columns 0..W-1 in increasing order (computed once: the agents and the
         synthesis each ask, several times a request)."""
         return tuple(self.position.legal_columns())
 
     def legal_answers(self) -> tuple[str, ...]:
-        """The playable columns as answers "1".."7"."""
+        """The playable columns as answers "1".."W"."""
         return self._legal_answers
 
     @functools.cached_property
@@ -65,7 +66,7 @@ class ExactResult:
     Attributes:
         score: Pons score of the position for the player to move, or None when only the move is
             proved (a forced block, a proven winning move without the exact score).
-        column_scores: per column 1..7 (index 0 = column 1) the score after playing it, None when
+        column_scores: per column 1..W (index 0 = column 1) the score after playing it, None when
             full or not solved; empty when the proof needed no solving.
         nodes: solver nodes spent.
     """
@@ -90,7 +91,7 @@ class ConnectFourAnswer:
     """The loop's answer to a Connect Four problem.
 
     Attributes:
-        column: the chosen column, 1..7, always playable in the position.
+        column: the chosen column, 1..W, always playable in the position.
         value: the position's value for the player to move in [-1, 1]: the exact outcome's sign
             when solved, else 1 when the checker proved a winning move, else the newest MCTS root
             value, else the network's value, else 0.

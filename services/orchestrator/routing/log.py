@@ -6,6 +6,8 @@ A line (a JSON object) holds:
     time          ISO 8601 UTC instant the request finished
     kind          "connect_four", "sudoku", "maze" or "text"
     query         the problem as text: the move string, the puzzle grid, or the query's text
+    board         a Connect Four position's board as "WxH" when it is not the standard 7x6
+                  (absent on 7x6)
     thread_id     the request's thread id ("" when none): a labelled workload joins its labels
                   (whether the answer kept the game-theoretic outcome) to the log on it
     routes        every routing decision, in order: {"iteration", "features" (the ten routing
@@ -52,6 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from libs.connect4.geometry import STANDARD
 from services.orchestrator.problems.connect_four import ConnectFourProblem
 
 log = logging.getLogger(__name__)
@@ -102,6 +105,14 @@ def problem_text(problem: Any) -> str:
         if isinstance(value, str):
             return value
     return ""
+
+
+def problem_fields(problem: Any) -> dict[str, Any] | None:
+    """Fields of the problem beyond its text: {"board": "WxH"} for a Connect Four position on
+    another board than 7x6, else None."""
+    if isinstance(problem, ConnectFourProblem) and problem.position.board != STANDARD:
+        return {"board": problem.position.board.name}
+    return None
 
 
 def log_loop(routing_log: RoutingLog | None, kind: str, query: str, thread_id: str, result: Any,
