@@ -48,7 +48,7 @@ def run_actor(run_dir: Path | str, actor_id: str, torch_threads: int = 1,
     settings = AZSettings.model_validate_json(_wait_for(run_dir / SETTINGS_FILE).read_text())
     device = resolve_device(device or settings.device)
     torch.set_num_threads(torch_threads)
-    buffer = ReplayBuffer(run_dir / "replay")
+    buffer = ReplayBuffer(run_dir / "replay", settings.boards())
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     loaded, evaluate, written = None, None, 0

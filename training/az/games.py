@@ -22,16 +22,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.connect4.geometry import STANDARD
 from services.mcts.batched.search import BatchedSearch
 from services.mcts.core.config import BatchedConfig
 from services.mcts.core.result import SearchResult
-from training.az import boards
+from training.az.boards import Boards, ConnectFourBoards
 
 Evaluator = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-"""(planes float32 [B, 2, 6, 7], legal bool [B, 7]) -> (policy float [B, 7] summing to 1 over the
-legal columns, value float [B] in [-1, 1] for the player to move)."""
+"""(planes float32 [B, 2, H, W], legal bool [B, A]) -> (policy float [B, A] summing to 1 over the
+legal actions, value float [B] in [-1, 1] for the player to move); [2, 6, 7] and 7 on the
+standard Connect Four board (`boards.Boards`)."""
 
-COLUMNS = 7
+STANDARD_GAME = ConnectFourBoards(STANDARD)
+"""Connect Four on 7x6, the default game of every function here."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ class GameRecord:
     """One finished game.
 
     Attributes:
-        moves: Pons move string ('1'..'7' per ply).
-        policies: float32 [T, 7], the root visit shares of the search at each ply.
+        moves: move string (action + 1 per ply: Pons' columns '1'..'W', tic-tac-toe's cells).
+        policies: float32 [T, A], the root visit shares of the search at each ply.
         winner: 0 first player, 1 second player, -1 draw.
         sides: the evaluator index of the first and of the second player.
     """
@@ -76,7 +79,8 @@ class Counters:
 
 def search_many(positions: np.ndarray, masks: np.ndarray, owners: np.ndarray,
                 evaluators: Sequence[Evaluator], options: SearchOptions, seeds: np.ndarray,
-                temperatures: np.ndarray) -> tuple[list[SearchResult], Counters]:
+                temperatures: np.ndarray, game: Boards = STANDARD_GAME
+                ) -> tuple[list[SearchResult], Counters]:
     """Runs one PUCT search from each root board, all at once.
 
     Args:
@@ -85,8 +89,10 @@ def search_many(positions: np.ndarray, masks: np.ndarray, owners: np.ndarray,
         options: simulations, leaves per search, PUCT constants, root noise.
         seeds: int64 [S], each search's seed (noise and temperature draw).
         temperatures: float [S], 0 for the most visited column.
+        game: the game's vectorised rules (Connect Four 7x6 by default).
     Returns:
-        one `SearchResult` per root (its `action` is the column to play, 0..6) and the counters.
+        one `SearchResult` per root (its `action` is the action to play, 0..A-1) and the
+        counters.
     """
     count = len(positions)
     searches = []
@@ -97,7 +103,7 @@ def search_many(positions: np.ndarray, masks: np.ndarray, owners: np.ndarray,
             batch_size=options.leaves_per_search, seed=int(seeds[index]),
             dirichlet_alpha=options.dirichlet_alpha, dirichlet_epsilon=options.dirichlet_epsilon,
             temperature=float(temperatures[index]))
-        search = BatchedSearch(COLUMNS, options.simulations, config)
+        search = BatchedSearch(game.num_actions, options.simulations, config)
         capacity = search.blocks[0].shape[1]
         board = np.zeros((2, capacity), dtype=np.int64)
         board[0, 0], board[1, 0] = positions[index], masks[index]
@@ -113,11 +119,11 @@ def search_many(positions: np.ndarray, masks: np.ndarray, owners: np.ndarray,
                 pending.append((index, batch))
         active = [index for index, _ in pending]
         if pending:
-            counters += _evaluate_round(pending, node_boards, owners, evaluators, searches)
+            counters += _evaluate_round(pending, node_boards, owners, evaluators, searches, game)
     return [search.result() for search in searches], counters
 
 
-def _evaluate_round(pending, node_boards, owners, evaluators, searches) -> Counters:
+def _evaluate_round(pending, node_boards, owners, evaluators, searches, game) -> Counters:
     """Plays, evaluates and submits the leaves of one round (see the module doc)."""
     parts_position, parts_mask, parts_won, sizes = [], [], [], []
     for index, batch in pending:
@@ -126,8 +132,8 @@ def _evaluate_round(pending, node_boards, owners, evaluators, searches) -> Count
             position, mask = board[0, :1], board[1, :1]
             won = np.zeros(1, dtype=np.bool_)
         else:
-            position, mask, won = boards.play(board[0, batch.parents], board[1, batch.parents],
-                                              batch.actions)
+            position, mask, won = game.play(board[0, batch.parents], board[1, batch.parents],
+                                            batch.actions)
             board[0, batch.nodes], board[1, batch.nodes] = position, mask
         parts_position.append(position)
         parts_mask.append(mask)
@@ -136,17 +142,17 @@ def _evaluate_round(pending, node_boards, owners, evaluators, searches) -> Count
     position = np.concatenate(parts_position)
     mask = np.concatenate(parts_mask)
     won = np.concatenate(parts_won)
-    legal = boards.legal(mask)
+    legal = game.legal(mask)
     terminal = won | ~legal.any(axis=1)
     owner = np.repeat(owners[[index for index, _ in pending]], sizes)
-    priors = np.full((len(position), COLUMNS), 1.0 / COLUMNS)
+    priors = np.full((len(position), game.num_actions), 1.0 / game.num_actions)
     values = np.where(won, -1.0, 0.0)
     counters = Counters()
     for which, evaluate in enumerate(evaluators):
         rows = np.flatnonzero((owner == which) & ~terminal)
         if len(rows) == 0:
             continue
-        policy, value = evaluate(boards.encode(position[rows], mask[rows]), legal[rows])
+        policy, value = evaluate(game.encode(position[rows], mask[rows]), legal[rows])
         priors[rows] = policy
         values[rows] = np.clip(value, -1.0, 1.0)
         counters += Counters(1, len(rows))
@@ -159,8 +165,8 @@ def _evaluate_round(pending, node_boards, owners, evaluators, searches) -> Count
 
 
 def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]],
-               concurrent: int, options: SearchOptions, temperature_moves: int, seed: int
-               ) -> tuple[list[GameRecord], Counters]:
+               concurrent: int, options: SearchOptions, temperature_moves: int, seed: int,
+               game: Boards = STANDARD_GAME) -> tuple[list[GameRecord], Counters]:
     """Plays one game per entry of `sides`, `concurrent` at a time (a finished game's slot takes
     the next game), every move a search of `options`.
 
@@ -170,6 +176,7 @@ def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]]
         concurrent: games in flight, >= 1.
         temperature_moves: plies whose move is drawn at temperature 1 (then greedy).
         seed: the same seed and networks replay the same games.
+        game: the game's vectorised rules (Connect Four 7x6 by default).
     Returns:
         the games in `sides` order, and the counters.
     """
@@ -190,25 +197,26 @@ def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]]
             np.array([slots[g]["position"] for g in games], dtype=np.int64),
             np.array([slots[g]["mask"] for g in games], dtype=np.int64), owners, evaluators,
             options, rng.integers(2**62, size=len(games)),
-            np.where(plies < temperature_moves, 1.0, 0.0))
+            np.where(plies < temperature_moves, 1.0, 0.0), game)
         counters += used
-        for game, result in zip(games, results, strict=True):
-            record = _advance(slots[game], result, sides[game])
+        for index, result in zip(games, results, strict=True):
+            record = _advance(slots[index], result, sides[index], game)
             if record is not None:
-                records[game] = record
-                del slots[game]
+                records[index] = record
+                del slots[index]
     return records, counters
 
 
-def _advance(slot: dict, result: SearchResult, sides: tuple[int, int]) -> GameRecord | None:
+def _advance(slot: dict, result: SearchResult, sides: tuple[int, int], game: Boards
+             ) -> GameRecord | None:
     """Plays the searched move in a game's slot; the game's record when it ended."""
     column = int(result.action)
     slot["policies"].append(result.policy.astype(np.float32))
     slot["moves"].append(str(column + 1))
-    position, mask, won = boards.play(np.array([slot["position"]]), np.array([slot["mask"]]),
-                                      np.array([column]))
+    position, mask, won = game.play(np.array([slot["position"]]), np.array([slot["mask"]]),
+                                    np.array([column]))
     slot["position"], slot["mask"] = int(position[0]), int(mask[0])
-    full = not boards.legal(mask)[0].any()
+    full = not game.legal(mask)[0].any()
     if not (won[0] or full):
         return None
     winner = (len(slot["moves"]) - 1) % 2 if won[0] else -1

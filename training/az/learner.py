@@ -14,6 +14,7 @@ generation (written the same way).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -107,16 +108,19 @@ def save_generation(run_dir: Path, generation: int, model: Connect4PV,
 
 
 def load_generation(path: Path, network: dict[str, int], device: str) -> tuple[Connect4PV, dict]:
-    """Loads a connect4_pv checkpoint of the sizes `network`.
+    """Loads a connect4_pv checkpoint of the sizes `network` (its board, columns and rows, and
+    policy width included).
 
     Raises:
-        CheckpointError: unreadable, another architecture, or other sizes; names the path.
+        CheckpointError: unreadable, another architecture, or other sizes or board; names the
+            path.
     """
     checkpoint = load_checkpoint(path, device=device)
     if checkpoint.architecture != ARCHITECTURE:
         raise CheckpointError(f"{path / 'config.json'}: architecture {checkpoint.architecture!r}, "
                               f"expected {ARCHITECTURE!r}")
-    if {key: checkpoint.config.get(key) for key in network} != network:
+    sizes = dataclasses.asdict(checkpoint.model.config)  # fields a config.json lacks: defaults
+    if {key: sizes.get(key) for key in network} != network:
         raise CheckpointError(f"{path / 'config.json'}: network {checkpoint.config}, but the run "
                               f"trains {network}")
     return checkpoint.model, checkpoint.metadata

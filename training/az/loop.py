@@ -13,7 +13,8 @@ One generation g (1, 2, ...):
    of cross-entropy + MSE;
 4. the arena: candidate against best, `arena_games` games, half with each colour, root noise on;
    the candidate becomes the best when it scores >= `arena_threshold` (win 1, draw 1/2);
-5. evaluation on Pons' benchmark: the candidate alone and PUCT with it;
+5. evaluation: on Pons' benchmark (7x6) and, on the small boards and tic-tac-toe, by the exact
+   values (`training.az.exact`): the candidate alone and PUCT with it;
 6. checkpoint `checkpoints/gen-GGGG` (the candidate; atomic) whose config.json holds the whole
    history and the settings; `best.json` names the best generation.
 Generation 0 is the starting network (random, or `init_from`), evaluated on Pons.
@@ -49,6 +50,7 @@ import torch
 from services.neural.checkpoint import CheckpointError
 from training.az import learner
 from training.az.evaluation import pons_rates
+from training.az.exact import ExactSet, exact_rates, judged_set
 from training.az.games import GameRecord, SearchOptions, play_games
 from training.az.replay import ReplayBuffer
 from training.az.settings import AZSettings
@@ -86,7 +88,8 @@ def selfplay_options(settings: AZSettings, simulations: int | None = None) -> Se
 def self_play(settings: AZSettings, evaluate, games: int, seed: int) -> list[GameRecord]:
     """`games` self-play games of one network (see the module doc)."""
     records, _ = play_games([evaluate], [(0, 0)] * games, settings.concurrent_games,
-                            selfplay_options(settings), settings.temperature_moves, seed)
+                            selfplay_options(settings), settings.temperature_moves, seed,
+                            settings.boards())
     return records
 
 
@@ -100,7 +103,7 @@ def arena(settings: AZSettings, candidate, best, seed: int) -> dict[str, Any]:
     sides = [(0, 1) if game % 2 == 0 else (1, 0) for game in range(settings.arena_games)]
     records, _ = play_games([candidate, best], sides, settings.concurrent_games,
                             selfplay_options(settings, settings.arena_simulations),
-                            settings.arena_temperature_moves, seed)
+                            settings.arena_temperature_moves, seed, settings.boards())
     points = np.array([0.5 if r.winner < 0 else float(r.sides[r.winner] == 0) for r in records])
     first = np.array([r.sides[0] == 0 for r in records])
     return {"games": len(records), "wins": int((points == 1).sum()),
@@ -120,7 +123,10 @@ class Run:
         self.run_dir = Path(settings.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         _remove_temporaries(self.run_dir)
-        self.buffer = ReplayBuffer(self.run_dir / "replay")
+        self.game = settings.boards()
+        self.buffer = ReplayBuffer(self.run_dir / "replay", self.game)
+        self.judged: ExactSet | None = None
+        """The exact evaluation's positions and labels (built by `start`)."""
         _write_json(self.run_dir / SETTINGS_FILE, json.loads(settings.model_dump_json()))
         self.generation = -1
         self.history: list[dict[str, Any]] = []
@@ -132,6 +138,9 @@ class Run:
 
     def start(self) -> None:
         """Loads the newest good checkpoint, or makes and evaluates generation 0."""
+        s = self.settings
+        if s.exact and not s.is_standard:
+            self.judged = judged_set(self.game, s.exact_max_positions, s.exact_sample, s.seed)
         for generation in sorted(_generations(self.run_dir), reverse=True):
             path = learner.generation_dir(self.run_dir, generation)
             try:
@@ -166,14 +175,26 @@ class Run:
         self.model, self.best = model, copy.deepcopy(model)
         self.generation, self.best_generation = 0, 0
         entry = {"generation": 0, "init_from": str(settings.init_from or "random"),
-                 "pons": self._pons(model), "promoted": True, "best_generation": 0,
+                 "pons": self._pons(model), "exact": self._exact(model, 0), "promoted": True,
+                 "best_generation": 0,
                  "cpu_s": {"eval": round(time.process_time() - cpu, 2)},
                  "wall_s": round(time.perf_counter() - started, 2)}
         self.history = [entry]
         self._save(entry)
 
+    def _exact(self, model, generation: int) -> dict[str, Any]:
+        """The exact-value rates of `model` (`training.az.exact`); {} when not judged."""
+        s = self.settings
+        if self.judged is None:
+            return {}
+        return exact_rates(learner.evaluator(model, self.device), self.judged, self.game,
+                           s.exact_simulations, s.exact_puct_positions, s.leaves_per_search,
+                           s.c_puct, s.seed + generation)
+
     def _pons(self, model) -> dict[str, Any]:
         s = self.settings
+        if not s.is_standard:
+            return {}
         return pons_rates(learner.evaluator(model, self.device), Path(s.pons_dir), s.pons_files,
                           s.pons_positions, s.pons_simulations, s.leaves_per_search, s.c_puct)
 
@@ -216,6 +237,7 @@ class Run:
         promoted = match["score"] >= s.arena_threshold and match["games"] >= s.arena_games
         clock = time.process_time()
         pons = self._pons(candidate)
+        exact = self._exact(candidate, g)
         cpu["eval"] = round(time.process_time() - clock, 2)
         self.model = candidate
         if promoted:
@@ -223,7 +245,8 @@ class Run:
         self.generation = g
         entry = {"generation": g, "games": produced["games"], "positions": produced["positions"],
                  "window": window, "losses": losses, "arena": match, "promoted": promoted,
-                 "best_generation": self.best_generation, "pons": pons, "cpu_s": cpu,
+                 "best_generation": self.best_generation, "pons": pons, "exact": exact,
+                 "cpu_s": cpu,
                  "gpu_train_s": round(train_wall, 2) if self.device == "cuda" else 0.0,
                  "wall_s": round(time.perf_counter() - started, 2)}
         self.history.append(entry)
@@ -377,5 +400,9 @@ def _line(entry: dict[str, Any]) -> str:
         parts.append(f"positions {entry['positions']} window {entry['window']['generations']}")
     for name, rates in entry.get("pons", {}).items():
         parts.append(f"{name} net {rates['network']:.2f} puct {rates['puct']:.2f}")
+    if entry.get("exact"):
+        e = entry["exact"]
+        parts.append(f"exact net {e['network']:.4f} puct {e['puct']:.4f} ({e['positions']} "
+                     f"positions, {e['puct_positions']} for PUCT)")
     parts.append(f"{entry['wall_s']:.0f} s")
     return ", ".join(parts)

@@ -1,6 +1,8 @@
-"""The learning curve of a connect4-az run, drawn from a checkpoint's history (config.json):
-arena score by generation (with the gating threshold) and the Pons rates (network alone, PUCT),
-with matplotlib; and the same figures as a text table."""
+"""The learning curve of a connect4-az run, drawn from a checkpoint's history (config.json), with
+matplotlib: per generation, the arena score (with the gating threshold), the rates of moves that
+keep the game-theoretic outcome (the exact evaluation of the small boards and tic-tac-toe, and
+Pons' benchmark on 7x6; network alone and PUCT), and the training losses; and the same figures as
+a text table."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from services.neural.checkpoint import CONFIG_FILE, CheckpointError
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib import pyplot  # noqa: E402  (after the backend is chosen)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from services.neural.checkpoint import CONFIG_FILE, CheckpointError  # noqa: E402
 
 
 def read_history(checkpoint: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -28,62 +36,90 @@ def read_history(checkpoint: Path) -> tuple[list[dict[str, Any]], dict[str, Any]
     return history, metadata.get("settings", {})
 
 
+def _rates(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{label: rates} of one generation: "exact" and each Pons file measured."""
+    found = {name: rates for name, rates in entry.get("pons", {}).items()}
+    if entry.get("exact"):
+        found["exact"] = entry["exact"]
+    return found
+
+
 def table(history: list[dict[str, Any]]) -> str:
-    """One line per generation: arena score, promotion, losses, Pons rates, positions, CPU-s."""
-    files = sorted({name for entry in history for name in entry.get("pons", {})})
-    header = ["gen", "arena", "best", "loss", "positions"] + [
-        f"{name} net/puct" for name in files] + ["cpu_s"]
+    """One line per generation: games, positions, CPU-seconds, arena score (* promoted), loss,
+    and each rate (network alone / PUCT)."""
+    labels = sorted({name for entry in history for name in _rates(entry)})
+    header = ["gen", "games", "positions", "cpu_s", "arena", "best", "loss"] + [
+        f"{name} net/puct" for name in labels]
     rows = [header]
     for entry in history:
         arena = entry.get("arena")
+        rates = _rates(entry)
         rows.append([
-            str(entry["generation"]),
+            str(entry["generation"]), str(entry.get("games", "-")),
+            str(entry.get("positions", "-")), f"{sum(entry.get('cpu_s', {}).values()):.0f}",
             f"{arena['score']:.3f}{'*' if entry.get('promoted') else ''}" if arena else "-",
             str(entry.get("best_generation", "")),
             f"{entry['losses']['total']:.3f}" if "losses" in entry else "-",
-            str(entry.get("positions", "-")),
-            *[(f"{entry['pons'][name]['network']:.3f}/{entry['pons'][name]['puct']:.3f}"
-               if name in entry.get("pons", {}) else "-") for name in files],
-            f"{sum(entry.get('cpu_s', {}).values()):.0f}"])
+            *[(f"{rates[name]['network']:.4f}/{rates[name]['puct']:.4f}" if name in rates
+               else "-") for name in labels]])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
                      for row in rows)
 
 
-def plot_history(checkpoint: Path, output: Path) -> str:
-    """Writes the learning-curve figure to `output` (PNG, SVG or PDF by its suffix); returns
-    the text table (`table`)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-    from matplotlib.ticker import MaxNLocator
-
-    history, settings = read_history(checkpoint)
-    figure, (top, bottom) = pyplot.subplots(2, 1, figsize=(8, 7), sharex=True)
+def _draw_arena(axes, history: list[dict[str, Any]], threshold: float) -> None:
     played = [entry for entry in history if "arena" in entry]
-    top.plot([e["generation"] for e in played], [e["arena"]["score"] for e in played], "o-",
-             label="candidate's arena score")
+    axes.plot([e["generation"] for e in played], [e["arena"]["score"] for e in played], "o-",
+              label="candidate's arena score")
     for entry in played:
         if entry.get("promoted"):
-            top.plot(entry["generation"], entry["arena"]["score"], "g*", markersize=12)
-    top.axhline(settings.get("arena_threshold", 0.55), color="grey", linestyle="--",
-                label="gating threshold")
-    top.set_ylabel("score against the best")
-    top.legend(loc="lower right")
-    files = sorted({name for entry in history for name in entry.get("pons", {})})
-    for name in files:
-        rows = [e for e in history if name in e.get("pons", {})]
+            axes.plot(entry["generation"], entry["arena"]["score"], "g*", markersize=12)
+    axes.axhline(threshold, color="grey", linestyle="--", label="gating threshold")
+    axes.set_ylabel("score against the best")
+    axes.legend(loc="lower right", fontsize="small")
+
+
+def _draw_rates(axes, history: list[dict[str, Any]]) -> None:
+    labels = sorted({name for entry in history for name in _rates(entry)})
+    for name in labels:
+        rows = [e for e in history if name in _rates(e)]
         x = [e["generation"] for e in rows]
-        bottom.plot(x, [e["pons"][name]["network"] for e in rows], "o--",
-                    label=f"{name}, network alone")
-        bottom.plot(x, [e["pons"][name]["puct"] for e in rows], "o-",
-                    label=f"{name}, PUCT {rows[0]['pons'][name]['simulations']} sims")
+        first = _rates(rows[0])[name]
+        axes.plot(x, [_rates(e)[name]["network"] for e in rows], "o--",
+                  label=f"{name}, network alone")
+        axes.plot(x, [_rates(e)[name]["puct"] for e in rows], "o-",
+                  label=f"{name}, PUCT {first['simulations']} sims")
+    axes.set_ylabel("moves keeping the outcome")
+    axes.legend(loc="lower right", fontsize="small")
+
+
+def _draw_losses(axes, history: list[dict[str, Any]]) -> None:
+    trained = [entry for entry in history if "losses" in entry]
+    x = [e["generation"] for e in trained]
+    for key, label in (("policy_cross_entropy", "policy cross-entropy (nats)"),
+                       ("value_mse", "value MSE"), ("total", "total")):
+        axes.plot(x, [e["losses"][key] for e in trained], "o-", label=label)
+    axes.set_ylabel("training loss")
+    axes.legend(loc="upper right", fontsize="small")
+
+
+def plot_history(checkpoint: Path, output: Path) -> str:
+    """Writes the learning-curve figure to `output` (PNG, SVG or PDF by its suffix): arena
+    score, rates and losses by generation; returns the text table (`table`).
+
+    Raises:
+        CheckpointError: see `read_history`.
+    """
+    history, settings = read_history(checkpoint)
+    figure, (top, middle, bottom) = pyplot.subplots(3, 1, figsize=(8, 10), sharex=True)
+    _draw_arena(top, history, settings.get("arena_threshold", 0.55))
+    _draw_rates(middle, history)
+    _draw_losses(bottom, history)
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.set_xlabel("generation")
-    bottom.set_ylabel("moves keeping the outcome")
-    bottom.legend(loc="lower right", fontsize="small")
-    figure.suptitle(f"connect4-az learning curve ({checkpoint})")
+    game = settings.get("game", "connect4")
+    board = "" if game == "tictactoe" else f" {settings.get('board', '7x6')}"
+    figure.suptitle(f"AlphaZero learning curve, {game}{board} ({checkpoint})")
     figure.tight_layout()
     figure.savefig(output)
     pyplot.close(figure)

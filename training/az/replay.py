@@ -3,8 +3,9 @@ learner can be separate processes (they share only the directory).
 
 A shard is one `.npz` file (numpy's zip of arrays, read with `allow_pickle=False`), named
 `gen-GGGG-<source>-<n>.npz` where GGGG is the generation of the network that played it:
-- planes uint8 [N, 2, 6, 7] (`boards.encode`), legal bool [N, 7], policy float32 [N, 7] (root
-  visit shares), value float32 [N] (the game's outcome for the player to move: 1, 0, -1);
+- planes uint8 [N, 2, H, W] (`Boards.encode`), legal bool [N, A], policy float32 [N, A] (root
+  visit shares; [N, 2, 6, 7] and A = 7 on the standard Connect Four board), value float32 [N]
+  (the game's outcome for the player to move: 1, 0, -1);
 - meta: a 0-d unicode array holding JSON (format, format_version, generation, games, source).
 Shards are written to a hidden temporary file and renamed, so a reader never sees half a shard.
 The directory's `replay.json` names the format version that wrote it; a directory written by a
@@ -14,7 +15,8 @@ good shards.
 
 The learner samples from a window of the most recent generations; shards older than the window are
 deleted (`roll`). The left-right mirror of every position is added when the window is loaded
-(Connect Four's one symmetry).
+(Connect Four's one symmetry; for tic-tac-toe one of its eight), its actions permuted by the
+game's `mirror_actions`. A shard of another game or board size has other shapes and is left out.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.az import boards
-from training.az.games import GameRecord
+from training.az.boards import Boards
+from training.az.games import STANDARD_GAME, GameRecord
 
 FORMAT = "mcts-mesh-replay"
 FORMAT_VERSION = 1
@@ -44,7 +46,7 @@ class ReplayError(ValueError):
 
 @dataclass(frozen=True)
 class Examples:
-    """Training rows: planes float32 [N, 2, 6, 7], legal bool [N, 7], policy float32 [N, 7],
+    """Training rows: planes float32 [N, 2, H, W], legal bool [N, A], policy float32 [N, A],
     value float32 [N]."""
 
     planes: np.ndarray
@@ -55,21 +57,25 @@ class Examples:
     def __len__(self) -> int:
         return len(self.value)
 
-    def mirrored(self) -> Examples:
-        """The left-right mirror of every row."""
-        return Examples(self.planes[..., ::-1].copy(), self.legal[:, ::-1].copy(),
-                        self.policy[:, ::-1].copy(), self.value.copy())
+    def mirrored(self, game: Boards = STANDARD_GAME) -> Examples:
+        """The left-right mirror of every row: planes flipped along W, and the mirrored action
+        `game.mirror_actions[a]` taking action a's legality and policy."""
+        inverse = np.argsort(game.mirror_actions)
+        return Examples(game.mirror_planes(self.planes).copy(), self.legal[:, inverse].copy(),
+                        self.policy[:, inverse].copy(), self.value.copy())
 
     @staticmethod
-    def concatenate(parts: list[Examples]) -> Examples:
+    def concatenate(parts: list[Examples], game: Boards = STANDARD_GAME) -> Examples:
         if not parts:
-            return Examples(np.zeros((0, 2, 6, 7), np.float32), np.zeros((0, 7), np.bool_),
-                            np.zeros((0, 7), np.float32), np.zeros(0, np.float32))
+            a = game.num_actions
+            return Examples(np.zeros((0, 2, game.rows, game.columns), np.float32),
+                            np.zeros((0, a), np.bool_), np.zeros((0, a), np.float32),
+                            np.zeros(0, np.float32))
         return Examples(*(np.concatenate([getattr(p, name) for p in parts])
                           for name in ("planes", "legal", "policy", "value")))
 
 
-def game_examples(records: list[GameRecord]) -> Examples:
+def game_examples(records: list[GameRecord], game: Boards = STANDARD_GAME) -> Examples:
     """Every position of every game (mirrors not included)."""
     positions, masks, values, policies = [], [], [], []
     for record in records:
@@ -80,26 +86,29 @@ def game_examples(records: list[GameRecord]) -> Examples:
             masks.append(mask[0])
             values.append(0.0 if record.winner < 0 else (1.0 if record.winner == ply % 2
                                                          else -1.0))
-            position, mask, _ = boards.play(position, mask, np.array([int(char) - 1]))
+            position, mask, _ = game.play(position, mask, np.array([int(char) - 1]))
         policies.append(record.policies)
     position = np.array(positions, dtype=np.int64)
     mask = np.array(masks, dtype=np.int64)
-    return Examples(boards.encode(position, mask), boards.legal(mask),
+    return Examples(game.encode(position, mask), game.legal(mask),
                     np.concatenate(policies).astype(np.float32) if policies
-                    else np.zeros((0, 7), np.float32), np.array(values, dtype=np.float32))
+                    else np.zeros((0, game.num_actions), np.float32),
+                    np.array(values, dtype=np.float32))
 
 
 class ReplayBuffer:
     """The shard directory (see the module doc)."""
 
-    def __init__(self, directory: Path | str) -> None:
-        """Creates the directory and its `replay.json` if missing.
+    def __init__(self, directory: Path | str, game: Boards = STANDARD_GAME) -> None:
+        """Creates the directory and its `replay.json` if missing; `game` sets the shards'
+        shapes (Connect Four 7x6 by default).
 
         Raises:
             ReplayError: `replay.json` is unreadable, of another format, or written by a newer
                 format version.
         """
         self.directory = Path(directory)
+        self.game = game
         self.directory.mkdir(parents=True, exist_ok=True)
         index = self.directory / INDEX_FILE
         if index.exists():
@@ -128,7 +137,7 @@ class ReplayBuffer:
             cpu_s: CPU-seconds the games took (recorded in the header).
             network: the generation of the network that played them.
         """
-        examples = game_examples(records)
+        examples = game_examples(records, self.game)
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "generation": generation,
                 "games": len(records), "positions": len(examples), "source": source,
                 "cpu_s": round(cpu_s, 3), "network": network}
@@ -165,7 +174,7 @@ class ReplayBuffer:
         for shard_generation, path in self.shards():
             if shard_generation == generation:
                 try:
-                    meta = read_shard(path, meta_only=True)[1]
+                    meta = read_shard(path, meta_only=True, game=self.game)[1]
                 except ReplayError as error:
                     self._quarantine(path, error)
                     continue
@@ -181,16 +190,16 @@ class ReplayBuffer:
             if generation < first_generation:
                 continue
             try:
-                examples, _ = read_shard(path)
+                examples, _ = read_shard(path, game=self.game)
             except ReplayError as error:
                 bad.append(self._quarantine(path, error))
                 continue
             parts.append(examples)
             generations.add(generation)
-        data = Examples.concatenate(parts)
+        data = Examples.concatenate(parts, self.game)
         positions = len(data)
         if mirror:
-            data = Examples.concatenate([data, data.mirrored()])
+            data = Examples.concatenate([data, data.mirrored(self.game)], self.game)
         return data, {"shards": len(parts), "positions": positions,
                       "rows_with_mirrors": len(data), "generations": sorted(generations),
                       "bad_shards": bad}
@@ -213,8 +222,9 @@ class ReplayBuffer:
         return str(error)
 
 
-def read_shard(path: Path, meta_only: bool = False) -> tuple[Examples | None, dict]:
-    """Reads and checks one shard.
+def read_shard(path: Path, meta_only: bool = False, game: Boards = STANDARD_GAME
+               ) -> tuple[Examples | None, dict]:
+    """Reads and checks one shard of `game` (its shapes).
 
     Raises:
         ReplayError: unreadable (truncated, not a zip, a pickle), missing or mis-shaped arrays,
@@ -236,7 +246,9 @@ def read_shard(path: Path, meta_only: bool = False) -> tuple[Examples | None, di
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise ReplayError(f"{path}: unreadable shard ({type(error).__name__}: {error})") from error
     n = len(arrays["value"])
-    expected = {"planes": (n, 2, 6, 7), "legal": (n, 7), "policy": (n, 7), "value": (n,)}
+    a = game.num_actions
+    expected = {"planes": (n, 2, game.rows, game.columns), "legal": (n, a), "policy": (n, a),
+                "value": (n,)}
     for name, shape in expected.items():
         if arrays[name].shape != shape:
             raise ReplayError(f"{path}: array {name!r} has shape {arrays[name].shape}, "

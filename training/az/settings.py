@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from libs.connect4.geometry import STANDARD, Board
+from training.az.boards import Boards, boards_for
 from training.pons import DEFAULT_PONS_DIR
 
 PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R2", "Test_L1_R3")
@@ -32,6 +34,11 @@ class AZSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto = CUDA when torch sees a GPU, else the CPU."""
     torch_threads: int = Field(1, ge=1)
+    game: Literal["connect4", "tictactoe"] = "connect4"
+    """The game: Connect Four on `board`, or tic-tac-toe (3 x 3, `board` unused)."""
+    board: str = STANDARD.name
+    """Connect Four's board as 'WxH' (`libs.connect4.geometry.Board`: 4..9 columns, >= 4 rows,
+    <= 42 cells); the network's planes and policy follow it."""
 
     # network
     channels: int = Field(48, ge=1)
@@ -86,6 +93,23 @@ class AZSettings(BaseModel):
     """First positions of each file measured each generation (0: no Pons evaluation)."""
     pons_simulations: int = Field(800, ge=1)
     """Simulations of the PUCT evaluation (no noise, most visited column)."""
+    exact: bool = True
+    """Judge every generation by the exact solver on positions of the game (`training.az.exact`;
+    Connect Four boards other than 7x6 and tic-tac-toe)."""
+    exact_max_positions: int = Field(200_000, ge=1)
+    """Every reachable unfinished position is judged when there are at most this many; else a
+    uniform sample of `exact_sample` of them (or, where they are too many to list, positions of
+    random games)."""
+    exact_sample: int = Field(5_000, ge=1)
+    exact_puct_positions: int = Field(5_000, ge=1)
+    """Positions PUCT is judged on: a uniform sample of the judged positions (all when fewer)."""
+    exact_simulations: int = Field(200, ge=1)
+    """Simulations of the exact evaluation's PUCT (no noise, most visited action)."""
+
+    @field_validator("board")
+    @classmethod
+    def _board(cls, value: str) -> str:
+        return Board.parse(value).name
 
     @model_validator(mode="after")
     def _check(self) -> AZSettings:
@@ -97,6 +121,23 @@ class AZSettings(BaseModel):
         return self
 
     @property
+    def connect4_board(self) -> Board:
+        """`board` parsed."""
+        return Board.parse(self.board)
+
+    def boards(self) -> Boards:
+        """The game's vectorised rules (`training.az.boards`)."""
+        return boards_for(self.game, self.connect4_board)
+
+    @property
+    def is_standard(self) -> bool:
+        """Connect Four on 7x6, the board of Pons' benchmark."""
+        return self.game == "connect4" and self.connect4_board == STANDARD
+
+    @property
     def network(self) -> dict[str, int]:
+        """The sizes of the `Connect4PV` network, the board's shape and policy width included."""
+        game = self.boards()
         return {"channels": self.channels, "blocks": self.blocks,
-                "value_hidden": self.value_hidden}
+                "value_hidden": self.value_hidden, "columns": game.columns, "rows": game.rows,
+                "actions": 0 if self.game == "connect4" else game.num_actions}

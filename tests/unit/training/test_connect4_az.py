@@ -11,10 +11,12 @@ import torch
 from pydantic import ValidationError
 
 from libs.connect4.board import Position, encode, legal_mask
+from libs.connect4.geometry import STANDARD, Board
 from services.neural.checkpoint import CheckpointError, save_checkpoint
 from services.neural.models.connect4_pv import Connect4PV, Connect4PVConfig
 from services.neural.models.trm import TRM, TRMConfig
-from training.az import boards, learner
+from training.az import learner
+from training.az.boards import ConnectFourBoards
 from training.az.games import GameRecord, SearchOptions, play_games, search_many
 from training.az.replay import FORMAT_VERSION, ReplayBuffer, ReplayError, read_shard
 from training.az.settings import AZSettings
@@ -32,6 +34,7 @@ def one_torch_thread():
 
 
 MOVES = ["", "4", "4453", "1234567123", "44444411", "3333332222221111"]
+boards = ConnectFourBoards(STANDARD)
 
 
 def uniform(planes, legal):
@@ -39,9 +42,12 @@ def uniform(planes, legal):
     return policy, np.zeros(len(planes))
 
 
-@pytest.mark.parametrize("moves", MOVES)
-def test_vectorised_boards_match_the_library(moves):
-    position = Position.from_moves(moves)
+@pytest.mark.parametrize("moves,size", [(m, STANDARD) for m in MOVES] + [
+    ("", Board(5, 4)), ("3", Board(5, 4)), ("1111223", Board(5, 4)), ("1234432", Board(4, 4)),
+    ("55555444", Board(6, 5))])
+def test_vectorised_boards_match_the_library(moves, size):
+    boards = ConnectFourBoards(size)
+    position = Position.from_moves(moves, size)
     pos, mask = boards.from_moves(moves)
     assert (pos, mask) == (position.position, position.mask)
     assert (boards.encode(np.array([pos]), np.array([mask]))[0] == encode(position)).all()
