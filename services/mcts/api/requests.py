@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from mesh.mcts.v1 import mcts_service_pb2 as pb
 
-from libs.connect4.board import IllegalPosition, Position
+from libs.connect4.board import Position
+from libs.connect4_messages import parse_position
 from libs.errors import InvalidArgument
 from services.mcts.core.config import BatchedConfig, SearchConfig
 from services.mcts.core.game import MAX_ACTIONS
@@ -49,7 +50,7 @@ class ParsedSearch:
     """A validated Search request.
 
     Attributes:
-        root: the Connect Four position to search (the game goes on).
+        root: the Connect Four position to search, on its board (the game goes on).
         simulations: the budget, 1..MAX_SIMULATIONS.
         threads: threads for a UCT search (capped by `max_threads`; 1 for PUCT and Gumbel).
         config: the engine's options: `SearchConfig` (rule UCT) or `BatchedConfig` (PUCT,
@@ -66,11 +67,12 @@ def parse_search(request: pb.SearchRequest, settings: MctsSettings) -> ParsedSea
     """The validated request (defaults from `settings`).
 
     Raises:
-        InvalidArgument: "game" not GAME_CONNECT_FOUR; "connect_four.moves" malformed, illegal or
-            a finished game; "simulations" outside 1..10,000,000; "exploration" negative or not
-            finite; "threads" outside 1..64; "parallelism" not a Parallelism value; "widening_k"
-            or "rave_k" not finite and > 0, "widening_alpha" outside [0, 1]; "rule" not a
-            SelectionRule; and see `validate_rule_options`, `validate_leaf_options` and
+        InvalidArgument: "game" not GAME_CONNECT_FOUR; "connect_four.board.columns" or
+            "connect_four.board.rows" outside the limits; "connect_four.moves" malformed, illegal
+            on the board or a finished game; "simulations" outside 1..10,000,000; "exploration"
+            negative or not finite; "threads" outside 1..64; "parallelism" not a Parallelism
+            value; "widening_k" or "rave_k" not finite and > 0, "widening_alpha" outside [0, 1];
+            "rule" not a SelectionRule; and see `validate_rule_options`, `validate_leaf_options` and
             `batched_config`.
     """
     validate_rule_options(request)
@@ -99,23 +101,18 @@ def parse_search(request: pb.SearchRequest, settings: MctsSettings) -> ParsedSea
 
 
 def _root(request: pb.SearchRequest) -> Position:
-    """The request's Connect Four position.
+    """The request's Connect Four position, on its board.
 
     Raises:
-        InvalidArgument: "game" or "connect_four.moves", as `parse_search`.
+        InvalidArgument: "game", "connect_four.board.*" or "connect_four.moves", as
+            `parse_search`.
     """
     if request.game != pb.GAME_CONNECT_FOUR:
         # An open enum: a value outside Game arrives as its number (Name() would raise).
         known = request.game in pb.Game.values()
         name = pb.Game.Name(request.game) if known else str(request.game)
         raise InvalidArgument("game", f"is {name}; only GAME_CONNECT_FOUR is supported")
-    try:
-        position = Position.from_moves(request.connect_four.moves)
-    except IllegalPosition as error:
-        raise InvalidArgument("connect_four.moves", error.message) from error
-    if position.is_finished:
-        raise InvalidArgument("connect_four.moves", "the game is over; there is no move to search")
-    return position
+    return parse_position(request.connect_four, "connect_four")
 
 
 def rollout_config(request: pb.SearchRequest, settings: MctsSettings,

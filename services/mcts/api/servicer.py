@@ -32,7 +32,7 @@ from services.mcts.batched.evaluators import (
 from services.mcts.batched.search import BatchedSearch, run_batched
 from services.mcts.core.config import BatchedConfig
 from services.mcts.core.result import SearchResult, SearchStopped
-from services.mcts.games.connect4 import COLUMN_OFFSET, GAME, from_position
+from services.mcts.games.connect4 import COLUMN_OFFSET, from_position, game
 from services.mcts.rollout.connect4 import search_position
 from services.mcts.settings import MctsSettings
 
@@ -117,20 +117,22 @@ class MctsServicer(mcts_service_pb2_grpc.MctsServiceServicer):
                        remaining: float | None) -> SearchResult:
         """A PUCT or Gumbel search, its leaves evaluated by the neural service (on the event
         loop, between its calls) or by rollouts (in a worker thread)."""
-        search = BatchedSearch(GAME.num_actions, parsed.simulations, parsed.config,
-                               players=GAME.players)
+        root_game = game(parsed.root.board)
+        search = BatchedSearch(root_game.num_actions, parsed.simulations, parsed.config,
+                               players=root_game.players)
         margin = self._settings.deadline_margin_s
         if request.evaluator == pb.LEAF_EVALUATOR_NEURAL:
             timeout = self._settings.neural_timeout_s
             if remaining is not None:
                 timeout = max(1e-3, min(timeout, remaining - margin))
-            client = NeuralPositionClient(self._neural_channel, request.model, timeout)
+            client = NeuralPositionClient(self._neural_channel, request.model, timeout,
+                                          parsed.root.board)
             loop = asyncio.get_running_loop()
             deadline = None if remaining is None else loop.time() + remaining - margin
             result = await run_batched_async(
-                search, NeuralConnectFourEvaluator(parsed.root.moves, client), deadline)
+                search, NeuralConnectFourEvaluator(parsed.root, client), deadline)
         else:
-            evaluator = GameEvaluator(GAME, from_position(parsed.root), seed=request.seed)
+            evaluator = GameEvaluator(root_game, from_position(parsed.root), seed=request.seed)
             deadline = None if remaining is None else time.monotonic() + remaining - margin
             stop = threading.Event()
             try:

@@ -19,7 +19,7 @@ from services.mcts.batched.leaves import LeafBatch
 from services.mcts.batched.search import BatchedSearch
 from services.mcts.core.game import MAX_ACTIONS, Game
 from services.mcts.core.result import SearchResult
-from services.mcts.games.connect4 import GAME, from_position
+from services.mcts.games.connect4 import from_position, game
 from services.mcts.native.xorshift import random_below, rng_state
 
 Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -100,8 +100,9 @@ class GameEvaluator:
 
 
 EvaluatePositions = Callable[[list[str]], Awaitable[tuple[np.ndarray, np.ndarray]]]
-"""An async call evaluating Connect Four positions given as Pons move strings: returns policy
-float [N, 7] (0 on full columns) and value float [N] for the player to move."""
+"""An async call evaluating Connect Four positions given as Pons move strings (on one board):
+returns policy float [N, W] (W the board's columns, 0 on full columns) and value float [N] for the
+player to move."""
 
 
 class NeuralConnectFourEvaluator:
@@ -109,21 +110,25 @@ class NeuralConnectFourEvaluator:
     non-terminal leaves only; a batch of finished games makes no call).
 
     Args:
-        root_moves: the root position as a Pons move string.
-        evaluate_positions: the network call (see `EvaluatePositions`).
+        root: the root position, on its board (a Pons move string: on 7x6).
+        evaluate_positions: the network call (see `EvaluatePositions`), which evaluates
+            positions of the root's board.
     """
 
-    def __init__(self, root_moves: str, evaluate_positions: EvaluatePositions) -> None:
-        self.game = GAME
-        self.root_moves = root_moves
-        self.root_state = from_position(Position.from_moves(root_moves))
+    def __init__(self, root: Position | str, evaluate_positions: EvaluatePositions) -> None:
+        if isinstance(root, str):
+            root = Position.from_moves(root)
+        self.game = game(root.board)
+        self.root_moves = root.moves
+        self.root_state = from_position(root)
         self._evaluate_positions = evaluate_positions
         self._rng = rng_state(0)
         self.calls = 0
         """Network calls made (one per batch with a non-terminal leaf)."""
 
     async def __call__(self, batch: LeafBatch) -> Evaluation:
-        """Priors [B, 7], values [B] and terminal flags [B] of the batch's leaves."""
+        """Priors [B, W], values [B] and terminal flags [B] of the batch's leaves (W the
+        board's columns)."""
         size = len(batch)
         priors = np.zeros((size, self.game.num_actions), dtype=np.float64)
         values = np.zeros(size, dtype=np.float64)
