@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from libs.connect4.geometry import STANDARD, Board
+from mcts_mesh.cli import main
 from mcts_mesh.position_files import PositionFileError, PositionRow, read_positions
 
 
@@ -54,3 +55,11 @@ def test_a_bad_line_names_the_file_and_line(tmp_path, text, words):
         read_positions(path)
     assert caught.value.message.startswith(f"{path}:2: ")
     assert words in caught.value.message
+
+
+@pytest.mark.parametrize(("board", "words"), [("8x6", "at most 42 cells"),
+                                              ("5-4", "not of the form WxH")])
+def test_solve_refuses_an_impossible_board_before_calling(board, words):
+    with pytest.raises(SystemExit) as caught:
+        main(["--target", "127.0.0.1:1", "solve", "connect4", "3", "--board", board])
+    assert str(caught.value).startswith("mcts-mesh: --board: ") and words in str(caught.value)
