@@ -3,9 +3,9 @@ versions of requirements.lock, and nothing else (no test, lint or code-generatio
 
 The set is the transitive closure of pyproject.toml's [project] dependencies, read from the
 metadata of the packages installed in the running environment (`make setup` installs the lock).
-deploy/Dockerfile installs torch first from the PyTorch index of the build it wants (CPU by
-default, CUDA for the GPU image); `torch==<version>` here is then already satisfied by
-`<version>+cpu` or `<version>+cu128`.
+deploy/image.sh installs torch first from the index of the build it wants (the PyTorch CPU index
+for deploy/Dockerfile, PyPI's CUDA build for deploy/Dockerfile.gpu); `torch==<version>` here is
+then already satisfied by `<version>+cpu` or the CUDA build.
 
     .venv/bin/python scripts/runtime_requirements.py          # write the file
     .venv/bin/python scripts/runtime_requirements.py --check  # exit 1 when the file is stale
