@@ -60,6 +60,18 @@ def _connect_four(stub, data_dir: Path | None, per_file: int) -> None:
               f"{latencies[len(latencies) // 2]:>10.0f} {','.join(sorted(agents))}", flush=True)
 
 
+def _answered_by(response) -> str:
+    """The agent that answered ("solver"), with the checkpoint its vote names when it is HRM or
+    TRM: "hrm (hrm-sudoku6-b16)"."""
+    from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
+
+    agent = pb.Agent.Name(response.answered_by).removeprefix("AGENT_").lower()
+    for vote in response.votes:
+        if vote.agent == response.answered_by and agent in ("hrm", "trm") and vote.rationale:
+            return f"{agent} ({vote.rationale.split(' ', 1)[0]})"
+    return agent
+
+
 def _sudoku6(stub) -> None:
     from mesh.orchestrator.v1 import orchestrator_service_pb2 as pb
 
@@ -74,7 +86,7 @@ def _sudoku6(stub) -> None:
         response = stub.SolveProblem(
             pb.SolveProblemRequest(sudoku=pb.SudokuProblem(puzzle=puzzle)), timeout=60)
         elapsed = (time.perf_counter() - started) * 1e3
-        answered = pb.Agent.Name(response.answered_by).removeprefix("AGENT_").lower()
+        answered = _answered_by(response)
         print(f"{puzzle} -> {response.sudoku.solution}  answered by {answered}, "
               f"{elapsed:.0f} ms", flush=True)
 
@@ -93,7 +105,7 @@ def _mazes(stub) -> None:
         response = stub.SolveProblem(pb.SolveProblemRequest(maze=pb.MazeProblem(grid=grid)),
                                      timeout=60)
         elapsed = (time.perf_counter() - started) * 1e3
-        answered = pb.Agent.Name(response.answered_by).removeprefix("AGENT_").lower()
+        answered = _answered_by(response)
         if i == 0:
             print(response.maze.grid)
         print(f"maze {i + 1}: path of {response.maze.path_length} steps, optimal "
