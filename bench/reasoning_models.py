@@ -25,6 +25,7 @@ of `--batch1-calls` puzzles) and at batch N = `--count` (each set's batch).
     nice .venv/bin/python bench/reasoning_models.py [--models hrm-sudoku6-b16 trm-sudoku6-b16 ...]
         [--count 1000] [--mesh-count 200] [--concurrency 16] [--json FILE]
     .venv/bin/python bench/reasoning_models.py --table FILE...   # the table of saved rows
+    .venv/bin/python bench/reasoning_models.py --quick            # a smoke run (make bench-quick)
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "models"
 HELD_OUT_SEED = 1
 INDEPENDENT_SEED = 7
+QUICK_MODELS = ("hrm-sudoku6-b16", "trm-sudoku6-b16")
 DEADLINE_S = 600.0
 """Deadline of a request and of its Solve call: a shared 2-core machine under load takes seconds
 per batch, and a request that runs out of time would count as a wrong answer."""
@@ -326,7 +328,14 @@ def main() -> None:
                         help="also write the rows as JSON to FILE")
     parser.add_argument("--table", nargs="+", default=None, metavar="FILE",
                         help="print the table of earlier --json files and exit")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run in about a minute: the 16-blank Sudoku models, 8 "
+                             "puzzles a set, 4 through the mesh (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.count, args.mesh_count, args.batch1_calls = 8, 4, 2
+        args.models = args.models or [name for name in QUICK_MODELS
+                                      if (MODELS / name / "config.json").is_file()]
     if args.table:
         print(table([row for path in args.table for row in json.loads(Path(path).read_text())]))
         return

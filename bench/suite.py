@@ -30,6 +30,7 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "reasoning_inference": (),
     "train_speed": (),
     "solve_service": ("models/trm-sudoku6-b16",),
+    "reasoning_models": ("--count", "500", "--mesh-count", "200"),
     "retrieval": (),
     "retrieval_parts": (),
     "retrieval_query": (),
