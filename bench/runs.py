@@ -169,14 +169,14 @@ async def measure(target: str, args: argparse.Namespace) -> dict[str, object]:
 
 
 def restart_orchestrator(mesh, store_url: str) -> None:
-    from mcts_mesh.launcher import _wait_until_ready
+    from mcts_mesh.startup import wait_until_ready
 
     process = mesh.processes["orchestrator"]
     process.send_signal(signal.SIGTERM)
     process.wait(60)
     mesh.envs["orchestrator"]["ORCHESTRATOR_RUN_STORE_URL"] = store_url
     mesh.launch("orchestrator", append_log=True)
-    _wait_until_ready(mesh, ["orchestrator"], 300.0)
+    wait_until_ready(mesh, ["orchestrator"], 300.0)
 
 
 def print_table(rows: dict[str, dict], args: argparse.Namespace) -> None:

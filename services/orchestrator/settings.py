@@ -298,9 +298,12 @@ class OrchestratorSettings(ServiceSettings, ChannelSettings):
     """Attempts a run gets at most: a run whose lease expired this many times (its worker was
     killed or lost the store mid-run each time, e.g. a request that crashes the process) ends
     FAILED with ABORTED at its next lease instead of being executed again; 0: no cap."""
-    run_workers: int = 4
+    run_workers: int = 12
     """Runs each orchestrator executes at once (its workers leasing from the store); 0: none
-    (this replica only accepts and serves runs)."""
+    (this replica only accepts and serves runs). They pass the same admission as synchronous
+    calls: a little more than `max_running_solves` keeps every consensus-loop slot busy during
+    a batch (a worker spends a few milliseconds in the store between runs) while synchronous
+    calls wait behind at most the few runs beyond it."""
     batch_max_items: int = 10_000
     """Most runs in one batch (CreateBatch beyond: INVALID_ARGUMENT naming this limit)."""
     batch_max_bytes: int = 4 * 1024 * 1024

@@ -50,9 +50,10 @@ INSERT_RUN = insert(runs)
 INSERT_EVENTS = insert(run_events)
 INSERT_BATCH_EVENT = insert(batch_events)
 
-NEXT_BATCH_SEQUENCE = update(batches).where(batches.c.batch_id == bindparam("p_batch_id")).values(
-    last_event_sequence=batches.c.last_event_sequence + 1
+ADD_BATCH_EVENTS = update(batches).where(batches.c.batch_id == bindparam("p_batch_id")).values(
+    last_event_sequence=batches.c.last_event_sequence + bindparam("v_events")
 ).returning(batches.c.last_event_sequence)
+"""Takes v_events batch sequence numbers: returns the last."""
 BATCH_UNFINISHED_RUN = select(runs.c.id).where(
     runs.c.batch_id == bindparam("p_batch_id"), runs.c.state.in_(UNFINISHED)).limit(1)
 END_BATCH = update(batches).where(batches.c.batch_id == bindparam("p_batch_id")).values(

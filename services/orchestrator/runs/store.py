@@ -25,12 +25,15 @@ from services.orchestrator.runs import reads, writes
 from services.orchestrator.runs.database import Database, open_database
 from services.orchestrator.runs.model import BatchRecord, EventRecord, RunRecord, RunState
 from services.orchestrator.runs.paging import parse_name
-from services.orchestrator.runs.recent import RecentEvents, collecting
+from services.orchestrator.runs.recent import RecentEvents
 
 T = TypeVar("T")
 DEFAULT_BATCH_MAX_ITEMS = 10_000
 DEFAULT_BATCH_MAX_BYTES = 4 * 1024 * 1024
 MAX_DISPLAY_NAME = 512
+EXPIRED_CHECK_S = 1.0
+"""A process's leases look for runs whose lease expired at most this often (seconds); an
+expired run is thus taken again within its lease time plus about this long."""
 
 
 class RunStore:
@@ -45,6 +48,7 @@ class RunStore:
         self.batch_max_bytes = batch_max_bytes
         self._changed = asyncio.Event()
         self._recent = RecentEvents()
+        self._expired_check_at = 0.0
 
     @classmethod
     async def open(cls, url: str, *, clock: Callable[[], float] = time.time,
@@ -76,7 +80,7 @@ class RunStore:
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            result, published = await self._database.write(collecting, fn, *args)
+            result, published = await self._database.write(writes.transaction, fn, *args)
             self._recent.publish(published)  # committed: this process's watchers get them
             return result
         finally:
@@ -189,11 +193,28 @@ class RunStore:
     # Workers --------------------------------------------------------------------------------
 
     async def lease(self, worker_id: str, lease_s: float) -> RunRecord | None:
-        """Takes the oldest run whose lease expired, else the oldest QUEUED one (PostgreSQL:
+        """Takes the oldest run whose lease expired (looked for at most every
+        EXPIRED_CHECK_S), else the oldest QUEUED one (PostgreSQL:
         FOR UPDATE SKIP LOCKED, so concurrent leasers never get the same run): it becomes RUNNING
         with attempts + 1 and a lease to `worker_id` for `lease_s` seconds, and the returned
         record carries its checkpoint. None when no run is waiting."""
-        return await self._write(writes.lease, self._clock(), worker_id, lease_s)
+        now = self._clock()
+        run = await self._write(writes.lease, now, worker_id, lease_s, self._expired_due(now))
+        self._took(run)
+        return run
+
+    def _expired_due(self, now: float) -> bool:
+        """Whether a lease now looks for expired leases: at most every EXPIRED_CHECK_S per
+        process (a query less per run while a queue drains), and again at once after one was
+        found (there may be more)."""
+        if now < self._expired_check_at:
+            return False
+        self._expired_check_at = now + EXPIRED_CHECK_S
+        return True
+
+    def _took(self, run: RunRecord | None) -> None:
+        if run is not None and run.attempts > 1:
+            self._expired_check_at = 0.0
 
     async def renew(self, name: str, worker_id: str, lease_s: float) -> bool:
         """Extends the worker's lease by `lease_s` seconds from now: True. False when the lease
@@ -238,8 +259,12 @@ class RunStore:
         """`finish`, then, when it ended the run, `lease` for the same worker, in one
         transaction (a worker draining a queue pays one write per run less): (finish's
         result, the leased run or None)."""
-        return await self._write(writes.finish_and_lease, self._clock(), name, worker_id,
-                                 state, response, error, list(events), lease_s)
+        now = self._clock()
+        ended, run = await self._write(writes.finish_and_lease, now, name, worker_id, state,
+                                       response, error, list(events), lease_s,
+                                       self._expired_due(now))
+        self._took(run)
+        return ended, run
 
     # Events and retention --------------------------------------------------------------------
 

@@ -3,7 +3,9 @@ cancellation and deletion, as functions of a Connection inside one write transac
 
 Every state change writes its STATE_CHANGED event in the same transaction (per-run sequence, and
 per-batch sequence for a batch's runs), so a watcher never sees a state without its event. Rows
-are locked run first, then batch, everywhere, so that concurrent writers cannot deadlock.
+are locked run first, then batch, everywhere, so that concurrent writers cannot deadlock; under
+`transaction` a write's batch events are written last, all of a batch's in one statement, so that
+the batch's row (which every run of the batch updates) stays locked only until the commit.
 """
 
 from __future__ import annotations
@@ -27,6 +29,42 @@ from services.orchestrator.runs.schema import batch_events, batches, run_events,
 
 # (kind, payload, previous_state, state, attempt) of an event to append.
 Event = tuple[str, bytes, RunState | None, RunState | None, int]
+# (batch_id, run_id, time, payload, previous_state, state) of a batch event to write.
+BatchEvent = tuple[str, str, float, bytes, str, RunState, int]
+BATCH_EVENTS = "run_store_batch_events"
+"""Key of Connection.info under which `transaction` queues the batch events of a write."""
+
+
+def transaction(connection: Connection, fn, *args):
+    """(fn(connection, *args), the run events it wrote) with its batch events written after it
+    (see the module docstring): how RunStore runs every write function."""
+    queued: list[BatchEvent] = []
+    connection.info[BATCH_EVENTS] = queued
+    try:
+        result, published = recent.collecting(connection, fn, *args)
+        _write_batch_events(connection, queued)
+        return result, published
+    finally:
+        connection.info.pop(BATCH_EVENTS, None)
+
+
+def _write_batch_events(connection: Connection, events: Sequence[BatchEvent]) -> None:
+    """Appends the events to their batches (in batch id order: rows locked in one order), and
+    ends each batch whose last unfinished run just ended."""
+    for batch_id in sorted({event[0] for event in events}):
+        mine = [event for event in events if event[0] == batch_id]
+        batch = {"p_batch_id": batch_id}
+        last = connection.execute(statements.ADD_BATCH_EVENTS,
+                                  {**batch, "v_events": len(mine)}).scalar_one()
+        first = last - len(mine) + 1
+        connection.execute(statements.INSERT_BATCH_EVENT, [
+            {"batch_id": batch_id, "sequence": first + i, "run_id": run_id, "time": now,
+             "kind": STATE_CHANGED, "payload": payload, "previous_state": previous,
+             "state": state.value, "attempt": attempt}
+            for i, (_, run_id, now, payload, previous, state, attempt) in enumerate(mine)])
+        if any(event[5].finished for event in mine) and connection.execute(
+                statements.BATCH_UNFINISHED_RUN, batch).first() is None:
+            connection.execute(statements.END_BATCH, {**batch, "v_end_time": mine[-1][2]})
 
 
 def check_kind(kind: str, field: str = "kind") -> None:
@@ -167,26 +205,23 @@ def _change_state(connection: Connection, row: Row, now: float, state: RunState,
     last = _append(connection, row.run_id, now, [*before, event], **values)[-1]
     if row.batch_id is None:
         return last
-    batch = {"p_batch_id": row.batch_id}
-    sequence = connection.execute(statements.NEXT_BATCH_SEQUENCE, batch).scalar_one()
-    connection.execute(statements.INSERT_BATCH_EVENT, {
-        "batch_id": row.batch_id, "sequence": sequence, "run_id": row.run_id, "time": now,
-        "kind": STATE_CHANGED, "payload": error or b"", "previous_state": row.state,
-        "state": state.value, "attempt": attempt})
-    if state.finished and connection.execute(statements.BATCH_UNFINISHED_RUN,
-                                             batch).first() is None:
-        connection.execute(statements.END_BATCH, {**batch, "v_end_time": now})
+    batch_event = (row.batch_id, row.run_id, now, error or b"", row.state, state, attempt)
+    queued = connection.info.get(BATCH_EVENTS)
+    if queued is None:  # called outside `transaction`: written at once
+        _write_batch_events(connection, [batch_event])
+    else:
+        queued.append(batch_event)
     return last
 
 
-def lease(connection: Connection, now: float, worker_id: str,
-          lease_s: float) -> RunRecord | None:
-    """Leases the oldest run whose lease expired, else the oldest QUEUED one (PostgreSQL: rows
-    other transactions hold are skipped): RUNNING, attempts + 1, lease to `worker_id` until
-    now + lease_s; the record carries its checkpoint. A candidate whose cancellation was asked
-    is cancelled instead. None when no run is waiting."""
+def lease(connection: Connection, now: float, worker_id: str, lease_s: float,
+          expired: bool = True) -> RunRecord | None:
+    """Leases the oldest run whose lease expired (looked for only when `expired`), else the
+    oldest QUEUED one (PostgreSQL: rows other transactions hold are skipped): RUNNING,
+    attempts + 1, lease to `worker_id` until now + lease_s; the record carries its checkpoint.
+    A candidate whose cancellation was asked is cancelled instead. None when no run waits."""
     while True:
-        row = _lease_candidate(connection, now)
+        row = _lease_candidate(connection, now, expired)
         if row is None:
             return None
         if row.cancel_requested:
@@ -210,9 +245,9 @@ def _take(connection: Connection, row: Row, now: float, worker_id: str,
                                update_time=now, last_event_sequence=last, error=None, **values)
 
 
-def _lease_candidate(connection: Connection, now: float) -> Row | None:
-    for query, params in ((statements.EXPIRED_CANDIDATE, {"p_now": now}),
-                          (statements.QUEUED_CANDIDATE, {})):
+def _lease_candidate(connection: Connection, now: float, expired: bool) -> Row | None:
+    queries = ((statements.EXPIRED_CANDIDATE, {"p_now": now}),) if expired else ()
+    for query, params in (*queries, (statements.QUEUED_CANDIDATE, {})):
         row = connection.execute(query, params).first()
         if row is not None:
             return row
@@ -304,13 +339,13 @@ def finish(connection: Connection, now: float, name: str, worker_id: str, state:
 
 def finish_and_lease(connection: Connection, now: float, name: str, worker_id: str,
                      state: RunState, response: bytes | None, error: bytes | None,
-                     events: Sequence[tuple[str, bytes]],
-                     lease_s: float) -> tuple[bool, RunRecord | None]:
+                     events: Sequence[tuple[str, bytes]], lease_s: float,
+                     expired: bool = True) -> tuple[bool, RunRecord | None]:
     """finish; then, when it ended the run, the worker's next run as `lease` takes it:
     (finished, leased record or None)."""
     if not finish(connection, now, name, worker_id, state, response, error, events):
         return False, None
-    return True, lease(connection, now, worker_id, lease_s)
+    return True, lease(connection, now, worker_id, lease_s, expired)
 
 
 def cancel_run(connection: Connection, now: float, name: str, owner: str | None) -> RunRecord:
