@@ -51,14 +51,17 @@ class RegisteredModel:
     module: nn.Module
     task: GridTask | None = None
     """What a reasoning model solves; None for a game network."""
-    board: Board | None = None
-    """The Connect Four board a policy/value network plays (`board_of_config`); None for other
-    models (and networks of other games)."""
 
     @property
     def task_name(self) -> str:
         """The task's name ("sudoku-6x6"), or "" for a game network."""
         return self.task.name if self.task is not None else ""
+
+    @cached_property
+    def board(self) -> Board | None:
+        """The Connect Four board a policy/value network plays (`board_of_config`, checked when
+        the checkpoint loads); None for other models (and networks of other games)."""
+        return board_of_config(self.architecture, self.config)
 
     @property
     def is_reasoning(self) -> bool:
@@ -145,7 +148,6 @@ def load_model(directory: Path, device: str) -> RegisteredModel:
         config=checkpoint.config,
         module=checkpoint.model,
         task=task,
-        board=board,
     )
     metrics.MODEL_LOAD_SECONDS.labels(model.name).set(time.perf_counter() - started)
     log.info("loaded model %s version %s (%s%s, %d parameters) on %s", model.name, model.version,

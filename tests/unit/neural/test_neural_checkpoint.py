@@ -41,7 +41,7 @@ def test_round_trip_is_exact(saved, tiny_model, positions):
     checkpoint = load_checkpoint(directory)
     assert checkpoint.architecture == ARCHITECTURE
     assert checkpoint.config == {"channels": 8, "blocks": 1, "value_hidden": 16, "columns": 7,
-                                 "rows": 6}
+                                 "rows": 6, "actions": 0}
     assert checkpoint.metadata == {"games": 3, "loss": [1.5, 1.2]}
     assert checkpoint.version == version
     assert version == hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()[:12]
