@@ -9,6 +9,7 @@
 # Reads TORCH_INDEX_URL, TORCH_LOCAL_VERSION, PIP_EXTRA_ARGS (word-split: "--find-links /wheels")
 # and, for `project`, EXPECT_TORCH ("cpu" or "cuda": which torch build must have been installed).
 set -eu
+PIP_EXTRA_ARGS=${PIP_EXTRA_ARGS:-}
 venv=/opt/venv
 site=$venv/lib/python3.11/site-packages
 
