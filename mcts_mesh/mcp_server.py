@@ -94,9 +94,21 @@ def _agents(names: list[str] | None) -> list[int]:
     return agents
 
 
-def _problem(kind: str, problem: str) -> dict[str, Any]:
+def _position(moves: str, board: str) -> common_pb2.ConnectFourPosition:
+    """A Connect Four position; `board` "WxH" (e.g. "5x4") states its board, "" means 7x6 (the
+    orchestrator checks the limits and names the field it refuses)."""
+    position = common_pb2.ConnectFourPosition(moves=moves.strip())
+    if board.strip():
+        parts = board.strip().lower().split("x")
+        if len(parts) != 2 or not all(part.isdigit() for part in parts):
+            raise ToolError(f"board: {board!r} is not of the form WxH, e.g. 5x4")
+        position.board.columns, position.board.rows = int(parts[0]), int(parts[1])
+    return position
+
+
+def _problem(kind: str, problem: str, board: str = "") -> dict[str, Any]:
     if kind == "connect4":
-        return {"connect_four": common_pb2.ConnectFourPosition(moves=problem.strip())}
+        return {"connect_four": _position(problem, board)}
     if kind == "sudoku":
         return {"sudoku": pb.SudokuProblem(puzzle=problem.strip())}
     grid = problem.strip("\n")
@@ -122,7 +134,7 @@ def _add_solve_and_query(server: MCPServer, orchestrator: _Orchestrator) -> None
     @server.tool()
     async def solve(kind: Literal["connect4", "sudoku", "maze"], problem: str,
                     agents: list[str] | None = None, simulations: int | None = None,
-                    seed: int = 0) -> dict[str, Any]:
+                    seed: int = 0, board: str = "") -> dict[str, Any]:
         """Solves a problem with a checker by consensus of the mesh's agents.
 
         kind "connect4": `problem` is the columns played from the empty board, one digit 1-7 per
@@ -134,9 +146,10 @@ def _add_solve_and_query(server: MCPServer, orchestrator: _Orchestrator) -> None
         answer marks a shortest path with 'o'.
         agents: any of mcts, neural, checker, solver, hrm, trm (default: all that apply).
         simulations: MCTS simulations per search (1..10,000,000). seed: for reproducible searches.
+        board: connect4 only, the board as "WxH" (e.g. "5x4": columns 1-5); empty means 7x6.
         """
-        request = pb.SolveProblemRequest(**_problem(kind, problem), agents=_agents(agents),
-                                         seed=seed)
+        request = pb.SolveProblemRequest(**_problem(kind, problem, board),
+                                         agents=_agents(agents), seed=seed)
         if simulations is not None:
             request.simulations = simulations
         return await orchestrator.call("SolveProblem", request)
@@ -157,14 +170,16 @@ def _add_run_mcts_and_health(server: MCPServer, orchestrator: _Orchestrator, tar
     """The tools `run_mcts` and `health` (listed after `solve` and `query`)."""
 
     @server.tool()
-    async def run_mcts(moves: str, simulations: int = 20_000, seed: int = 0) -> dict[str, Any]:
+    async def run_mcts(moves: str, simulations: int = 20_000, seed: int = 0,
+                       board: str = "") -> dict[str, Any]:
         """Runs Monte Carlo Tree Search alone (UCT with random rollouts, the mcts service) on a
-        Connect Four position: `moves` are the columns played, one digit 1-7 per move. Returns
-        the chosen column, the root value, the vote's rationale ("visits best/total") and the
-        search statistics (simulations, tree nodes, depth, simulations per second)."""
-        request = pb.SolveProblemRequest(
-            connect_four=common_pb2.ConnectFourPosition(moves=moves.strip()),
-            agents=[pb.AGENT_MCTS], simulations=simulations, seed=seed)
+        Connect Four position: `moves` are the columns played, one digit 1-7 per move (`board`
+        "WxH", e.g. "5x4", for another board; empty means 7x6). Returns the chosen column, the
+        root value, the vote's rationale ("visits best/total") and the search statistics
+        (simulations, tree nodes, depth, simulations per second)."""
+        request = pb.SolveProblemRequest(connect_four=_position(moves, board),
+                                         agents=[pb.AGENT_MCTS], simulations=simulations,
+                                         seed=seed)
         reply = await orchestrator.call("SolveProblem", request)
         return {"column": reply.get("connect_four", {}).get("column"),
                 "value": reply.get("connect_four", {}).get("value", 0.0),

@@ -62,6 +62,13 @@ async def test_tools_send_the_request_with_the_key_and_report_bad_fields():
             await mcp.call_tool("solve", {"kind": "connect4", "problem": "9"})
         assert str(bad.value).endswith("INVALID_ARGUMENT: bad moves\n"
                                        "field connect_four.moves: columns are 1..7")
+        await mcp.call_tool("solve", {"kind": "connect4", "problem": "3", "board": "5x4"})
+        request, _ = servicer.requests[-1]
+        assert (request.connect_four.board.columns, request.connect_four.board.rows) == (5, 4)
+        await mcp.call_tool("run_mcts", {"moves": "3", "board": "4X4"})
+        assert servicer.requests[-1][0].connect_four.board.columns == 4
+        with pytest.raises(ToolError, match="board: '5 by 4' is not of the form WxH"):
+            await mcp.call_tool("solve", {"kind": "connect4", "problem": "3", "board": "5 by 4"})
         with pytest.raises(ToolError, match="unknown agent 'oracle'"):
             await mcp.call_tool("solve", {"kind": "connect4", "problem": "4", "agents": ["oracle"]})
     finally:
