@@ -172,6 +172,13 @@ async def test_rest_solves_a_5x4_position_and_maps_bad_boards_to_400(mesh):
             rationale = {vote["agent"]: vote["rationale"] for vote in body["votes"]}
             assert SMALL_MODEL in rationale["AGENT_NEURAL"]
             assert rationale["AGENT_CHECKER"].startswith("exact:")
+            reply = await client.get("/v1/problems:solve", params={
+                "connectFour.moves": "3", "connectFour.board.columns": 5,
+                "connectFour.board.rows": 4, "agents": "AGENT_CHECKER"})
+            assert reply.status_code == 200, reply.text
+            # 5x4 after a stone in the middle column: an exact draw (the 7x6 checker does not
+            # solve a position this early).
+            assert reply.json()["votes"][0]["rationale"].startswith("exact: draw")
             for moves, board, field in BAD_BOARDS:
                 position = {"moves": moves} if board is None else {"moves": moves,
                                                                    "board": board}
