@@ -57,9 +57,10 @@ DEFAULT_MAX_NODES = 50_000_000
 """Default node budget of one `solve` call."""
 
 _ABORTED = 1000
-_NO_CUT = 2000
 _LOWER_BOUND_OFFSET = MAX_SCORE - 2 * MIN_SCORE + 2
 _UPPER_BOUND_OFFSET = 1 - MIN_SCORE
+_LOWER_LIMIT = MAX_SCORE - MIN_SCORE + 1
+"""An encoded bound above this is a lower bound, at most this an upper bound."""
 _MAX_COLUMNS = 9
 
 
@@ -78,38 +79,40 @@ def _half_toward_zero(x: int) -> int:
     return x // 2 if x >= 0 else -((-x) // 2)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _table_window(tt_keys, tt_values, slot, partial, generation, alpha, beta):
-    """The window narrowed by the table's bound for `slot` (when it holds this key and call):
-    (alpha, beta, cut), cut the score to return at once or _NO_CUT."""
-    stored = np.int64(tt_values[slot])
-    if (stored >> 8) == generation and np.int64(tt_keys[slot]) == partial:
-        stored = stored & 0xFF
-        if stored >= 128:  # the low byte is an int8 (an upper bound may encode below 0)
-            stored -= 256
-        if stored > MAX_SCORE - MIN_SCORE + 1:
-            low = stored - _LOWER_BOUND_OFFSET
-            if alpha < low:
-                alpha = low
-                if alpha >= beta:
-                    return alpha, beta, alpha
-        else:
-            high = stored - _UPPER_BOUND_OFFSET
-            if beta > high:
-                beta = high
-                if alpha >= beta:
-                    return alpha, beta, beta
-    return alpha, beta, _NO_CUT
-
-
-def _ordering_kernel(width: int, kernels: Rules):
-    """`order_moves` of one board size."""
-    column_mask, winning_cells = kernels.column_mask, kernels.winning_cells
-
-    @njit(cache=True, nogil=True, inline="always")
-    def order_moves(moves, position, mask, num_moves, order, sort_moves, sort_scores):
-        """Writes the candidate cells of `moves` to `sort_moves[num_moves]`, centre first, stably
-        sorted by how many winning cells each leaves the mover; returns how many."""
+def _negamax_kernel(cells: int, kernels: Rules):
+    """`_negamax` of one board size (one kernel per node: a helper call costs ~10% of speed)."""
+    non_losing_moves, winning_cells = kernels.non_losing_moves, kernels.winning_cells
+    column_mask, width = kernels.column_mask, kernels.board.columns
+    @njit(cache=True, nogil=True)
+    def _negamax(position, mask, num_moves, alpha, beta, keys, values, stamp, counters, order,
+                 sort_moves, sort_scores):
+        """See `_negamax_kernel`: a score within [alpha, beta] when exact, else a bound outside
+        it (fail-soft), or _ABORTED once `counters[0]` (nodes) passes `counters[1]`. `stamp`:
+        the call's generation << 8, which marks its table entries."""
+        counters[0] += 1
+        if counters[0] > counters[1]:
+            return _ABORTED
+        moves = non_losing_moves(position, mask)
+        if moves == 0:
+            return -((cells - num_moves) // 2)
+        if num_moves >= cells - 2:
+            return 0
+        alpha = max(alpha, -((cells - 2 - num_moves) // 2))
+        if alpha >= beta:
+            return alpha
+        beta = min(beta, (cells - 1 - num_moves) // 2)
+        if alpha >= beta:
+            return beta
+        slot, partial = (position + mask) % keys.shape[0], (position + mask) & 0xFFFFFFFF
+        stored = np.int64(values[slot])
+        if (stored & 0xFF00) == stamp and np.int64(keys[slot]) == partial:
+            stored = ((stored & 0xFF) ^ 0x80) - 0x80  # the low byte is an int8
+            if stored > _LOWER_LIMIT:
+                alpha = max(alpha, stored - _LOWER_BOUND_OFFSET)
+            else:
+                beta = min(beta, stored - _UPPER_BOUND_OFFSET)
+            if alpha >= beta:
+                return alpha if stored > _LOWER_LIMIT else beta
         count = 0
         for i in range(width):
             move = moves & column_mask(order[i])
@@ -120,67 +123,19 @@ def _ordering_kernel(width: int, kernels: Rules):
                     sort_moves[num_moves, at] = sort_moves[num_moves, at - 1]
                     sort_scores[num_moves, at] = sort_scores[num_moves, at - 1]
                     at -= 1
-                sort_moves[num_moves, at] = move
-                sort_scores[num_moves, at] = score
+                sort_moves[num_moves, at], sort_scores[num_moves, at] = move, score
                 count += 1
-        return count
-
-    return order_moves
-
-
-def _negamax_kernel(cells: int, kernels: Rules):
-    """`_negamax` of one board size (`cells` = W * H)."""
-    non_losing_moves = kernels.non_losing_moves
-    order_moves = _ordering_kernel(kernels.board.columns, kernels)
-
-    @njit(cache=True, nogil=True)
-    def _negamax(position, mask, num_moves, alpha, beta, tt_keys, tt_values, generation, counters,
-                 order, sort_moves, sort_scores):
-        """Score of a position in which the player to move cannot win at once, within
-        [alpha, beta]: exact inside the window, an upper bound <= alpha or a lower bound >= beta
-        otherwise (fail-soft, Pons part 4), or _ABORTED when `counters[0]` (nodes) passed
-        `counters[1]` (budget)."""
-        counters[0] += 1
-        if counters[0] > counters[1]:
-            return _ABORTED
-        moves = non_losing_moves(position, mask)
-        if moves == 0:
-            return -((cells - num_moves) // 2)
-        if num_moves >= cells - 2:
-            return 0
-        low = -((cells - 2 - num_moves) // 2)
-        if alpha < low:
-            alpha = low
-            if alpha >= beta:
-                return alpha
-        high = (cells - 1 - num_moves) // 2
-        if beta > high:
-            beta = high
-            if alpha >= beta:
-                return beta
-        key = position + mask
-        slot = key % tt_keys.shape[0]
-        partial = key & 0xFFFFFFFF
-        alpha, beta, cut = _table_window(tt_keys, tt_values, slot, partial, generation, alpha,
-                                         beta)
-        if cut != _NO_CUT:
-            return cut
-        count = order_moves(moves, position, mask, num_moves, order, sort_moves, sort_scores)
         for i in range(count):
-            move = sort_moves[num_moves, i]
-            child = _negamax(position ^ mask, mask | move, num_moves + 1, -beta, -alpha, tt_keys,
-                             tt_values, generation, counters, order, sort_moves, sort_scores)
+            child = _negamax(position ^ mask, mask | sort_moves[num_moves, i], num_moves + 1,
+                             -beta, -alpha, keys, values, stamp, counters, order,
+                             sort_moves, sort_scores)
             if child == _ABORTED:
                 return _ABORTED
-            score = -child
-            if score >= beta:
-                tt_keys[slot] = partial
-                tt_values[slot] = (generation << 8) | ((score + _LOWER_BOUND_OFFSET) & 0xFF)
-                return score
-            if score > alpha:
-                alpha = score
-        tt_keys[slot] = partial
-        tt_values[slot] = (generation << 8) | ((alpha + _UPPER_BOUND_OFFSET) & 0xFF)
+            if -child >= beta:
+                keys[slot], values[slot] = partial, stamp | (_LOWER_BOUND_OFFSET - child & 0xFF)
+                return -child
+            alpha = max(alpha, -child)
+        keys[slot], values[slot] = partial, stamp | ((alpha + _UPPER_BOUND_OFFSET) & 0xFF)
         return alpha
 
     return _negamax
@@ -212,8 +167,8 @@ def search_kernel(board: Board):
                 med = _half_toward_zero(low)
             elif med >= 0 and _half_toward_zero(high) > med:
                 med = _half_toward_zero(high)
-            r = negamax(position, mask, num_moves, med, med + 1, tt_keys, tt_values, generation,
-                        counters, order, sort_moves, sort_scores)
+            r = negamax(position, mask, num_moves, med, med + 1, tt_keys, tt_values,
+                        generation << 8, counters, order, sort_moves, sort_scores)
             if r == _ABORTED:
                 return _ABORTED
             if r <= med:
