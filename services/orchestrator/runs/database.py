@@ -101,6 +101,10 @@ class Database:
                 if attempt == 2 or not immediate:
                     raise
             except (OperationalError, InterfaceError) as error:
+                # A connection the server dropped (it restarted) fails once and the pool is
+                # renewed: a read is asked again; a write is Unavailable (its caller retries).
+                if attempt == 1 and not immediate and error.connection_invalidated:
+                    continue
                 raise Unavailable(f"run store {self.shown} unavailable: "
                                   f"{_first_line(error)}") from error
         raise AssertionError("unreachable")
@@ -139,7 +143,9 @@ def _first_line(error: Exception) -> str:
 
 def _engine(url: URL, pool_size: int) -> Engine:
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True,
+        # No ping per checkout (a round trip per transaction): a dropped connection fails its
+        # transaction once, and SQLAlchemy then renews every pooled connection.
+        return create_engine(url, pool_size=pool_size, max_overflow=0,
                              connect_args={"connect_timeout": 5})
     engine = create_engine(url, pool_size=pool_size + 1, max_overflow=0,  # + the writer's
                            connect_args={"timeout": 30, "check_same_thread": False})
