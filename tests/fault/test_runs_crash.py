@@ -6,6 +6,9 @@
   store takes the run over when the lease expires, resumes it from the checkpoint (no search of
   the first round again: the searches it asks for are the second and third rounds', with their
   seeds, adding to the checkpointed root statistics), and finishes it exactly once.
+- a replica killed: two orchestrator processes on one PostgreSQL store each hold two runs; one
+  is killed with SIGKILL, and the other takes its runs over once their leases expire and ends
+  all four exactly once.
 - the store restarted: PostgreSQL stopped under a running orchestrator: creating a run is
   UNAVAILABLE while the synchronous SolveProblem still answers; the run in flight and the
   workers wait, and once PostgreSQL is back the run ends SUCCEEDED and new runs are executed.
@@ -25,6 +28,7 @@ from faultkit import spawn_service, stop_process
 from mesh.orchestrator.v1 import run_service_pb2 as pb
 from mesh.orchestrator.v1 import run_service_pb2_grpc
 
+from services.orchestrator.runs.model import RunState
 from services.orchestrator.runs.store import RunStore
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration" / "orchestrator"))
@@ -86,6 +90,46 @@ async def test_a_run_killed_mid_round_is_resumed_from_its_checkpoint_and_ends_on
         for process in (first, second):
             if process is not None:
                 await asyncio.to_thread(stop_process, process)
+        await backends.stop(0)
+
+
+async def test_a_replica_killed_its_runs_end_once_on_the_other(postgres, tmp_path):
+    backends, search = await start_backends()
+    url = postgres.create_database()
+    env = orchestrator_env(backends.port, url)
+    search.hold.clear()  # every search waits: each replica's two workers hold a run each
+    replicas = [await asyncio.to_thread(spawn_service, "orchestrator", env, tmp_path)
+                for _ in range(2)]
+    store = await RunStore.open(url)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{replicas[0][1]}") as channel:
+            stub = run_service_pb2_grpc.RunServiceStub(channel)
+            names = [(await stub.CreateRun(pb.CreateRunRequest(run=pb.Run(solve=three_rounds())),
+                                           timeout=30)).name for _ in range(4)]
+        await until(lambda: search.waiting == 4)
+        killed = replicas[0][0]
+        held = {record.name for record in (await store.list_runs(None, None, None, 10, ""))[0]
+                if record.lease_owner.split(":")[1] == str(killed.pid)}
+        assert len(held) == 2
+        os.kill(killed.pid, signal.SIGKILL)
+        assert await asyncio.to_thread(killed.wait, 30) == -signal.SIGKILL
+        search.hold.set()
+
+        async def all_ended() -> bool:
+            return all([(await store.get_run(name, None)).state.finished for name in names])
+        await until(all_ended, timeout_s=120)
+        for name in names:
+            run = await store.get_run(name, None)
+            assert run.state is RunState.SUCCEEDED
+            assert run.attempts == (2 if name in held else 1)
+            ends = [e for e in await store.events_after(name, 0)
+                    if e.state is not None and e.state.finished]
+            assert len(ends) == 1
+    finally:
+        search.hold.set()
+        await store.close()
+        for process, _ in replicas:
+            await asyncio.to_thread(stop_process, process)
         await backends.stop(0)
 
 
