@@ -1,6 +1,7 @@
 """The exact checker on boards of other sizes: its tactics and scores follow the position's board,
 every small-board position gets the full budget (so it votes beside the other agents rather than
-settling first), and the problem's routing feature counts the board's cells."""
+settling first), the problem's routing feature counts the board's cells, and the routing log
+names the board."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from libs.connect4.solver import best_moves
 from services.orchestrator.agents.checker import CheckerAgent, CheckerBudget, budget_moves
 from services.orchestrator.loop.types import Round
 from services.orchestrator.problems.connect_four import ConnectFourProblem, Outcome
+from services.orchestrator.routing.log import problem_fields
 
 SMALL = Board(5, 4)
 RULES_BUDGET = CheckerBudget(max_nodes=2_000_000, min_moves=8, base_nodes=2_000,
@@ -59,3 +61,9 @@ def test_the_routing_feature_counts_the_boards_cells():
     assert ConnectFourProblem(Position.from_moves("3333")).query_length_norm == 4 / 42
     assert ConnectFourProblem(Position.from_moves("", SMALL)).legal_answers() == (
         "1", "2", "3", "4", "5")
+
+
+def test_the_routing_log_names_a_board_other_than_7x6():
+    assert problem_fields(ConnectFourProblem(Position.from_moves("33", SMALL))) == {
+        "board": "5x4"}
+    assert problem_fields(ConnectFourProblem(Position.from_moves("33"))) is None
