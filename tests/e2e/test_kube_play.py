@@ -12,6 +12,8 @@ podman 4.3's `kube play` cannot do is stated in UNPLAYABLE (kinds it skips) and 
   object of base64 values; a secret volume writes a Secret's `data` values undecoded), as the
   operator's `kubectl create secret` does on a cluster.
 podman publishes every containerPort on the host, so the test skips if one of them is taken.
+The training kustomization's self-play actors are played too (its learner Job is not): each starts
+with its pod's name as its actor id.
 
 Runs where podman can start a container and the image `localhost/mcts-mesh:0.1.0` exists (built by
 tests/e2e/test_image.py); otherwise it skips saying why. On the project's machines podman needs
@@ -296,3 +298,39 @@ def _solve_and_answer(key: str) -> None:
             query="How many chambers does the human heart have?", collection="kube"), key)
     assert answer.sources[0].document_id == "heart"
     assert "four chambers" in answer.answer
+
+
+@pytest.mark.timeout(600)  # play, the actor's start, teardown
+def test_the_training_actors_run_under_kube_play_named_after_their_pod(podman, repo_root,
+                                                                       tmp_path):
+    """The training kustomization's self-play actors (its learner Job is not played: UNPLAYABLE)
+    start on the image with their manifest as written: the actor id is the pod's host name (no
+    `$(POD_NAME)`, which kube play leaves unexpanded), and the actor waits for the learner's run
+    directory on the claimed volume."""
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(repo_root / "deploy/k8s/training", tmp_path)],
+        "replicas": [{"name": "selfplay-actor", "count": 1}]}
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    played, left_out = _playable(podman, _render(tmp_path))
+    assert left_out == {"Job/connect4-az-learner": UNPLAYABLE["Job"]}
+    manifest = tmp_path / "played.yaml"
+    manifest.write_text(yaml.safe_dump_all(played))
+    container = "selfplay-actor-pod-0-actor"
+    try:
+        play = _run(podman, "kube", "play", str(manifest), timeout=300)
+        assert play.returncode == 0, play.stderr[-3000:]
+        hostname = _run(podman, "inspect", "--format", "{{.Config.Hostname}}", container)
+        assert hostname.returncode == 0, hostname.stderr
+        wanted = f"selfplay-actor {hostname.stdout.strip()}: run directory /runs/connect4-az"
+        deadline = time.monotonic() + 240
+        logs = _run(podman, "logs", container)
+        while wanted not in logs.stdout + logs.stderr:
+            assert time.monotonic() < deadline, f"no {wanted!r} in {logs.stdout + logs.stderr}"
+            time.sleep(1)
+            logs = _run(podman, "logs", container)
+        state = _run(podman, "inspect", "--format", "{{.State.Status}}", container)
+        assert state.stdout.strip() == "running", "the actor waits for the learner"
+    finally:
+        _run(podman, "kube", "down", str(manifest), timeout=300)
+        _run(podman, "volume", "rm", "--force", "connect4-az-run")
