@@ -97,8 +97,9 @@ class NeuralServiceServicer:
         move, with the model that answered. Every position of a request is on
         the same board, and a network plays one board (its config's board,
         Model.board). `model` empty means NEURAL_DEFAULT_MODEL ("connect4-pv")
-        for positions on its board, else the loaded policy/value network of the
-        positions' board first by name.
+        for 7 x 6 positions; for positions on another board, the default model
+        when it plays that board, else the loaded policy/value network of that
+        board first by name.
         Concurrent calls are batched together on the device: at most
         NEURAL_MAX_BATCH (256) positions per forward pass, the first call
         waiting NEURAL_MAX_WAIT_MS (0: none) for others; on the CPU the network
@@ -113,8 +114,9 @@ class NeuralServiceServicer:
         model that is not a Connect Four policy/value network ("model");
         NOT_FOUND for an unknown model (checked before the positions);
         FAILED_PRECONDITION, naming the board (for example "5x4"), when the named
-        model plays another board or, with `model` empty, no loaded network plays
-        the positions' board; UNAVAILABLE while no checkpoint is loaded.
+        model (or, for 7 x 6 positions, the default model) plays another board or,
+        with `model` empty, no loaded network plays the positions' board;
+        UNAVAILABLE while no checkpoint is loaded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
