@@ -12,6 +12,11 @@ Games run in parallel threads: the search is a numba kernel that releases the GI
 visit distribution (temperature 1) for the first `temperature_moves` plies, for diverse openings,
 then the most visited column. The board's left-right mirror doubles the data. Games, not
 positions, are split into training and validation sets, so no game leaks across.
+
+The board is a setting (`SelfPlayConfig.board`, 7x6 by default): on another size the network's
+planes and policy follow it, and the checkpoint records, instead of Pons' 7x6 benchmark, the exact
+rates of `training.az.exact` (the same judgement as the AlphaZero loop's, so this method is the
+loop's baseline on the small boards).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from libs.connect4.board import WIDTH, Position, encode, legal_mask
+from libs.connect4.board import Position, encode, legal_mask
+from libs.connect4.geometry import STANDARD, Board
 from services.mcts.rollout.connect4 import uct_search
 from services.neural.checkpoint import save_checkpoint
 from services.neural.models.connect4_pv import (
@@ -41,6 +47,9 @@ from services.neural.models.connect4_pv import (
     Connect4PVConfig,
     parameter_count,
 )
+from training.az.boards import ConnectFourBoards
+from training.az.exact import exact_rates, judged_set
+from training.az.learner import evaluator
 from training.config import CONFIG_KEY, config_json
 from training.pons import BENCHMARK_FILES, DEFAULT_PONS_DIR, evaluate_on_pons
 
@@ -96,7 +105,7 @@ class Examples:
 
 
 def play_game(game_index: int, simulations: int, seed: int, temperature_moves: int,
-              exploration: float = 2.0) -> GameRecord:
+              exploration: float = 2.0, board: Board = STANDARD) -> GameRecord:
     """Plays one game of UCT against itself.
 
     Args:
@@ -106,18 +115,19 @@ def play_game(game_index: int, simulations: int, seed: int, temperature_moves: i
         temperature_moves: plies at whose positions the move is sampled from the visit
             distribution; afterwards the most visited column is played.
         exploration: UCT exploration constant.
+        board: the board size.
     """
     rng = np.random.default_rng([seed, game_index])
-    position = Position.from_moves("")
+    position = Position.from_moves("", board)
     policies = []
     while not position.is_finished:
         result = uct_search(position.moves, simulations, exploration=exploration,
-                            seed=int(rng.integers(2**31 - 1)))
+                            seed=int(rng.integers(2**31 - 1)), board=board)
         visits = np.asarray(result.visits, dtype=np.float64)
         policy = visits / visits.sum()
         policies.append(policy.astype(np.float32))
         if position.num_moves < temperature_moves:
-            column = int(rng.choice(WIDTH, p=policy))
+            column = int(rng.choice(board.columns, p=policy))
         else:
             column = int(result.best_action) - 1
         position = position.play(column)
@@ -126,12 +136,12 @@ def play_game(game_index: int, simulations: int, seed: int, temperature_moves: i
 
 
 def play_games(games: int, simulations: int, seed: int, workers: int, temperature_moves: int = 8,
-               progress: bool = True) -> list[GameRecord]:
-    """Plays `games` self-play games in `workers` threads; returned in game order."""
+               progress: bool = True, board: Board = STANDARD) -> list[GameRecord]:
+    """Plays `games` self-play games on `board` in `workers` threads; returned in game order."""
     records: list[GameRecord | None] = [None] * games
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="selfplay") as pool:
-        futures = {pool.submit(play_game, index, simulations, seed, temperature_moves): index
-                   for index in range(games)}
+        futures = {pool.submit(play_game, index, simulations, seed, temperature_moves, 2.0,
+                               board): index for index in range(games)}
         with tqdm(total=games, desc="self-play games", unit="game", disable=not progress) as bar:
             for future in as_completed(futures):
                 records[futures[future]] = future.result()
@@ -139,11 +149,11 @@ def play_games(games: int, simulations: int, seed: int, workers: int, temperatur
     return records
 
 
-def game_examples(records: list[GameRecord]) -> Examples:
-    """Every position of every game as an example (mirrors not included)."""
+def game_examples(records: list[GameRecord], board: Board = STANDARD) -> Examples:
+    """Every position of every game on `board` as an example (mirrors not included)."""
     planes, legal, policy, value, game = [], [], [], [], []
     for index, record in enumerate(records):
-        position = Position.from_moves("")
+        position = Position.from_moves("", board)
         for ply, char in enumerate(record.moves):
             planes.append(encode(position))
             legal.append(legal_mask(position))
@@ -264,7 +274,10 @@ class SelfPlayConfig:
     keeps the game-theoretic outcome; None uses the repository's copy (`training.pons`).
     torch_threads: intra-op threads while training. One is the default because on a shared
     2-core machine it was the faster (0.27 s against 0.74 s per step of 256 positions with two
-    threads, which wait on each other when the cores are busy).
+    threads, which wait on each other when the cores are busy). board: 'WxH' (7x6 by default);
+    on another size `exact_max_positions`, `exact_sample`, `exact_puct_positions` and
+    `exact_simulations` size the exact evaluation (`training.az.exact`) that replaces Pons'
+    benchmark.
     """
 
     output_dir: Path | str
@@ -282,6 +295,11 @@ class SelfPlayConfig:
     pons_lines: int = 200
     torch_threads: int = 1
     progress: bool = True
+    board: str = STANDARD.name
+    exact_max_positions: int = 200_000
+    exact_sample: int = 5_000
+    exact_puct_positions: int = 5_000
+    exact_simulations: int = 200
 
 
 def train_connect4_pv(config: SelfPlayConfig) -> dict[str, Any]:
@@ -300,7 +318,7 @@ def train_connect4_pv(config: SelfPlayConfig) -> dict[str, Any]:
             or config.torch_threads < 1):
         raise ValueError("need games >= 2 and simulations, epochs, workers, torch_threads >= 1")
     pons_dir = Path(config.pons_dir) if config.pons_dir else DEFAULT_PONS_DIR
-    for name in BENCHMARK_FILES:
+    for name in BENCHMARK_FILES if Board.parse(config.board) == STANDARD else ():
         if not (pons_dir / name).is_file():
             raise FileNotFoundError(f"Pons benchmark file {pons_dir / name} not found")
     previous_threads = torch.get_num_threads()
@@ -313,31 +331,46 @@ def train_connect4_pv(config: SelfPlayConfig) -> dict[str, Any]:
 
 def _train(config: SelfPlayConfig, pons_dir: Path) -> dict[str, Any]:
     started = time.perf_counter()
+    board = Board.parse(config.board)
     records = play_games(config.games, config.simulations, config.seed, config.workers,
-                         config.temperature_moves, config.progress)
+                         config.temperature_moves, config.progress, board)
     selfplay_s = time.perf_counter() - started
 
-    examples = game_examples(records)
+    examples = game_examples(records, board)
     train, validation = split_by_game(examples, config.games, config.validation_fraction,
                                       config.seed)
     train = Examples.concatenate([train, train.mirrored()])
 
     torch.manual_seed(config.seed)
-    model = Connect4PV(config.network)
+    model = Connect4PV(dataclasses.replace(config.network, columns=board.columns,
+                                           rows=board.rows))
     fit_started = time.perf_counter()
     history = fit(model, train, config.epochs, config.seed, batch_size=config.batch_size,
                   learning_rate=config.learning_rate, progress=config.progress)
     fit_s = time.perf_counter() - fit_started
     losses = {"train": _losses_dict(evaluate_losses(model, train)),
               "validation": _losses_dict(evaluate_losses(model, validation))}
-    pons = evaluate_on_pons(model, pons_dir, config.pons_lines)
+    pons = evaluate_on_pons(model, pons_dir, config.pons_lines) if board == STANDARD else {}
     sizes = {"positions": len(examples), "train_examples_with_mirrors": len(train),
              "validation_positions": len(validation)}
     walls = {"selfplay_wall_s": round(selfplay_s, 1), "training_wall_s": round(fit_s, 1),
              "wall_s": round(time.perf_counter() - started, 1)}
     metadata = _metadata(config, records, sizes, model, history, losses, pons, walls)
+    if board != STANDARD:
+        clock = time.process_time()
+        metadata["exact"] = _exact(model, board, config)
+        metadata["exact"]["cpu_s"] = round(time.process_time() - clock, 1)
     version = save_checkpoint(config.output_dir, model, ARCHITECTURE, metadata)
     return {**metadata, "version": version, "output_dir": str(config.output_dir)}
+
+
+def _exact(model: Connect4PV, board: Board, config: SelfPlayConfig) -> dict[str, Any]:
+    """The exact rates of `model` on `board` (`training.az.exact`, PUCT with 8 leaves per call
+    and c_puct 2 as the AlphaZero loop's defaults)."""
+    game = ConnectFourBoards(board)
+    judged = judged_set(game, config.exact_max_positions, config.exact_sample, config.seed)
+    return exact_rates(evaluator(model.eval(), "cpu"), judged, game, config.exact_simulations,
+                       config.exact_puct_positions, 8, 2.0, config.seed)
 
 
 def _metadata(config: SelfPlayConfig, records: list[GameRecord], sizes: dict[str, int],
@@ -371,7 +404,7 @@ def _metadata(config: SelfPlayConfig, records: list[GameRecord], sizes: dict[str
         **walls,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} "
                    f"torch threads, {config.workers} self-play threads",
-        "network": {"architecture": ARCHITECTURE, **dataclasses.asdict(config.network)},
+        "network": {"architecture": ARCHITECTURE, **dataclasses.asdict(model.config)},
         CONFIG_KEY: config_json(config),
     }
 

@@ -23,6 +23,9 @@ def register(sub) -> None:
     train.add_argument("--epochs", type=int, default=4)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--workers", type=int, default=2, help="connect4-pv: self-play threads")
+    train.add_argument("--board", default="7x6",
+                       help="connect4-pv: the board, WxH (e.g. 5x4; judged by the exact values "
+                            "instead of Pons' 7x6 benchmark); connect4-az takes --set board=WxH")
     _add_reasoning_arguments(train)
     _add_router_arguments(train)
     _add_text_router_arguments(train)
@@ -200,7 +203,7 @@ def cmd_train(args) -> int:
         report = train_connect4_pv(SelfPlayConfig(
             Path(args.output or "models/connect4-pv"), games=args.games,
             simulations=args.simulations, epochs=args.epochs, seed=args.seed,
-            workers=args.workers))
+            workers=args.workers, board=args.board))
     else:
         from training.reasoning.trainer import ReasoningConfig, train_reasoning
 

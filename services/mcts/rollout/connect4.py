@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from libs.connect4.board import IllegalPosition, Position
+from libs.connect4.geometry import STANDARD, Board
 from services.mcts.core.config import PARALLELISMS, SearchConfig
 from services.mcts.core.result import SearchResult, SearchStopped
 from services.mcts.games.connect4 import COLUMN_OFFSET, from_position, game
@@ -82,11 +83,13 @@ def uct_search(
     widening_alpha: float = WIDENING_ALPHA,
     rave_k: float | None = None,
     temperature: float = 0.0,
+    board: Board = STANDARD,
 ) -> SearchResult:
     """UCT search with random rollouts from a Connect Four position (`search_position`).
 
     Args:
-        moves: the root position as a Pons move string ('1'..'7' per move, first player first).
+        moves: the root position as a Pons move string ('1'..'W' per move, first player first).
+        board: the board `moves` is played on (7x6 by default).
         simulations: simulations over all trees (split evenly between the threads), >= 1.
         exploration: c in `Q + c * sqrt(ln N / n)`, with Q in [-1, 1].
         seed: seed of tree 0; tree i uses `seed + i`. Same inputs and seed give the same result
@@ -106,7 +109,7 @@ def uct_search(
             unknown parallelism, or widening, RAVE or temperature out of range.
         SearchStopped: the time limit or the stop event ended the search before any simulation.
     """
-    root = _root(moves, simulations, threads, exploration, max_nodes, parallelism)
+    root = _root(moves, simulations, threads, exploration, max_nodes, parallelism, board)
     used = min(threads, simulations)
     per_tree = simulations if parallelism == "tree" else split_simulations(simulations, used)[0]
     capacity = min(DEFAULT_MAX_NODES if max_nodes is None else max_nodes, 7 * per_tree + 8)
@@ -120,9 +123,9 @@ def uct_search(
 
 
 def _root(moves: str, simulations: int, threads: int, exploration: float,
-          max_nodes: int | None, parallelism: str) -> Position:
+          max_nodes: int | None, parallelism: str, board: Board = STANDARD) -> Position:
     """The root position of `uct_search`, once its arguments are checked (errors as there)."""
-    root = Position.from_moves(moves)
+    root = Position.from_moves(moves, board)
     if root.is_finished:
         raise IllegalPosition("the game is over: no move to search")
     if simulations < 1:

@@ -109,3 +109,20 @@ def test_train_connect4_pv_writes_a_loadable_checkpoint_with_its_measurements(tm
         assert measured["positions"] == 2
         assert 0.0 <= measured["argmax_keeps_outcome"] <= 1.0
     assert checkpoint.metadata["validation"]["examples"] > 0
+
+
+def test_on_a_small_board_the_checkpoint_has_its_board_and_exact_rates(tmp_path):
+    report = train_connect4_pv(SelfPlayConfig(
+        tmp_path / "pv-4x4", games=4, simulations=32, epochs=1, seed=0, workers=1,
+        network=Connect4PVConfig(channels=8, blocks=1), pons_dir=tmp_path / "absent",
+        progress=False, board="4x4", exact_max_positions=1_000, exact_sample=200,
+        exact_puct_positions=20, exact_simulations=16))
+    checkpoint = load_checkpoint(tmp_path / "pv-4x4")
+    assert checkpoint.version == report["version"]
+    assert (checkpoint.model.config.columns, checkpoint.model.config.rows) == (4, 4)
+    assert checkpoint.metadata["pons"] == {}
+    exact = checkpoint.metadata["exact"]
+    assert (exact["positions"], exact["reachable"], exact["how"]) == (200, 134_289,
+                                                                      "uniform sample")
+    assert exact["puct_positions"] == 20 and 0.0 <= exact["network"] <= 1.0
+    assert checkpoint.metadata["mean_game_length"] <= 16
