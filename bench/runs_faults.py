@@ -271,7 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=1800.0)
     parser.add_argument("--scenarios", nargs="+", default=["restarts", "replicas"],
                         choices=["restarts", "replicas"])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.replica_batch, args.kills, args.simulations = 60, 40, 2, 200
+        args.run_workers, args.lease_s, args.timeout_s = 8, 3.0, 600.0
     from mcts_mesh.launcher import start_mesh
 
     work = Path(tempfile.mkdtemp(prefix="bench-runs-faults-"))

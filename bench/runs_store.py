@@ -122,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--runs", type=int, default=600)
     parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.ops, args.runs, args.workers = 20, 40, 8
     rows: dict[str, dict | str] = {}
     rows["sqlite"] = asyncio.run(measure(f"sqlite:///{tempfile.mkdtemp()}/runs.db", args))
     postgres = PostgresServer()

@@ -45,6 +45,8 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "readiness": (),
     "ttft": (),
     "runs": (),
+    "runs_faults": (),
+    "runs_store": (),
 }
 """Maintained benches by name, with the arguments every run of it takes (before `--quick`)."""
 
