@@ -210,7 +210,12 @@ async def replicas(mesh, store_url: str, work: Path, args: argparse.Namespace) -
         async def both_hold() -> bool:
             nonlocal held
             held = await held_by(store, batch, first.pid)
-            return bool(held) and bool(await held_by(store, batch, second.pid))
+            if held and await held_by(store, batch, second.pid):
+                return True
+            if await ended(store, batch) >= args.replica_batch:
+                raise RuntimeError("the batch ended before both replicas held runs at once; "
+                                   "a larger --replica-batch or more --simulations")
+            return False
         await wait_until(both_hold, args.timeout_s, "runs held by both replicas", 0.05)
         first.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
@@ -274,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
-        args.batch, args.replica_batch, args.kills, args.simulations = 60, 40, 2, 200
+        args.batch, args.replica_batch, args.kills, args.simulations = 60, 300, 2, 200
         args.run_workers, args.lease_s, args.timeout_s = 8, 3.0, 600.0
     from mcts_mesh.launcher import start_mesh
 
