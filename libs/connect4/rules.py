@@ -3,8 +3,9 @@
 `rules(board)` returns the kernels of one `libs.connect4.geometry.Board`: numba
 `njit(cache=True, nogil=True)` closures whose board constants (width, height, masks, shifts) are
 compile-time constants, exactly as module-level globals would be, so the standard 7x6 board runs
-the same machine code as a kernel written for 7x6 alone, and each other size gets its own. numba
-keys its on-disk cache by the closure's values, so every size is compiled once per machine.
+the same machine code as a kernel written for 7x6 alone, and each other size gets its own. Their
+on-disk cache is keyed by the values they captured (`libs.numba_cache`), so every size is compiled
+once per machine.
 
 Layout and conventions: `libs.connect4.geometry` (Pons' bitboard, `H + 1` bits per column);
 `position` holds the stones of the player to move, `mask` every stone; after a move the roles swap
@@ -20,6 +21,7 @@ from typing import Any
 
 from numba import njit
 
+from libs import numba_cache
 from libs.connect4.geometry import Board
 
 NOT_A_COLUMN = 1
@@ -236,4 +238,5 @@ def rules(board: Board) -> Rules:
     cells = _cell_kernels(board.columns, board.rows)
     cells.update(_line_kernels(board.rows, cells["board_mask"]))
     cells.update(_move_kernels(board.columns, cells))
+    numba_cache.enable(*(value for value in cells.values() if hasattr(value, "py_func")))
     return Rules(board=board, **cells)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from libs import numba_cache
 from libs.connect4.board import IllegalPosition, Position, popcount
 from libs.connect4.geometry import MAX_CELLS, STANDARD, Board
 from libs.connect4.rules import Rules, rules
@@ -180,6 +181,7 @@ def search_kernel(board: Board):
             return (low > 0) - (low < 0)
         return low
 
+    numba_cache.enable(negamax, _solve)
     return _solve
 
 

@@ -18,6 +18,10 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from services.neural.checkpoint import CONFIG_FILE, CheckpointError  # noqa: E402
 
+TARGETS = (0.97, 0.995)
+"""The exact rates a learned small-board agent aims at (network alone, PUCT at 200 simulations),
+drawn as dotted lines."""
+
 
 def read_history(checkpoint: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(history, settings) of a connect4-az checkpoint folder.
@@ -89,6 +93,9 @@ def _draw_rates(axes, history: list[dict[str, Any]]) -> None:
                   label=f"{name}, network alone")
         axes.plot(x, [_rates(e)[name]["puct"] for e in rows], "o-",
                   label=f"{name}, PUCT {first['simulations']} sims")
+    if "exact" in labels:
+        for target in TARGETS:
+            axes.axhline(target, color="grey", linestyle=":", linewidth=0.8)
     axes.set_ylabel("moves keeping the outcome")
     axes.legend(loc="lower right", fontsize="small")
 

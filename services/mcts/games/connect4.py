@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from libs import numba_cache
 from libs.connect4.board import Position
 from libs.connect4.board import encode as encode_position
 from libs.connect4.geometry import STANDARD, Board
@@ -258,7 +259,9 @@ def _encoder(board: Board):
 def kernels(board: Board = STANDARD) -> dict[str, Any]:
     """Every kernel of the game on `board` by name (built once per process and size)."""
     r = rules(board)
-    return {**_core_kernels(r), **_decisive_kernels(r), **_uniform_kernel(r)}
+    found = {**_core_kernels(r), **_decisive_kernels(r), **_uniform_kernel(r)}
+    numba_cache.enable(*found.values())
+    return found
 
 
 def game(board: Board = STANDARD, decisive: bool = True) -> Game:

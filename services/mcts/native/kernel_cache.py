@@ -28,9 +28,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from numba.core import types
 from numba.core.caching import FunctionCache, IndexDataCacheFile
+
+from libs.numba_cache import closure_key
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _KERNEL_PACKAGES = ("core", "games", "native", "rollout", "batched")
@@ -68,21 +69,10 @@ def _function_key(function: Any) -> tuple:
 
 
 def _closure_key(function: Any) -> tuple:
-    """What a closure captured (numba compiles the captured values as constants): one entry per
-    cell, a captured numba function by `_function_key`, an array by its dtype, shape and bytes'
-    SHA-256, anything else by its repr. Two closures of one factory with other constants (a game
-    compiled per board size) thus get different keys; () for a plain function."""
-    cells = []
-    for cell in function.__closure__ or ():
-        value = cell.cell_contents
-        if hasattr(value, "py_func"):
-            cells.append(("function", _function_key(value.py_func)))
-        elif isinstance(value, np.ndarray):
-            cells.append(("array", str(value.dtype), value.shape,
-                          hashlib.sha256(value.tobytes()).hexdigest()))
-        else:
-            cells.append(repr(value))
-    return tuple(cells)
+    """What a closure captured (numba compiles the captured values as constants), as
+    `libs.numba_cache.closure_key`: two closures of one factory with other constants (a game
+    compiled per board size) get different keys; () for a plain function."""
+    return closure_key(function)
 
 
 def stable_key(numba_type: types.Type) -> Any:

@@ -51,7 +51,8 @@ def test_plot_history_draws_the_curve_and_prints_the_table(tmp_path):
     assert done.returncode == 0, done.stderr
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:2] == ["gen", "arena"] and lines[2].split()[0] == "1"
+    assert lines[0].split()[:5] == ["gen", "games", "positions", "cpu_s", "arena"]
+    assert lines[2].split()[0] == "1"
     broken = subprocess.run([sys.executable, "-m", "mcts_mesh.cli", "plot-history",
                              str(tmp_path / "missing")], capture_output=True, text=True,
                             timeout=120)
