@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from services.neural.checkpoint import load_checkpoint
-from training.az import boards, learner
-from training.az.games import SearchOptions, search_many
+from training.az import learner
+from training.az.games import STANDARD_GAME, SearchOptions, search_many
 
 try:  # benchmark-only dependencies
     import jax
@@ -43,6 +43,9 @@ try:  # benchmark-only dependencies
     import mctx
 except ImportError:  # pragma: no cover - depends on the environment
     jax = jnp = mctx = None
+
+boards = STANDARD_GAME
+"""Connect Four 7x6's vectorised rules (`training.az.boards`)."""
 
 ROWS, COLUMNS = 6, 7
 

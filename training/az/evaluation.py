@@ -1,4 +1,4 @@
-"""Per-generation strength on Pascal Pons' public benchmark halves (exact scores).
+"""Per-generation strength on Pascal Pons' public benchmark halves (exact scores; 7x6 only).
 
 For the first `positions` lines of each file, the share of positions where the move chosen keeps
 the game-theoretic outcome (`libs.connect4.outcome.keeps_outcome`, judged by the exact solver):
@@ -16,8 +16,7 @@ import numpy as np
 
 from libs.connect4.outcome import keeps_outcome
 from libs.connect4.pons import read_pons
-from training.az import boards
-from training.az.games import Evaluator, SearchOptions, search_many
+from training.az.games import STANDARD_GAME, Evaluator, SearchOptions, search_many
 
 
 def pons_rates(evaluate: Evaluator, pons_dir: Path, files: tuple[str, ...], positions: int,
@@ -37,10 +36,10 @@ def pons_rates(evaluate: Evaluator, pons_dir: Path, files: tuple[str, ...], posi
         if not path.is_file():
             raise FileNotFoundError(f"Pons benchmark file {path} not found")
         pairs = read_pons(path, positions)
-        roots = [boards.from_moves(moves) for moves, _ in pairs]
+        roots = [STANDARD_GAME.from_moves(moves) for moves, _ in pairs]
         position = np.array([r[0] for r in roots], dtype=np.int64)
         mask = np.array([r[1] for r in roots], dtype=np.int64)
-        policy, _ = evaluate(boards.encode(position, mask), boards.legal(mask))
+        policy, _ = evaluate(STANDARD_GAME.encode(position, mask), STANDARD_GAME.legal(mask))
         network = [keeps_outcome(moves, int(np.argmax(p)) + 1, score)
                    for (moves, score), p in zip(pairs, policy, strict=True)]
         results, _ = search_many(position, mask, np.zeros(len(pairs), dtype=np.int64),
