@@ -3,8 +3,8 @@
 Every `interval_s` seconds each dependency (mcts, neural, retrieval, llm) is asked
 `grpc.health.v1.Health/Check` for its service name with a `timeout_s` deadline, over the same
 channel the agents use (every `STARTUP_RECHECK_S` while one is not SERVING in the first minute,
-when the mesh's services start together). A Check with a deadline, not a Watch stream: a frozen process (SIGSTOP)
-keeps its TCP connection open, so a stream would stay silent and look healthy.
+when the mesh's services start together). A Check with a deadline, not a Watch stream: a frozen
+process (SIGSTOP) keeps its TCP connection open, so a stream would stay silent and look healthy.
 
 States (the names of grpc.health.v1's ServingStatus):
 - SERVING: it answered SERVING.
