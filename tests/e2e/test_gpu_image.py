@@ -67,8 +67,9 @@ def test_the_first_stage_resolves_cuda_torch_from_pypi(podman, repo_root):
     built = _run(podman, "build", "-f", "deploy/Dockerfile.gpu", "--target", "deps",
                  *_build_options(dry_run=True), ".", cwd=repo_root, timeout=1200)
     output = built.stdout + built.stderr
-    if built.returncode != 0 and ("Could not fetch URL" in output
-                                  or "No matching distribution" in output):
+    unreachable = ("Failed to establish a new connection", "Could not fetch URL https://pypi.org",
+                   "ProxyError")
+    if built.returncode != 0 and any(sign in output for sign in unreachable):
         pytest.skip(f"PyPI cannot be reached from the build: {output.strip()[-500:]}")
     assert built.returncode == 0, output[-3000:]
     would_install = [line for line in output.splitlines() if line.startswith("Would install")]
