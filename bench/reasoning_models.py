@@ -314,9 +314,12 @@ def default_models() -> list[str]:
 
 
 def main() -> None:
+    global MODELS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=None,
                         help="folders of models/ (default: every hrm-* and trm-*)")
+    parser.add_argument("--models-dir", default=str(MODELS),
+                        help="folder holding the checkpoint folders (default models/)")
     parser.add_argument("--count", type=int, default=1000,
                         help="puzzles per set for the core's scores (one batch of this size)")
     parser.add_argument("--mesh-count", type=int, default=None,
@@ -332,6 +335,7 @@ def main() -> None:
                         help="a smoke run in about a minute: the 16-blank Sudoku models, 8 "
                              "puzzles a set, 4 through the mesh (make bench-quick)")
     args = parser.parse_args()
+    MODELS = Path(args.models_dir)
     if args.quick:
         args.count, args.mesh_count, args.batch1_calls = 8, 4, 2
         args.models = args.models or [name for name in QUICK_MODELS
