@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import importlib
 import os
 import signal
 import socket
@@ -45,7 +46,11 @@ sys.path.insert(0, str(REPO / "tests" / "fault"))
 from faultkit import spawn_service, stop_process  # noqa: E402
 from postgres_server import PostgresServer  # noqa: E402
 
-from runs import positions, restart_orchestrator, solve  # noqa: E402 - bench/runs.py
+# bench/runs.py, beside this file (imported by name at run time: ruff's import sorting would
+# otherwise class `runs` differently where a runs/ training folder exists).
+RUNS_BENCH = importlib.import_module("runs")
+positions, restart_orchestrator, solve = (RUNS_BENCH.positions, RUNS_BENCH.restart_orchestrator,
+                                          RUNS_BENCH.solve)
 
 TAKEOVER_MARGIN_S = 5.0
 
