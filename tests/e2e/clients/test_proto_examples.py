@@ -140,6 +140,20 @@ def _evaluate_model(mesh, example):
     assert reply.model.name == example and len(reply.evaluations[0].policy) == 7
 
 
+def _evaluate_other_board(mesh, example):
+    # The comment: FAILED_PRECONDITION naming the board when the named model plays another one.
+    columns, rows = (int(n) for n in example.split("x"))
+    position = common_pb2.ConnectFourPosition(
+        moves="11", board=common_pb2.ConnectFourBoard(columns=columns, rows=rows))
+    with _backend(mesh, "neural") as channel:
+        with pytest.raises(grpc.RpcError) as error:
+            neural_service_pb2_grpc.NeuralServiceStub(channel).EvaluatePositions(
+                neural_pb.EvaluatePositionsRequest(model="connect4-pv", positions=[position]),
+                timeout=30)
+    assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert example in error.value.details(), error.value.details()
+
+
 def _solve_model(mesh, example):
     puzzle = ".4.635365.24.16.424....1.52..3.3...6"  # a held-out 6x6 Sudoku (README)
     with _backend(mesh, "neural") as channel:
@@ -211,6 +225,7 @@ CHECKS = {
     "mesh.orchestrator.v1.Agent.AGENT_HRM": _task,
     "mesh.neural.v1.NeuralService.Solve": _solve_not_reasoning,
     "mesh.neural.v1.EvaluatePositionsRequest.model": _evaluate_model,
+    "mesh.neural.v1.NeuralService.EvaluatePositions": _evaluate_other_board,
     "mesh.neural.v1.SolveRequest.model": _solve_model,
     "mesh.neural.v1.ReloadModelRequest.name": _reload_name,
     "mesh.neural.v1.Model.name": _model_name,
