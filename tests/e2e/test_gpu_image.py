@@ -64,7 +64,8 @@ def podman():
 
 @pytest.mark.timeout(1200)
 def test_the_first_stage_resolves_cuda_torch_from_pypi(podman, repo_root):
-    built = _run(podman, "build", "-f", "deploy/Dockerfile.gpu", "--target", "deps",
+    # --no-cache: a cached layer would replay no pip output, and the resolution is what is checked.
+    built = _run(podman, "build", "--no-cache", "-f", "deploy/Dockerfile.gpu", "--target", "deps",
                  *_build_options(dry_run=True), ".", cwd=repo_root, timeout=1200)
     output = built.stdout + built.stderr
     unreachable = ("Failed to establish a new connection", "Could not fetch URL https://pypi.org",
