@@ -13,6 +13,7 @@ from typing import Protocol
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from libs.channels import channel_options
 from libs.services import BACKENDS, ORCHESTRATOR
 
 
@@ -110,7 +111,7 @@ def wait_until_backends_seen(mesh: Mesh, deadline: float) -> None:
     Raises:
         LaunchError: a service exited, or the orchestrator did not see every backend in time.
     """
-    with grpc.insecure_channel(mesh.target) as channel:
+    with grpc.insecure_channel(mesh.target, options=channel_options()) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while unseen := backends_not_seen(stub):
             for name, process in mesh.processes.items():
