@@ -119,7 +119,8 @@ class ProgressWriter:
             await self._wakeup.wait()
             if not self._closed.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closed.wait(), self._interval_s)
+                    async with asyncio.timeout(self._interval_s):  # not wait_for: see _heartbeat
+                        await self._closed.wait()
             self._wakeup.clear()
             if self._keep:
                 await self._write_trace()
@@ -223,8 +224,11 @@ class Attempt:
         """Renews the lease every lease_s / 3 seconds until it is lost (LOST) or cancellation
         was asked (CANCELLED). A store that is down is asked again at the next beat."""
         while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when the
+            # event is set as the task is cancelled, losing the cancellation (gh-86296).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), self._lease_s / 3)
+                async with asyncio.timeout(self._lease_s / 3):
+                    await self._poked.wait()
             self._poked.clear()
             try:
                 if await self._store.renew(self._run.name, self._worker_id, self._lease_s):

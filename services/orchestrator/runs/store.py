@@ -317,8 +317,9 @@ class RunStore:
                     changed: asyncio.Event | None) -> list[EventRecord]:
         deadline = asyncio.get_running_loop().time() + timeout_s
         if changed is not None:  # nothing new to read until this process writes
-            try:
-                await asyncio.wait_for(changed.wait(), timeout_s)
+            try:  # asyncio.timeout: wait_for can lose a cancellation on 3.11 (gh-86296)
+                async with asyncio.timeout(timeout_s):
+                    await changed.wait()
             except TimeoutError:
                 return []
         while True:
@@ -328,7 +329,8 @@ class RunStore:
             if events or remaining <= 0:
                 return events
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
             except TimeoutError:
                 return []
 

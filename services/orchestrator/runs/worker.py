@@ -91,6 +91,7 @@ class RunWorkers:
         self._prefix = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._idle: collections.deque[tuple[str, asyncio.Future]] = collections.deque()
         self._tasks: list[asyncio.Task] = []
+        self._stopping = False
         self._busy = 0
         self._attempts: dict[str, Attempt] = {}
         self.ended: dict[AttemptEnd, int] = dict.fromkeys(AttemptEnd, 0)
@@ -103,7 +104,9 @@ class RunWorkers:
 
     async def stop(self) -> None:
         """Stops the workers; the runs they held stay RUNNING until their leases expire, and
-        are then resumed by any worker from their last checkpoint."""
+        are then resumed by any worker from their last checkpoint. A worker whose cancellation
+        was lost in a library (a result that arrived with it) stops at its next step."""
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -143,7 +146,7 @@ class RunWorkers:
 
     async def _work(self, worker_id: str) -> None:
         delay = BACKOFF_S
-        while True:
+        while not self._stopping:
             try:
                 run = await self._store.lease(worker_id, self._lease_s)
             except Unavailable as error:
@@ -159,11 +162,13 @@ class RunWorkers:
                     await self._attempt(worker_id, run, lease_next=False)
                 continue
             # A queue: each run's finish leases the next one in its own transaction.
-            while run is not None:
+            while run is not None and not self._stopping:
                 run = await self._attempt(worker_id, run, lease_next=True)
 
     async def _wait(self, worker_id: str) -> RunRecord | None:
         """Idle until woken (None: lease), handed a run leased to `worker_id`, or poll_s."""
+        if self._stopping:
+            return None
         entry = (worker_id, asyncio.get_running_loop().create_future())
         self._idle.append(entry)
         try:

@@ -190,3 +190,33 @@ async def test_a_run_abandoned_max_attempts_times_fails_aborted_without_executin
     assert ended.state is RunState.FAILED and ended.attempts == 4
     assert status_pb2.Status.FromString(ended.error).code == code_pb2.ABORTED
     assert executor.calls == 0
+
+
+class SwallowsOneCancellation:
+    """A store whose `lease` waits forever, except that the first cancellation it sees is lost
+    (the call returns None), as Python 3.11's asyncio.wait_for loses one when its result
+    arrives with it (gh-86296)."""
+
+    def __init__(self) -> None:
+        self.lost = 0
+        self.leasing = asyncio.Event()
+
+    async def lease(self, worker_id, lease_s):
+        self.leasing.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if self.lost:
+                raise
+            self.lost += 1
+            return None
+
+
+async def test_stopping_workers_ends_them_even_when_a_cancellation_is_lost():
+    store = SwallowsOneCancellation()
+    workers = RunWorkers(store, Scripted(), workers=1, lease_s=LEASE_S, poll_s=0.05)
+    workers.start()
+    await store.leasing.wait()
+    stopping = asyncio.create_task(workers.stop())
+    done, _ = await asyncio.wait([stopping], timeout=10)  # a guard: unfixed, it never returns
+    assert done == {stopping} and store.lost == 1
