@@ -147,8 +147,9 @@ class DynamicBatcher:
             if remaining <= 0:
                 break
             self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            try:  # asyncio.timeout: 3.11's wait_for can lose a cancellation (gh-86296)
+                async with asyncio.timeout(remaining):
+                    await self._wakeup.wait()
             except TimeoutError:
                 break
         batch: list[_Request] = []
