@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
@@ -36,7 +34,9 @@ from services.orchestrator.runs.group_commit import GroupWriter
 from services.orchestrator.runs.model import StoreError
 
 T = TypeVar("T")
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+HEAD_REVISION = "0001"
+"""The newest revision of migrations/versions (a test checks it against Alembic's head): a
+database at it opens without importing Alembic (`migrate.py`)."""
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MIGRATION_LOCK = 0x6D63_7473_7275_6E73  # pg_advisory_xact_lock key ("mctsruns"), one migrator
 _IMMEDIATE = "run_store_immediate"
@@ -206,17 +206,17 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def _migrate(database: Database) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    script = ScriptDirectory.from_config(config)
-    known = {revision.revision for revision in script.walk_revisions()}
     try:
         with database.engine.connect() as connection:
             connection.execution_options(**{_IMMEDIATE: True})
             with connection.begin():
-                _check_existing(database, connection, known, script.get_current_head())
-                config.attributes["connection"] = connection
-                command.upgrade(config, "head")
+                versions = _check_existing(database, connection)
+                if versions == [HEAD_REVISION]:
+                    return  # at the head: nothing to migrate, Alembic not needed
+                migrate = importlib.import_module("services.orchestrator.runs.migrate")
+                known, head = migrate.revisions()
+                _check_known(database, versions, known, head)
+                migrate.upgrade(connection)
     except (OperationalError, InterfaceError) as error:
         if database.is_sqlite:
             raise StoreError(f"run store file {database.url.database} cannot be opened: "
@@ -228,8 +228,9 @@ def _migrate(database: Database) -> None:
                          f"{_first_line(error)}; left as it is") from error
 
 
-def _check_existing(database: Database, connection: Connection, known: set[str],
-                    head: str | None) -> None:
+def _check_existing(database: Database, connection: Connection) -> list[str]:
+    """The database's schema revisions (none: a new database), after SQLite's integrity check
+    (PostgreSQL: the migration lock taken); StoreError for a database of other tables."""
     where = f"run store {database.shown}"
     if database.is_sqlite:
         verdict = connection.exec_driver_sql("PRAGMA quick_check").scalar()
@@ -242,9 +243,14 @@ def _check_existing(database: Database, connection: Connection, known: set[str],
         if tables:
             raise StoreError(f"{where} holds tables ({', '.join(sorted(tables)[:5])}) but no "
                              "run store schema; left as it is")
-        return
-    versions = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars()
+        return []
+    return list(connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalars())
+
+
+def _check_known(database: Database, versions: list[str], known: set[str],
+                 head: str | None) -> None:
     for version in versions:
         if version not in known:
-            raise StoreError(f"{where} has schema revision {version}, newer than this "
-                             f"orchestrator's ({head}); upgrade the orchestrator; left as it is")
+            raise StoreError(f"run store {database.shown} has schema revision {version}, newer "
+                             f"than this orchestrator's ({head}); upgrade the orchestrator; "
+                             "left as it is")

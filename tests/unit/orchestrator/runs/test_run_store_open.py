@@ -5,6 +5,7 @@ file, and the file is left byte for byte as it was."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import sqlite3
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine
 
+from services.orchestrator.runs import database, migrate
 from services.orchestrator.runs.model import StoreError
 from services.orchestrator.runs.schema import metadata
 from services.orchestrator.runs.store import RunStore
@@ -107,3 +109,23 @@ async def test_the_migrations_build_exactly_the_schema_the_queries_use(tmp_path:
             assert compare_metadata(MigrationContext.configure(connection), metadata) == []
     finally:
         engine.dispose()
+
+
+def test_the_head_revision_the_fast_open_trusts_is_alembics_head():
+    assert migrate.revisions()[1] == database.HEAD_REVISION
+
+
+async def test_a_store_at_the_head_opens_without_alembic(tmp_path: Path, monkeypatch):
+    path = tmp_path / "runs.db"
+    await _made(path)  # new file: migrated through Alembic
+    imported = []
+    real = importlib.import_module
+    monkeypatch.setattr(database.importlib, "import_module",
+                        lambda name: imported.append(name) or real(name))
+    store = await RunStore.open(f"sqlite:///{path}")
+    await store.close()
+    assert imported == []
+    (tmp_path / "new.db").unlink(missing_ok=True)
+    store = await RunStore.open(f"sqlite:///{tmp_path / 'new.db'}")
+    await store.close()
+    assert imported == ["services.orchestrator.runs.migrate"]
