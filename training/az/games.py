@@ -13,6 +13,13 @@ self-play (one network for both sides) and the arena (candidate against best, co
 The move played at ply p is drawn from the visit counts at temperature 1 while p <
 `temperature_moves`, then the most visited column (AlphaZero's schedule; Silver et al. 2017,
 Methods). No resignation: every game is played to its end.
+
+Random openings (`opening_plies` > 0): each game first plays k uniformly random legal moves, k
+drawn uniformly from 0..opening_plies (an opening that ends the game is drawn again), and is
+searched from there; the opening's positions carry no search policy and are not trained on. Good
+play avoids most positions of the game, and a network trained only on its own games judges them
+badly; randomised starts put them in the data (KataGo randomises its games' starts likewise, Wu
+2019, "Accelerating Self-Play Learning in Go", section 3.3).
 """
 
 from __future__ import annotations
@@ -55,15 +62,18 @@ class GameRecord:
 
     Attributes:
         moves: move string (action + 1 per ply: Pons' columns '1'..'W', tic-tac-toe's cells).
-        policies: float32 [T, A], the root visit shares of the search at each ply.
+        policies: float32 [T - opening, A], the root visit shares of the search at each ply
+            after the opening.
         winner: 0 first player, 1 second player, -1 draw.
         sides: the evaluator index of the first and of the second player.
+        opening: plies played at random before the first search (see the module doc).
     """
 
     moves: str
     policies: np.ndarray
     winner: int
     sides: tuple[int, int]
+    opening: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,8 @@ def _evaluate_round(pending, node_boards, owners, evaluators, searches, game) ->
 
 def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]],
                concurrent: int, options: SearchOptions, temperature_moves: int, seed: int,
-               game: Boards = STANDARD_GAME) -> tuple[list[GameRecord], Counters]:
+               game: Boards = STANDARD_GAME, opening_plies: int = 0
+               ) -> tuple[list[GameRecord], Counters]:
     """Plays one game per entry of `sides`, `concurrent` at a time (a finished game's slot takes
     the next game), every move a search of `options`.
 
@@ -174,9 +185,11 @@ def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]]
         evaluators: the networks.
         sides: per game, the evaluator index of the first and of the second player.
         concurrent: games in flight, >= 1.
-        temperature_moves: plies whose move is drawn at temperature 1 (then greedy).
+        temperature_moves: plies whose move is drawn at temperature 1 (then greedy), counted
+            from the start of the game (the random opening included).
         seed: the same seed and networks replay the same games.
         game: the game's vectorised rules (Connect Four 7x6 by default).
+        opening_plies: the most plies of a game's random opening (0: none; module doc).
     Returns:
         the games in `sides` order, and the counters.
     """
@@ -188,7 +201,7 @@ def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]]
     counters = Counters()
     while next_game < total or slots:
         while len(slots) < concurrent and next_game < total:
-            slots[next_game] = {"position": 0, "mask": 0, "moves": [], "policies": []}
+            slots[next_game] = _opening(rng, opening_plies, game)
             next_game += 1
         games = list(slots)
         plies = np.array([len(slots[g]["moves"]) for g in games])
@@ -207,17 +220,40 @@ def play_games(evaluators: Sequence[Evaluator], sides: Sequence[tuple[int, int]]
     return records, counters
 
 
+def _opening(rng: np.random.Generator, opening_plies: int, game: Boards) -> dict:
+    """A new game's slot after its random opening of 0..opening_plies plies (module doc)."""
+    while True:
+        slot = {"position": 0, "mask": 0, "moves": [], "policies": [], "opening": 0}
+        plies = int(rng.integers(opening_plies + 1)) if opening_plies else 0
+        for _ in range(plies):
+            legal = np.flatnonzero(game.legal(np.array([slot["mask"]]))[0])
+            if _play(slot, int(rng.choice(legal)), game) is not None:
+                break  # the opening ended the game: draw another
+        else:
+            slot["opening"] = plies
+            return slot
+
+
+def _play(slot: dict, column: int, game: Boards) -> bool | None:
+    """Plays `column` in a game's slot: True when the move won, False when it filled the board
+    (a draw), None when the game goes on."""
+    slot["moves"].append(str(column + 1))
+    position, mask, won = game.play(np.array([slot["position"]]), np.array([slot["mask"]]),
+                                    np.array([column]))
+    slot["position"], slot["mask"] = int(position[0]), int(mask[0])
+    if won[0]:
+        return True
+    return None if game.legal(mask)[0].any() else False
+
+
 def _advance(slot: dict, result: SearchResult, sides: tuple[int, int], game: Boards
              ) -> GameRecord | None:
     """Plays the searched move in a game's slot; the game's record when it ended."""
     column = int(result.action)
     slot["policies"].append(result.policy.astype(np.float32))
-    slot["moves"].append(str(column + 1))
-    position, mask, won = game.play(np.array([slot["position"]]), np.array([slot["mask"]]),
-                                    np.array([column]))
-    slot["position"], slot["mask"] = int(position[0]), int(mask[0])
-    full = not game.legal(mask)[0].any()
-    if not (won[0] or full):
+    won = _play(slot, column, game)
+    if won is None:
         return None
-    winner = (len(slot["moves"]) - 1) % 2 if won[0] else -1
-    return GameRecord("".join(slot["moves"]), np.stack(slot["policies"]), winner, sides)
+    winner = (len(slot["moves"]) - 1) % 2 if won else -1
+    return GameRecord("".join(slot["moves"]), np.stack(slot["policies"]), winner, sides,
+                      slot["opening"])

@@ -89,7 +89,7 @@ def self_play(settings: AZSettings, evaluate, games: int, seed: int) -> list[Gam
     """`games` self-play games of one network (see the module doc)."""
     records, _ = play_games([evaluate], [(0, 0)] * games, settings.concurrent_games,
                             selfplay_options(settings), settings.temperature_moves, seed,
-                            settings.boards())
+                            settings.boards(), settings.opening_plies)
     return records
 
 

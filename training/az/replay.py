@@ -76,16 +76,18 @@ class Examples:
 
 
 def game_examples(records: list[GameRecord], game: Boards = STANDARD_GAME) -> Examples:
-    """Every position of every game (mirrors not included)."""
+    """Every searched position of every game (a random opening's are not; mirrors not
+    included)."""
     positions, masks, values, policies = [], [], [], []
     for record in records:
         position = np.zeros(1, dtype=np.int64)
         mask = np.zeros(1, dtype=np.int64)
         for ply, char in enumerate(record.moves):
-            positions.append(position[0])
-            masks.append(mask[0])
-            values.append(0.0 if record.winner < 0 else (1.0 if record.winner == ply % 2
-                                                         else -1.0))
+            if ply >= record.opening:  # a random opening's positions have no policy
+                positions.append(position[0])
+                masks.append(mask[0])
+                values.append(0.0 if record.winner < 0 else (1.0 if record.winner == ply % 2
+                                                             else -1.0))
             position, mask, _ = game.play(position, mask, np.array([int(char) - 1]))
         policies.append(record.policies)
     position = np.array(positions, dtype=np.int64)

@@ -58,6 +58,10 @@ class AZSettings(BaseModel):
     dirichlet_epsilon: float = Field(0.25, ge=0, le=1)
     temperature_moves: int = Field(10, ge=0)
     """Plies played at temperature 1 (then the most visited column)."""
+    opening_plies: int = Field(0, ge=0)
+    """Each self-play game first plays k uniformly random moves, k drawn from 0..opening_plies,
+    not trained on (`training.az.games`: positions good play avoids reach the data); 0: none.
+    The arena never does."""
     actors: int = Field(0, ge=0)
     """Self-play actor processes (`mcts-mesh selfplay-actor`) the learner starts on this
     machine; 0 with `external_actors` off plays self-play in the learner."""

@@ -88,6 +88,28 @@ def test_games_end_legally_and_their_records_replay():
     assert [r.moves for r in again] == [r.moves for r in records]
 
 
+def test_random_openings_start_games_anywhere_and_only_searched_plies_are_trained_on(tmp_path):
+    small = ConnectFourBoards(Board(5, 4))
+    records, _ = play_games([uniform], [(0, 0)] * 40, 8,
+                            SearchOptions(simulations=8, leaves_per_search=2), 0, seed=5,
+                            game=small, opening_plies=8)
+    openings = [r.opening for r in records]
+    assert max(openings) <= 8 and len(set(openings)) > 3  # drawn from 0..8
+    for record in records:
+        position = Position.from_moves(record.moves, board=Board(5, 4))  # every move legal
+        assert position.is_finished and record.opening < len(record.moves)
+        assert record.policies.shape == (len(record.moves) - record.opening, 5)
+    path = ReplayBuffer(tmp_path, small).write(records, 1, "test")
+    examples, meta = read_shard(path, game=small)
+    assert meta["positions"] == sum(len(r.moves) - r.opening for r in records)
+    first = records[0]
+    after_opening = Position.from_moves(first.moves[:first.opening], board=Board(5, 4))
+    np.testing.assert_array_equal(examples.planes[0], encode(after_opening))
+    plain, _ = play_games([uniform], [(0, 0)] * 3, 2, SearchOptions(simulations=8,
+                          leaves_per_search=2), 0, seed=5, game=small)
+    assert all(r.opening == 0 for r in plain)
+
+
 def _record(moves="4455667", winner=0):
     return GameRecord(moves, np.full((len(moves), 7), 1 / 7, np.float32), winner, (0, 0))
 
