@@ -52,6 +52,10 @@ def _add_reasoning_arguments(train) -> None:
     train.add_argument("--eval-puzzles", type=int, default=1000, help="trm/hrm: held-out puzzles")
     train.add_argument("--time-limit-s", type=float, default=None, help="trm/hrm: training seconds")
     train.add_argument("--lr", type=float, default=1e-3, help="trm/hrm: learning rate")
+    train.add_argument("--ema-rate", type=float, default=None,
+                       help="trm/hrm: decay of the weights' exponential moving average, whose "
+                            "copy is evaluated and saved (default: 0.999 for trm, none for hrm, "
+                            "as their reference code)")
     train.add_argument("--data-workers", type=int, default=0,
                        help="trm/hrm: processes generating puzzles ahead of the training steps "
                             "(0: in the step; use several on a GPU)")
@@ -215,7 +219,8 @@ def cmd_train(args) -> int:
             steps=args.steps, batch_size=args.batch_size, blanks=args.blanks, seed=args.seed,
             eval_every=args.eval_every, eval_puzzles=args.eval_puzzles,
             time_limit_s=args.time_limit_s, lr=args.lr, task=args.task, init_from=args.init_from,
-            device=_device(args.device), data_workers=args.data_workers))
+            device=_device(args.device), data_workers=args.data_workers,
+            ema_rate=args.ema_rate))
     print(json.dumps(report, indent=2, default=str))
     return 0
 
