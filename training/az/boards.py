@@ -11,11 +11,15 @@ the player to move) and `mask` (every stone); a move sets one bit of `mask`, and
 - `TicTacToeBoards()`: tic-tac-toe, cell `row * 3 + col` at bit `row * 3 + col`; 9 actions.
 
 Both encode a position as float32 [B, 2, H, W] (plane 0 the mover's stones, plane 1 the
-opponent's; tic-tac-toe is 3 x 3) and have one symmetry used to augment the replay: the
-left-right mirror (`mirror_actions`, the action each action becomes).
+opponent's; tic-tac-toe is 3 x 3). Their symmetries augment the replay (`symmetries`): Connect
+Four has one, the left-right mirror (`mirror_actions`, the action each action becomes);
+tic-tac-toe the seven rotations and reflections of the square besides the identity (AlphaGo Zero
+augments Go's data with the same dihedral group; Silver et al. 2017, Methods).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -93,6 +97,11 @@ class Boards:
         """The left-right mirror of planes [..., H, W]."""
         return planes[..., ::-1]
 
+    def symmetries(self) -> list[tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]]:
+        """Each symmetry of the game but the identity: (the map of planes [..., H, W], int64 [A]
+        the action each action becomes). Connect Four: the left-right mirror."""
+        return [(self.mirror_planes, self.mirror_actions)]
+
 
 class ConnectFourBoards(Boards):
     """Connect Four on `board` (see the module doc)."""
@@ -151,6 +160,27 @@ class TicTacToeBoards(Boards):
     def legal(self, mask: np.ndarray) -> np.ndarray:
         """bool [B, 9]: the empty cells."""
         return (mask[:, None] & self._action_bits[None, :]) == 0
+
+    def symmetries(self) -> list[tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]]:
+        """The square's seven rotations and reflections besides the identity; a cell's action
+        follows its cell."""
+        found = []
+        for flip in (False, True):
+            for turns in range(4):
+                if flip or turns:
+                    found.append(_dihedral(flip, turns))
+        return found
+
+
+def _dihedral(flip: bool, turns: int) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
+    """The map of planes [..., 3, 3] that mirrors them left-right when `flip`, then turns them
+    `turns` quarter turns, and the action each cell's action becomes."""
+
+    def transform(planes: np.ndarray) -> np.ndarray:
+        return np.rot90(planes[..., ::-1] if flip else planes, turns, axes=(-2, -1))
+
+    cells = transform(np.arange(9).reshape(3, 3))  # cells[r, c]: the cell that lands at (r, c)
+    return transform, np.argsort(cells.ravel()).astype(np.int64)
 
 
 def boards_for(game: str, board: Board) -> Boards:

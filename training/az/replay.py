@@ -60,9 +60,22 @@ class Examples:
     def mirrored(self, game: Boards = STANDARD_GAME) -> Examples:
         """The left-right mirror of every row: planes flipped along W, and the mirrored action
         `game.mirror_actions[a]` taking action a's legality and policy."""
-        inverse = np.argsort(game.mirror_actions)
-        return Examples(game.mirror_planes(self.planes).copy(), self.legal[:, inverse].copy(),
-                        self.policy[:, inverse].copy(), self.value.copy())
+        return self.transformed(game.mirror_planes, game.mirror_actions)
+
+    def transformed(self, planes_map, actions: np.ndarray) -> Examples:
+        """Every row under one symmetry (`Boards.symmetries`): `planes_map` applied to the
+        planes, and action `actions[a]` taking action a's legality and policy."""
+        inverse = np.argsort(actions)
+        return Examples(np.ascontiguousarray(planes_map(self.planes)),
+                        self.legal[:, inverse].copy(), self.policy[:, inverse].copy(),
+                        self.value.copy())
+
+    def with_symmetries(self, game: Boards = STANDARD_GAME) -> Examples:
+        """The rows followed by their images under each of the game's symmetries
+        (`Boards.symmetries`: Connect Four's mirror, tic-tac-toe's seven)."""
+        images = [self.transformed(planes_map, actions)
+                  for planes_map, actions in game.symmetries()]
+        return Examples.concatenate([self, *images], game)
 
     @staticmethod
     def concatenate(parts: list[Examples], game: Boards = STANDARD_GAME) -> Examples:
@@ -185,8 +198,9 @@ class ReplayBuffer:
         return total
 
     def load(self, first_generation: int, mirror: bool) -> tuple[Examples, dict]:
-        """The positions of every good shard from `first_generation` on, plus their mirrors when
-        `mirror`; and a summary (shards, positions, generations, bad shards)."""
+        """The positions of every good shard from `first_generation` on, plus their symmetric
+        images when `mirror` (`Examples.with_symmetries`); and a summary (shards, positions,
+        generations, bad shards)."""
         parts, generations, bad = [], set(), []
         for generation, path in self.shards():
             if generation < first_generation:
@@ -201,7 +215,7 @@ class ReplayBuffer:
         data = Examples.concatenate(parts, self.game)
         positions = len(data)
         if mirror:
-            data = Examples.concatenate([data, data.mirrored(self.game)], self.game)
+            data = data.with_symmetries(self.game)
         return data, {"shards": len(parts), "positions": positions,
                       "rows_with_mirrors": len(data), "generations": sorted(generations),
                       "bad_shards": bad}

@@ -73,7 +73,8 @@ class AZSettings(BaseModel):
     window_generations: int = Field(4, ge=1)
     """Generations of positions the learner samples from; older shards are deleted."""
     mirror: bool = True
-    """Add each position's left-right mirror."""
+    """Add each position's symmetric images: Connect Four's left-right mirror, tic-tac-toe's
+    seven rotations and reflections (`boards.Boards.symmetries`)."""
 
     # training
     steps_per_generation: int = Field(400, ge=1)

@@ -107,11 +107,18 @@ def test_a_small_board_is_listed_whole_or_sampled_uniformly() -> None:
     assert sample.keep[~game.legal(sample.mask)].sum() == 0 and sample.keep.any(axis=1).all()
 
 
-@pytest.mark.parametrize("game", [ConnectFourBoards(Board(5, 4)), TicTacToeBoards()],
-                         ids=lambda g: g.name)
-def test_the_mirrored_rows_are_the_rows_of_the_mirrored_game(game) -> None:
-    rng = np.random.default_rng(5)
-    moves, mirrored, policies = "", "", []
+SYMMETRIES = [(game, index) for game in (ConnectFourBoards(Board(5, 4)), TicTacToeBoards())
+              for index in range(len(game.symmetries()))]
+
+
+@pytest.mark.parametrize(("game", "index"), SYMMETRIES,
+                         ids=lambda v: v.name if hasattr(v, "name") else str(v))
+def test_each_symmetric_image_is_the_rows_of_the_transformed_game(game, index) -> None:
+    """The image of a game's rows under a symmetry equals the rows of the game played with every
+    action mapped by it: planes, legality, policy and value all follow the board."""
+    planes_map, actions = game.symmetries()[index]
+    rng = np.random.default_rng(5 + index)
+    moves, twin_moves, policies = "", "", []
     position, mask = np.zeros(1, np.int64), np.zeros(1, np.int64)
     while True:
         legal = np.flatnonzero(game.legal(mask)[0])
@@ -120,17 +127,34 @@ def test_the_mirrored_rows_are_the_rows_of_the_mirrored_game(game) -> None:
         policies.append(policy)
         action = int(rng.choice(legal))
         moves += str(action + 1)
-        mirrored += str(int(game.mirror_actions[action]) + 1)
+        twin_moves += str(int(actions[action]) + 1)
         position, mask, won = game.play(position, mask, np.array([action]))
         if won[0] or not game.legal(mask)[0].any():
             break
     record = GameRecord(moves, np.stack(policies), -1, (0, 0))
-    inverse = np.argsort(game.mirror_actions)
-    twin = GameRecord(mirrored, np.stack(policies)[:, inverse], -1, (0, 0))
-    flipped = game_examples([record], game).mirrored(game)
+    inverse = np.argsort(actions)
+    twin = GameRecord(twin_moves, np.stack(policies)[:, inverse], -1, (0, 0))
+    image = game_examples([record], game).transformed(planes_map, actions)
     expected = game_examples([twin], game)
     for name in ("planes", "legal", "policy", "value"):
-        assert np.array_equal(getattr(flipped, name), getattr(expected, name)), name
+        assert np.array_equal(getattr(image, name), getattr(expected, name)), name
+
+
+def test_tictactoe_augments_with_the_eight_symmetries_of_the_square() -> None:
+    game = TicTacToeBoards()
+    record = GameRecord("1", np.full((1, 9), 1 / 9, np.float32), -1, (0, 0))
+    rows = game_examples([GameRecord("15", np.eye(9, dtype=np.float32)[[4, 8]], -1, (0, 0))],
+                         game).with_symmetries(game)
+    assert len(rows) == 16 and len(game_examples([record], game).with_symmetries(game)) == 8
+    # after X in the corner (cell 0), O to move; the policy's move (cell 8) stays opposite it
+    second = rows.planes[1::2]
+    corners = {int(np.flatnonzero(p[1].ravel())[0]) for p in second}
+    assert corners == {0, 2, 6, 8}
+    for planes, policy in zip(second, rows.policy[1::2], strict=True):
+        assert int(np.argmax(policy)) == 8 - int(np.flatnonzero(planes[1].ravel())[0])
+    connect4 = ConnectFourBoards(Board(5, 4))
+    one = GameRecord("3", np.full((1, 5), 1 / 5, np.float32), -1, (0, 0))
+    assert len(game_examples([one], connect4).with_symmetries(connect4)) == 2  # the mirror
 
 
 def test_a_perfect_policy_scores_one_and_a_uniform_one_less() -> None:
