@@ -18,8 +18,8 @@ Random openings (`opening_plies` > 0): each game first plays k uniformly random 
 drawn uniformly from 0..opening_plies (an opening that ends the game is drawn again), and is
 searched from there; the opening's positions carry no search policy and are not trained on. Good
 play avoids most positions of the game, and a network trained only on its own games judges them
-badly; randomised starts put them in the data (KataGo randomises its games' starts likewise, Wu
-2019, "Accelerating Self-Play Learning in Go", section 3.3).
+badly; randomised starts put them in the data (KataGo varies the starts of its self-play games
+too: Wu 2019, "Accelerating Self-Play Learning in Go").
 """
 
 from __future__ import annotations
