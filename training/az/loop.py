@@ -226,7 +226,7 @@ class Run:
         train_started = time.perf_counter()
         candidate = copy.deepcopy(self.model)
         losses = learner.train_steps(candidate, data, s.steps_per_generation, s.batch_size,
-                                     s.learning_rate, s.weight_decay, self.device,
+                                     s.learning_rate_at(g), s.weight_decay, self.device,
                                      np.random.default_rng([s.seed, g]))
         cpu["train"] = round(time.process_time() - clock, 2)
         train_wall = time.perf_counter() - train_started
@@ -244,7 +244,8 @@ class Run:
             self.best, self.best_generation = copy.deepcopy(candidate), g
         self.generation = g
         entry = {"generation": g, "games": produced["games"], "positions": produced["positions"],
-                 "window": window, "losses": losses, "arena": match, "promoted": promoted,
+                 "window": window, "learning_rate": s.learning_rate_at(g), "losses": losses,
+                 "arena": match, "promoted": promoted,
                  "best_generation": self.best_generation, "pons": pons, "exact": exact,
                  "cpu_s": cpu,
                  "gpu_train_s": round(train_wall, 2) if self.device == "cuda" else 0.0,

@@ -80,6 +80,12 @@ class AZSettings(BaseModel):
     steps_per_generation: int = Field(400, ge=1)
     batch_size: int = Field(256, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
+    """AdamW's learning rate until the first step of `learning_rate_steps`."""
+    learning_rate_steps: tuple[tuple[int, float], ...] = ()
+    """(generation, learning rate) pairs, generations increasing: from that generation on, the
+    learner trains at that rate (AlphaZero's stepped schedule, Silver et al. 2018,
+    supplementary "Configuration"; here by generation). E.g. ((24, 5e-4), (32, 2e-4)); on the
+    command line `--set 'learning_rate_steps=[[24, 0.0005], [32, 0.0002]]'`."""
     weight_decay: float = Field(1e-4, ge=0)
 
     # arena
@@ -120,10 +126,23 @@ class AZSettings(BaseModel):
     def _check(self) -> AZSettings:
         if self.arena_games % 2:
             raise ValueError("arena_games must be even (half the games with each colour)")
+        generations = [generation for generation, _ in self.learning_rate_steps]
+        if any(g < 1 for g in generations) or generations != sorted(set(generations)):
+            raise ValueError("learning_rate_steps: generations must be >= 1 and increasing")
+        if any(rate <= 0 for _, rate in self.learning_rate_steps):
+            raise ValueError("learning_rate_steps: every learning rate must be > 0")
         unknown = [name for name in self.pons_files if name not in PONS_FILES]
         if unknown:
             raise ValueError(f"pons_files: unknown {unknown}; known: {list(PONS_FILES)}")
         return self
+
+    def learning_rate_at(self, generation: int) -> float:
+        """The learning rate of `generation`'s training (`learning_rate_steps`)."""
+        rate = self.learning_rate
+        for first, value in self.learning_rate_steps:
+            if generation >= first:
+                rate = value
+        return rate
 
     @property
     def connect4_board(self) -> Board:

@@ -21,13 +21,24 @@ TINY = {"channels": 16, "blocks": 1, "value_hidden": 16, "games_per_generation":
         "temperature_moves": 8, "device": "cpu", "seed": 2}
 
 
-def test_a_short_loop_promotes_rolls_the_buffer_and_resumes(tmp_path, data_dir):
-    settings = AZSettings(run_dir=tmp_path, generations=3,
+def test_a_short_loop_promotes_rolls_the_buffer_and_resumes(tmp_path, data_dir, monkeypatch):
+    settings = AZSettings(run_dir=tmp_path, generations=3, learning_rate_steps=((3, 1e-3),),
                           pons_dir=data_dir / "connect4-pons", **TINY)
+    rates: list[float] = []
+    train_steps = learner.train_steps
+
+    def recording(model, data, steps, batch_size, learning_rate, *args):
+        rates.append(learning_rate)
+        return train_steps(model, data, steps, batch_size, learning_rate, *args)
+
+    monkeypatch.setattr(learner, "train_steps", recording)
     lines: list[str] = []
     report = train_connect4_az(settings, report=lines.append)
     history = report["history"]
     assert [entry["generation"] for entry in history] == [0, 1, 2, 3]
+    # The stepped schedule: 3e-3 until generation 3, 1e-3 from it on, as trained and recorded.
+    assert rates == [3e-3, 3e-3, 1e-3]
+    assert [entry["learning_rate"] for entry in history[1:]] == rates
     for entry in history[1:]:
         assert entry["promoted"] == (entry["arena"]["score"] >= settings.arena_threshold)
         assert entry["arena"]["games"] == 20

@@ -208,6 +208,19 @@ def test_settings_are_validated_with_the_field_named():
         AZSettings(simulations=0)
     with pytest.raises(ValidationError, match="pons_files"):
         AZSettings(pons_files=("Test_X",))
+    with pytest.raises(ValidationError, match="learning_rate_steps"):
+        AZSettings(learning_rate_steps=((10, 1e-4), (5, 1e-5)))
+    with pytest.raises(ValidationError, match="learning_rate_steps"):
+        AZSettings(learning_rate_steps=((0, 1e-4),))
+    with pytest.raises(ValidationError, match="learning_rate_steps"):
+        AZSettings(learning_rate_steps=((3, 0.0),))
+
+
+def test_the_stepped_learning_rate_changes_at_each_step_generation():
+    settings = AZSettings(learning_rate=2e-3, learning_rate_steps=[[24, 5e-4], [32, 2e-4]])
+    assert [settings.learning_rate_at(g) for g in (1, 23, 24, 31, 32, 60)] == [
+        2e-3, 2e-3, 5e-4, 5e-4, 2e-4, 2e-4]
+    assert AZSettings(learning_rate=2e-3).learning_rate_at(100) == 2e-3
 
 
 def test_device_selection(monkeypatch):
