@@ -10,9 +10,10 @@ service writes it once its health reports SERVING (libs/server.py), after its `r
 (the mcts service loads or compiles its numba kernels; neural loads its models; retrieval opens
 its store and encoder). The service is then stopped with SIGTERM before the next start.
 
-- cold: every start gets a new, empty NUMBA_CACHE_DIR (a first start, a new pod);
-- warm: one untimed start fills a NUMBA_CACHE_DIR, then every timed start reuses it (a restart
-  with the cache kept: the same container, or a cache volume).
+- cold: every start gets a new, empty NUMBA_CACHE_DIR (and neural a new, empty ONNX graph cache:
+  a first start, a new pod);
+- warm: one untimed start fills a NUMBA_CACHE_DIR (and neural's graph cache), then every timed
+  start reuses it (a restart with the caches kept: the same container, or a cache volume).
 Other caches (the OS page cache of the Python packages and models) are warm in both: this
 machine cannot drop them.
 
@@ -55,6 +56,8 @@ def service_env(name: str, cache_dir: Path, work: Path) -> dict[str, str]:
     prefix = BY_NAME[name].env_prefix
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), f"{prefix}PORT": "0",
            f"{prefix}HOST": "127.0.0.1"}
+    if name == "neural":  # its ONNX graph cache is cold or warm with numba's
+        env["NEURAL_GRAPH_CACHE_DIR"] = str(cache_dir / "onnx-graphs")
     if name == "retrieval":
         env["RETRIEVAL_DATA_DIR"] = str(work / "retrieval-data")
     if name == "orchestrator":

@@ -4,7 +4,8 @@
 # reinstalls nothing:
 #   sh deploy/image.sh deps      # /opt/venv with torch (TORCH_INDEX_URL, TORCH_LOCAL_VERSION),
 #                                # then the run-time set (deploy/requirements-runtime.txt)
-#   sh deploy/image.sh project   # the mesh itself (/src), an import check, the int8 encoder
+#   sh deploy/image.sh project   # the mesh itself (/src), an import check, the int8 encoder,
+#                                # the Connect Four networks' ONNX graphs (/src/models)
 #   sh deploy/image.sh prune     # what no service runs: pip, test suites, C++ headers, test binaries
 # Reads TORCH_INDEX_URL, TORCH_LOCAL_VERSION, PIP_EXTRA_ARGS (word-split: "--find-links /wheels")
 # and, for `project`, EXPECT_TORCH ("cpu" or "cuda": which torch build must have been installed).
@@ -42,6 +43,10 @@ PY
   # packaged weights; without it retrieval falls back to torch.
   (cd /tmp && HF_HUB_OFFLINE=1 "$venv/bin/mcts-mesh" models export-embedder \
      --output /opt/embedder/all-MiniLM-L6-v2-int8.onnx)
+  # The neural service's graph cache (NEURAL_GRAPH_CACHE_DIR's default, relative to /app): with it
+  # a container's first start serves the Connect Four networks before torch is imported.
+  (cd /tmp && "$venv/bin/mcts-mesh" models cache-graphs --models-dir /src/models \
+     --output /opt/graphs)
 }
 
 prune() {

@@ -1,5 +1,5 @@
-"""`models`: the HRM/TRM presets with their parameter counts, and the export of the retrieval
-encoder to int8 ONNX."""
+"""`models`: the HRM/TRM presets with their parameter counts, the export of the retrieval
+encoder to int8 ONNX, and the neural service's cache of Connect Four graphs."""
 
 from __future__ import annotations
 
@@ -25,6 +25,23 @@ def register(sub) -> None:
     export.add_argument("--force", action="store_true",
                         help="export again even when an export of the same weights is there")
     export.set_defaults(func=cmd_models_export_embedder)
+    graphs = models_sub.add_parser(
+        "cache-graphs", help="export every Connect Four network's ONNX graph into the neural "
+                             "service's cache, so that its next start serves them before torch "
+                             "is imported (a start also writes them)")
+    graphs.add_argument("--models-dir", default="models", help="default %(default)s")
+    graphs.add_argument("--output", default="var/neural/onnx-graphs",
+                        help="the cache (NEURAL_GRAPH_CACHE_DIR; default %(default)s)")
+    graphs.set_defaults(func=cmd_models_cache_graphs)
+
+
+def cmd_models_cache_graphs(args) -> int:
+    from services.neural.onnx_graphs import GraphCache
+    from services.neural.runners import cache_graphs
+
+    names = cache_graphs(Path(args.models_dir), GraphCache(Path(args.output)))
+    print(f"{args.output}: the graphs of {len(names)} network(s): {', '.join(names) or 'none'}")
+    return 0
 
 
 def cmd_models_export_embedder(args) -> int:

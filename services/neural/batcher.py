@@ -3,8 +3,10 @@ TorchServe's batch aggregation): requests queue up, and one forward pass runs on
 rows, waiting at most `max_wait_ms` after the first queued request for others to join (the service's
 default is 0: eager batching, where the requests that arrive while a batch runs form the next).
 
-Inference runs in one worker thread under `torch.inference_mode()`, so the event loop keeps
-accepting requests while a batch runs; those requests form the next batch. Each caller gets its own
+Inference runs in one worker thread, so the event loop keeps accepting requests while a batch
+runs; those requests form the next batch. A batch function that runs torch enters
+`torch.inference_mode()` itself (this module imports no torch: the fast start runs onnxruntime
+graphs before torch is imported, `services.neural.fast_start`). Each caller gets its own
 rows back; an error raised by a batch goes to the callers of that batch only.
 """
 
@@ -18,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from libs.errors import Unavailable
 from services.neural import metrics
@@ -191,8 +192,7 @@ class DynamicBatcher:
             start = end
 
     def _infer(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-        with torch.inference_mode():
-            outputs = self._run_batch(*inputs)
+        outputs = self._run_batch(*inputs)
         self.forward_passes += 1
         self.rows_run += len(inputs[0])
         return outputs

@@ -1,10 +1,16 @@
 """Evaluates Connect Four positions with the registry's policy/value networks, batching concurrent
 requests per model (one `DynamicBatcher` each, replaced when the model is reloaded). No gRPC here:
-the servicer validates requests and calls `evaluate`."""
+the servicer validates requests and calls `evaluate`.
+
+No torch here either: the runners come from `services.neural.runners` (imported on the first
+model to prepare), or from the fast start's cached graphs (`services.neural.fast_start`), which
+serve while the complete registry is still loading; a request for a model the partial registry
+lacks waits for the complete one."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import threading
 from collections.abc import Callable
@@ -13,11 +19,10 @@ from typing import Literal
 import numpy as np
 
 from libs.connect4.geometry import STANDARD, Board
-from libs.errors import FailedPrecondition, InvalidArgument, Unavailable
+from libs.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.neural import architectures
 from services.neural.batcher import BatcherPool, DynamicBatcher
-from services.neural.cuda_graphs import GraphedPolicyValue
-from services.neural.models import connect4_pv
-from services.neural.models.connect4_onnx import OnnxPolicyValue
+from services.neural.onnx_graphs import GraphCache
 from services.neural.registry import ModelRegistry, RegisteredModel
 
 log = logging.getLogger(__name__)
@@ -38,25 +43,68 @@ class PositionEvaluator:
         cuda_graphs: on a GPU, replay one CUDA graph per padded batch size
             (`cuda_graphs.GraphedPolicyValue`, captured when the model is prepared) instead of
             launching torch's kernels one by one; torch when a capture fails.
+        graph_cache: where exported ONNX graphs are kept for the next start (None: not kept).
     """
 
     def __init__(self, default_model: str, max_batch: int, max_wait_ms: float,
                  runtime: Literal["onnxruntime", "torch"] = "onnxruntime",
-                 cpu_threads: int = 1, cuda_graphs: bool = False) -> None:
+                 cpu_threads: int = 1, cuda_graphs: bool = False,
+                 graph_cache: GraphCache | None = None) -> None:
         self.default_model = default_model
         self.max_batch = max_batch
         self.max_wait_ms = max_wait_ms
         self.runtime = runtime
         self.cpu_threads = cpu_threads
         self.cuda_graphs = cuda_graphs
+        self.graph_cache = graph_cache
         self._registry: ModelRegistry | None = None
+        self._complete = asyncio.Event()
+        self._failure: str | None = None
         self._batchers = BatcherPool(max_batch, max_wait_ms)
         self._runners: dict[tuple[str, str], Predict] = {}
         self._runners_lock = threading.Lock()
 
-    def install(self, registry: ModelRegistry) -> None:
-        """Makes `registry` the one served (called by the service's ready hook)."""
+    def install(self, registry: ModelRegistry, runners: dict[tuple[str, str], Predict] | None = None
+                ) -> None:
+        """Makes `registry` the one served (called by the service's ready hook); `runners`
+        (name, version) -> predict are used as they are instead of being made (the fast
+        start's onnxruntime sessions). A complete registry releases the requests waiting for
+        one."""
+        if runners:
+            with self._runners_lock:
+                self._runners.update(runners)
         self._registry = registry
+        if registry.complete:
+            self._complete.set()
+
+    def fail(self, reason: str) -> None:
+        """The complete registry will not come (its loading failed after the fast start): the
+        readiness probe reports `reason`, and requests waiting for it get Unavailable."""
+        self._failure = reason
+        self._complete.set()
+
+    async def complete_registry(self) -> ModelRegistry:
+        """The complete registry, once installed (at once when it already is).
+
+        Raises:
+            Unavailable: its loading failed (`fail`).
+        """
+        await self._complete.wait()
+        if self._failure is not None:
+            raise Unavailable(f"the models failed to load: {self._failure}")
+        return self.registry
+
+    async def find_model(self, name: str) -> RegisteredModel:
+        """`model(name)`, waiting for the complete registry when the partial one lacks it.
+
+        Raises: as `model`, and Unavailable when the complete registry failed to load.
+        """
+        registry = self._registry
+        if registry is None or registry.complete or registry.find(name or
+                                                                  self.default_model):
+            return self.model(name)
+        await self.complete_registry()
+        return self.model(name)
 
     def prepare(self, registry: ModelRegistry) -> None:
         """Makes the runner of every policy/value network of `registry` now (the ONNX export
@@ -79,22 +127,9 @@ class PositionEvaluator:
         return found
 
     def _make_runner(self, model: RegisteredModel) -> Predict:
-        module = model.module
-        if self.runtime == "onnxruntime" and model.device == "cpu":
-            try:
-                return OnnxPolicyValue(module, self.cpu_threads).predict
-            except Exception as error:  # an export the installed torch or onnxruntime refuses
-                log.warning("model %s: onnxruntime unavailable (%s: %s); running it with torch",
-                            model.name, type(error).__name__, error)
-        if self.cuda_graphs and model.device != "cpu":
-            try:
-                graphed = GraphedPolicyValue(module, self.max_batch)
-                graphed.capture_all()
-                return graphed.predict
-            except Exception as error:  # a capture this torch or driver refuses
-                log.warning("model %s: CUDA graphs unavailable (%s: %s); running it with torch",
-                            model.name, type(error).__name__, error)
-        return lambda planes, legal: connect4_pv.predict(module, planes, legal)
+        runners = importlib.import_module("services.neural.runners")  # torch: not at start-up
+        return runners.make_runner(model, self.runtime, self.cpu_threads, self.cuda_graphs,
+                                   self.max_batch, self.graph_cache)
 
     @property
     def registry(self) -> ModelRegistry:
@@ -106,7 +141,10 @@ class PositionEvaluator:
     async def readiness(self) -> str | None:
         """The service's readiness probe: None once a registry holding at least one model is
         installed, else why not (still loading, or the models folder held no checkpoint; a later
-        ReloadModel that loads one makes the service ready)."""
+        ReloadModel that loads one makes the service ready; or, after a fast start, the
+        complete registry failed to load)."""
+        if self._failure is not None:
+            return f"the models failed to load: {self._failure}"
         if self._registry is None:
             return "the models are still loading"
         if len(self._registry) == 0:
@@ -140,7 +178,7 @@ class PositionEvaluator:
             model = self.model(name)
             if model.board is None:  # another architecture, or a network of another game
                 kind = ("a network of another game" if model.architecture ==
-                        connect4_pv.ARCHITECTURE else f"a {model.architecture}")
+                        architectures.CONNECT4_PV else f"a {model.architecture}")
                 raise InvalidArgument("model", f"{model.name!r} is {kind}, not a Connect Four "
                                                f"policy/value network")
             if model.board != board:
@@ -188,7 +226,13 @@ class PositionEvaluator:
             Unavailable, NotFound, InvalidArgument("model"), FailedPrecondition: see
                 `network_for`.
         """
-        model = self.network_for(name, board)
+        try:
+            model = self.network_for(name, board)
+        except (NotFound, FailedPrecondition, InvalidArgument):
+            if self._registry is None or self._registry.complete:
+                raise
+            await self.complete_registry()  # the partial registry may lack it: wait, then ask
+            model = self.network_for(name, board)
         run_batch = self._runners.get((model.name, model.version))
         if run_batch is None:  # a model reloaded since `prepare`: its export runs off the loop
             run_batch = await asyncio.to_thread(self.runner, model)

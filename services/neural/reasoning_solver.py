@@ -75,6 +75,11 @@ def solve_batch(module: nn.Module, inputs: np.ndarray, max_segments: np.ndarray,
         halt probabilities float32 [B, S], segments_used int64 [B] (entries past a row's
         segments_used are not part of its answer).
     """
+    with torch.inference_mode():
+        return _solve_batch(module, inputs, max_segments, act, step)
+
+
+def _solve_batch(module, inputs, max_segments, act, step):
     device = next(module.parameters()).device
     tokens = torch.from_numpy(np.ascontiguousarray(inputs)).to(device)
     # max_segments and act stay on the host: run_segments reads their bounds there and moves

@@ -6,33 +6,34 @@ the SHA-256 prefix of its weights (see `services.neural.checkpoint`). A reasonin
 also has a task ("sudoku-6x6", "maze-9x9") read from its checkpoint's metadata
 (`services.neural.reasoning_task`); a game network has none.
 
+This module does not import torch (the service reads its cached ONNX graphs before torch is
+imported: `services.neural.fast_start`); loading a checkpoint does, in `services.neural.loading`.
+
 A reload builds the new model completely (and warms it up) before it replaces the old entry, so a
 corrupt or mismatched checkpoint leaves the previous model serving.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from libs.connect4.geometry import STANDARD, Board
-from libs.errors import FailedPrecondition, NotFound, Unavailable
-from services.neural import metrics
-from services.neural.checkpoint import CheckpointError, load_checkpoint
-from services.neural.models import connect4_pv, hrm, trm
-from services.neural.reasoning_task import GridTask, TaskError, task_from_metadata
+from libs.errors import NotFound, Unavailable
+from services.neural import architectures
+from services.neural.checkpoint_format import CheckpointError
 
-REASONING_ARCHITECTURES = (hrm.ARCHITECTURE, trm.ARCHITECTURE)
+if TYPE_CHECKING:
+    from services.neural.reasoning_task import GridTask
+
+REASONING_ARCHITECTURES = architectures.REASONING
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,13 @@ class RegisteredModel:
     device: str
     metadata: dict[str, Any]
     config: dict[str, Any]
-    module: nn.Module
+    module: Any
+    """The torch module (`torch.nn.Module`); None for an entry of the fast start's partial
+    registry, which only onnxruntime runs (`services.neural.fast_start`)."""
     task: GridTask | None = None
     """What a reasoning model solves; None for a game network."""
+    sha256: str = ""
+    """Hex SHA-256 of the weights (`version` is its prefix); keys the ONNX graph cache."""
 
     @property
     def task_name(self) -> str:
@@ -81,22 +86,6 @@ class RegisteredModel:
         return dict(self._metadata_strings)
 
 
-def select_device(requested: Literal["auto", "cpu", "cuda"]) -> str:
-    """The torch device to load models on: "cuda:<n>" or "cpu".
-
-    "auto" picks CUDA when `torch.cuda.is_available()`, else the CPU.
-    Raises:
-        FailedPrecondition: "cuda" was asked for and torch sees no GPU.
-    """
-    if requested == "cpu":
-        return "cpu"
-    if torch.cuda.is_available():
-        return f"cuda:{torch.cuda.current_device()}"
-    if requested == "cuda":
-        raise FailedPrecondition("device \"cuda\" was requested but torch sees no CUDA device")
-    return "cpu"
-
-
 def board_of_config(architecture: str, config: dict[str, Any]) -> Board | None:
     """The Connect Four board a checkpoint's network plays: a policy/value network's config
     records it as "columns" and "rows" (a config without them, written before boards had a size,
@@ -106,54 +95,9 @@ def board_of_config(architecture: str, config: dict[str, Any]) -> Board | None:
     Raises:
         ValueError: columns or rows outside the limits of `libs.connect4.geometry.Board`.
     """
-    if architecture != connect4_pv.ARCHITECTURE or config.get("actions", 0):
+    if architecture != architectures.CONNECT4_PV or config.get("actions", 0):
         return None
     return Board(config.get("columns", STANDARD.columns), config.get("rows", STANDARD.rows))
-
-
-def load_model(directory: Path, device: str) -> RegisteredModel:
-    """Loads the checkpoint directory `directory` as the model named after it.
-
-    Raises:
-        CheckpointError: the checkpoint cannot be loaded (see `load_checkpoint`), a reasoning
-            model's task is missing, malformed, or does not fit its config (vocabulary, length),
-            or a policy/value network's board is outside the limits.
-    """
-    started = time.perf_counter()
-    checkpoint = load_checkpoint(directory, device=device)
-    try:
-        board = board_of_config(checkpoint.architecture, checkpoint.config)
-    except ValueError as error:
-        raise CheckpointError(f"{directory}: the config's board: {error}") from error
-    task = None
-    if checkpoint.architecture in REASONING_ARCHITECTURES:
-        try:
-            task = task_from_metadata(checkpoint.metadata)
-        except TaskError as error:
-            raise CheckpointError(f"{directory}: {error}") from error
-        if task is not None:
-            config = checkpoint.model.config
-            if (config.vocab_size, config.seq_len) != (task.vocab_size, task.cells):
-                raise CheckpointError(
-                    f"{directory}: task {task.name} needs vocab_size {task.vocab_size} and "
-                    f"seq_len {task.cells}; the config has {config.vocab_size} and "
-                    f"{config.seq_len}")
-    model = RegisteredModel(
-        name=directory.name,
-        version=checkpoint.version,
-        architecture=checkpoint.architecture,
-        parameter_count=sum(p.numel() for p in checkpoint.model.parameters() if p.requires_grad),
-        device=device,
-        metadata=checkpoint.metadata,
-        config=checkpoint.config,
-        module=checkpoint.model,
-        task=task,
-    )
-    metrics.MODEL_LOAD_SECONDS.labels(model.name).set(time.perf_counter() - started)
-    log.info("loaded model %s version %s (%s%s, %d parameters) on %s", model.name, model.version,
-             model.architecture, f", {model.task_name}" if task else
-             (f", {board.name}" if board else ""), model.parameter_count, device)
-    return model
 
 
 class ModelRegistry:
@@ -164,10 +108,14 @@ class ModelRegistry:
     """
 
     def __init__(self, models: dict[str, RegisteredModel], models_dir: Path | None = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", complete: bool = True) -> None:
         self._models = dict(models)
         self.models_dir = models_dir
         self.device = device
+        self.complete = complete
+        """False for the fast start's partial registry (the Connect Four networks whose ONNX
+        graphs were cached), which the complete one replaces once torch has loaded every
+        checkpoint (`services.neural.fast_start`)."""
         self._reload_lock = threading.Lock()
 
     @classmethod
@@ -186,7 +134,7 @@ class ModelRegistry:
         for directory in sorted(models_dir.iterdir()):
             if not directory.is_dir() or directory.name.startswith("."):
                 continue
-            models[directory.name] = load_model(directory, device)
+            models[directory.name] = _loading().load_model(directory, device)
         if not models:
             log.warning("models folder %s holds no checkpoint", models_dir)
         return cls(models, models_dir, device)
@@ -230,7 +178,7 @@ class ModelRegistry:
         if not directory.is_dir():
             raise NotFound(f"no checkpoint directory {directory}")
         with self._reload_lock:
-            model = load_model(directory, self.device)
+            model = _loading().load_model(directory, self.device)
             if warm_up is not None:
                 try:
                     warm_up(model)
@@ -251,3 +199,9 @@ class ModelRegistry:
 
     def __len__(self) -> int:
         return len(self._models)
+
+
+def _loading():
+    """`services.neural.loading` (torch), imported on the first load rather than with this
+    module."""
+    return importlib.import_module("services.neural.loading")

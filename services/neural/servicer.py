@@ -1,12 +1,17 @@
 """gRPC edge of the neural service: validates requests, turns protos into calls of the
 `PositionEvaluator` (Connect Four), the `ReasoningSolver` (HRM/TRM on grids) and the registry's
-reload, and back. Errors are domain errors; libs.server maps them to status codes."""
+reload, and back. Errors are domain errors; libs.server maps them to status codes.
+
+No torch is imported here: what needs it (the solver, the routers, a reload's warm-up) comes
+through `torch_side.TorchSide` once torch has loaded the models, and a request that needs it
+waits for it (`services.neural.fast_start`)."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mesh.neural.v1 import neural_service_pb2, neural_service_pb2_grpc
@@ -16,11 +21,13 @@ from libs.connect4.geometry import Board
 from libs.connect4_messages import board_message, parse_board, parse_position
 from libs.errors import FailedPrecondition, InvalidArgument
 from libs.telemetry import set_work_attributes
+from services.neural import architectures
 from services.neural.evaluator import PositionEvaluator
-from services.neural.models import router_gru, router_text
-from services.neural.reasoning_solver import ReasoningSolver, Solution
 from services.neural.registry import RegisteredModel
-from services.neural.warmup import warm_up
+from services.neural.torch_side import TorchSide
+
+if TYPE_CHECKING:
+    from services.neural.reasoning_solver import Solution
 
 MAX_POSITIONS = 1024
 HALTING_MODES = {
@@ -118,22 +125,24 @@ def parse_query(query: str) -> str:
     """The query of a PredictTextRoute request.
 
     Raises:
-        InvalidArgument("query"): empty, blank, or longer than `router_text.MAX_QUERY_CHARS`.
+        InvalidArgument("query"): empty, blank, or longer than
+            `architectures.TEXT_ROUTER_MAX_QUERY_CHARS`.
     """
     if not query.strip():
         raise InvalidArgument("query", "a non-blank query is required")
-    if len(query) > router_text.MAX_QUERY_CHARS:
+    if len(query) > architectures.TEXT_ROUTER_MAX_QUERY_CHARS:
         raise InvalidArgument("query", f"{len(query)} characters; at most "
-                                       f"{router_text.MAX_QUERY_CHARS}")
+                                       f"{architectures.TEXT_ROUTER_MAX_QUERY_CHARS}")
     return query
 
 
 class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
-    """NeuralService over a `PositionEvaluator` and a `ReasoningSolver` sharing one registry."""
+    """NeuralService over a `PositionEvaluator` and, once torch has loaded the models, the
+    `TorchSide`'s solver and routers (sharing the evaluator's registry)."""
 
-    def __init__(self, evaluator: PositionEvaluator, solver: ReasoningSolver) -> None:
+    def __init__(self, evaluator: PositionEvaluator, torch_side: TorchSide) -> None:
         self._evaluator = evaluator
-        self._solver = solver
+        self._torch = torch_side
         self._model_messages: dict[str, tuple[RegisteredModel, neural_service_pb2.Model]] = {}
 
     def _model_message(self, model: RegisteredModel) -> neural_service_pb2.Model:
@@ -148,7 +157,7 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
     async def EvaluatePositions(self, request, context):
         # Resolve a named model first: an unknown model is NOT_FOUND whatever the positions are.
         if request.model:
-            self._evaluator.model(request.model)
+            await self._evaluator.find_model(request.model)
         board, planes, legal = parse_positions(request.positions)
         model, policy, value = await self._evaluator.evaluate(request.model, planes, legal,
                                                               board)
@@ -163,22 +172,24 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
         return response
 
     async def ListModels(self, request, context):
+        registry = await self._evaluator.complete_registry()
         return neural_service_pb2.ListModelsResponse(
-            models=[model_proto(model) for model in self._evaluator.registry.list()]
+            models=[model_proto(model) for model in registry.list()]
         )
 
     async def GetModel(self, request, context):
         if not request.name:
             raise InvalidArgument("name", "a model name is required")
-        return neural_service_pb2.GetModelResponse(model=model_proto(self._evaluator.model(
-            request.name)))
+        return neural_service_pb2.GetModelResponse(model=model_proto(
+            await self._evaluator.find_model(request.name)))
 
     async def Solve(self, request, context):
         mode = HALTING_MODES.get(request.halting_mode)
         if mode is None:
             raise InvalidArgument("halting_mode", f"unknown halting mode {request.halting_mode}")
         max_segments = request.max_segments if request.HasField("max_segments") else None
-        solution = await self._solver.solve(request.model, request.grid, mode, max_segments)
+        ops = await self._torch.get()
+        solution = await ops.solver.solve(request.model, request.grid, mode, max_segments)
         set_work_attributes({"mesh.neural.model": solution.model.name,
                              "mesh.neural.batch_size": 1,
                              "mesh.neural.segments": solution.segments_used})
@@ -192,21 +203,23 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
             # message quotes only its start so the error stays small.
             raise InvalidArgument("name", f"{request.name[:100]!r} is not a checkpoint directory "
                                           "name (1-100 letters, digits, '.', '_', '-'; no path)")
-        registry = self._evaluator.registry
-        model = await asyncio.to_thread(registry.reload, request.name, warm_up)
+        ops = await self._torch.get()
+        registry = await self._evaluator.complete_registry()
+        model = await asyncio.to_thread(registry.reload, request.name, ops.warm_up)
         return neural_service_pb2.ReloadModelResponse(model=model_proto(model))
 
     async def PredictRoute(self, request, context):
         if not request.model:
             raise InvalidArgument("model", "a meta-controller model name is required")
+        ops = await self._torch.get()
         model = self._evaluator.registry.get(request.model)
-        if model.architecture != router_gru.ARCHITECTURE:
+        if model.architecture != architectures.ROUTER_GRU:
             raise FailedPrecondition(f"model {model.name!r} is a {model.architecture}, not a "
-                                     f"meta-controller ({router_gru.ARCHITECTURE})")
-        config: router_gru.RouterGRUConfig = model.module.config
+                                     f"meta-controller ({architectures.ROUTER_GRU})")
+        config = model.module.config  # router_gru.RouterGRUConfig
         steps = parse_steps(request.steps, config.num_features)
         # A GRU of a few thousand weights over a few steps: tens of microseconds, run inline.
-        probabilities = router_gru.predict(model.module, steps)
+        probabilities = ops.predict_route(model, steps)
         set_work_attributes({"mesh.neural.model": model.name,
                              "mesh.neural.route_steps": len(steps)})
         return neural_service_pb2.PredictRouteResponse(
@@ -218,13 +231,14 @@ class NeuralServicer(neural_service_pb2_grpc.NeuralServiceServicer):
         if not request.model:
             raise InvalidArgument("model", "a text router model name is required")
         query = parse_query(request.query)
+        ops = await self._torch.get()
         model = self._evaluator.registry.get(request.model)
-        if model.architecture != router_text.ARCHITECTURE:
+        if model.architecture != architectures.ROUTER_TEXT:
             raise FailedPrecondition(f"model {model.name!r} is a {model.architecture}, not a "
-                                     f"text router ({router_text.ARCHITECTURE})")
-        config: router_text.RouterTextConfig = model.module.config
+                                     f"text router ({architectures.ROUTER_TEXT})")
+        config = model.module.config  # router_text.RouterTextConfig
         # A 6-layer encoder over up to 128 word pieces: milliseconds of CPU, off the event loop.
-        probabilities = await asyncio.to_thread(router_text.predict, model.module, query)
+        probabilities = await asyncio.to_thread(ops.predict_text_route, model, query)
         set_work_attributes({"mesh.neural.model": model.name})
         return neural_service_pb2.PredictTextRouteResponse(
             routes=[neural_service_pb2.RouteProbability(route=route, probability=p)

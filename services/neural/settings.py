@@ -45,6 +45,14 @@ class NeuralSettings(ServiceSettings):
     """What runs the Connect Four policy/value networks on the CPU: onnxruntime (an export made
     in memory when a model loads; about 7x less CPU than torch at batch 1, 2x at batch 64) or
     torch. On a GPU they always run in torch."""
+    fast_start: bool = True
+    """On the CPU, report SERVING as soon as the Connect Four networks run from their cached ONNX
+    graphs, before torch is imported, and load every checkpoint with torch in the background
+    (`services/neural/fast_start.py`); requests for other models wait for them. Off: load
+    everything, then serve."""
+    graph_cache_dir: Path = Path("var/neural/onnx-graphs")
+    """Where exported ONNX graphs of the Connect Four networks are cached, keyed by the weights'
+    SHA-256 (relative to the working directory); written when a start exports them."""
     cuda_graphs: bool = True
     """On a GPU, run the Connect Four policy/value networks and the HRM/TRM segments by replaying
     CUDA graphs, one per padded batch size (`services/neural/cuda_graphs.py`), instead of

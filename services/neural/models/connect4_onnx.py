@@ -7,7 +7,8 @@ one such call, and PUCT searches make many, so on the CPU the neural service run
 through onnxruntime by default (`NeuralSettings.pv_runtime`). The graph is exported from the loaded
 module in memory (`torch.onnx.export`, TorchScript exporter, opset 17), with the softmax over legal
 columns inside it, so it returns exactly what `connect4_pv.predict` returns (within float32
-rounding; `tests/unit/neural/test_connect4_onnx.py`). Nothing is written to disk or downloaded.
+rounding; `tests/unit/neural/test_connect4_onnx.py`). Nothing is downloaded; the service caches
+the exported graphs on disk (`services.neural.onnx_graphs.GraphCache`) to start without torch.
 """
 
 from __future__ import annotations
@@ -15,14 +16,37 @@ from __future__ import annotations
 import io
 import warnings
 
-import numpy as np
 import torch
 
 from services.neural.models.connect4_pv import PLANES, Connect4PV, PolicyValueProbabilities
+from services.neural.onnx_graphs import OnnxGraphSession
 
 
-class OnnxPolicyValue:
-    """A `Connect4PV` exported to ONNX and run by an onnxruntime CPU session.
+def export_graph(network: Connect4PV) -> bytes:
+    """`network` (on the CPU, in eval mode; not changed) exported to ONNX, with the softmax over
+    legal columns inside (`services.neural.onnx_graphs.GRAPH_FORMAT` describes the graph).
+
+    Raises:
+        RuntimeError (or the exporter's errors): the installed torch cannot export it.
+    """
+    config = network.config
+    planes = torch.zeros((1, PLANES, config.rows, config.columns), dtype=torch.float32)
+    legal = torch.ones((1, config.policy_size), dtype=torch.bool)
+    graph = io.BytesIO()
+    batch = {0: "batch"}
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
+        torch.onnx.export(PolicyValueProbabilities(network).eval(), (planes, legal), graph,
+                          input_names=["planes", "legal"], output_names=["policy", "value"],
+                          dynamic_axes={"planes": batch, "legal": batch, "policy": batch,
+                                        "value": batch},
+                          opset_version=17, dynamo=False)
+    return graph.getvalue()
+
+
+class OnnxPolicyValue(OnnxGraphSession):
+    """A `Connect4PV` exported to ONNX (`export_graph`) and run by an onnxruntime CPU session;
+    `graph` holds the exported bytes (what `onnx_graphs.GraphCache` stores).
 
     Args:
         network: the loaded network (on the CPU, in eval mode); it is not changed.
@@ -32,32 +56,4 @@ class OnnxPolicyValue:
     """
 
     def __init__(self, network: Connect4PV, threads: int = 1) -> None:
-        import onnxruntime
-
-        config = network.config
-        planes = torch.zeros((1, PLANES, config.rows, config.columns), dtype=torch.float32)
-        legal = torch.ones((1, config.policy_size), dtype=torch.bool)
-        graph = io.BytesIO()
-        batch = {0: "batch"}
-        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
-            torch.onnx.export(PolicyValueProbabilities(network).eval(), (planes, legal), graph,
-                              input_names=["planes", "legal"], output_names=["policy", "value"],
-                              dynamic_axes={"planes": batch, "legal": batch, "policy": batch,
-                                            "value": batch},
-                              opset_version=17, dynamo=False)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self._session = onnxruntime.InferenceSession(graph.getvalue(), options,
-                                                     providers=["CPUExecutionProvider"])
-
-    def predict(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """As `connect4_pv.predict`: planes float32 [B, 2, H, W], legal bool [B, W] (the network's
-        board) -> policy float32 [B, W] (0 on illegal columns, rows sum to 1) and value float32
-        [B] in [-1, 1]."""
-        policy, value = self._session.run(
-            None, {"planes": np.ascontiguousarray(planes, dtype=np.float32),
-                   "legal": np.ascontiguousarray(legal, dtype=np.bool_)})
-        return policy, value
+        super().__init__(export_graph(network), threads)

@@ -21,7 +21,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-ARCHITECTURE = "connect4_pv"
+from services.neural import architectures
+
+ARCHITECTURE = architectures.CONNECT4_PV
 ROWS = 6
 """Rows of the standard board (the config's default)."""
 COLUMNS = 7

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from services.neural import architectures
 from services.neural.models.reasoning_layers import (
     POSITION_ENCODINGS,
     InputEncoder,
@@ -35,7 +36,7 @@ from services.neural.models.reasoning_layers import (
     truncated_normal_,
 )
 
-ARCHITECTURE = "hrm"
+ARCHITECTURE = architectures.HRM
 Q_HEAD_INIT_BIAS = -5.0
 """Initial bias of both Q logits (weights start at zero): sigmoid(-5) ~ 0.007, so the model
 starts confident that halting is wrong, and Q-learning bootstraps from near zero."""

