@@ -106,6 +106,7 @@ def time_mesh(cache_dir: Path, work: Path) -> float:
     started = time.perf_counter()
     mesh = start_mesh(port_base=0, rest_port=None, log_dir=work / "mesh-logs",
                       env={"NUMBA_CACHE_DIR": str(cache_dir),
+                           "NEURAL_GRAPH_CACHE_DIR": str(cache_dir / "onnx-graphs"),
                            "RETRIEVAL_DATA_DIR": str(work / "mesh-retrieval")})
     seconds = time.perf_counter() - started
     mesh.stop()

@@ -107,6 +107,9 @@ def _write_atomically(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
+        # mkstemp's 0600 would hide the graphs from the service's user where another user
+        # wrote them (the image's build runs as root, its containers as uid 10001).
+        os.chmod(temporary, 0o644)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -46,7 +46,10 @@ def test_the_cache_reads_what_it_wrote_and_nothing_else(tmp_path):
     assert cache.read(SHA) == (b"graph bytes", {"sha256": SHA, "graph_format":
                                                 onnx_graphs.GRAPH_FORMAT, "parameter_count": 1234})
     assert cache.read("cd" * 32) is None
-    assert not [p for p in (tmp_path / "graphs").iterdir() if p.name.startswith(".")]
+    files = list((tmp_path / "graphs").iterdir())
+    assert not [p for p in files if p.name.startswith(".")]
+    # Readable by every user: the image writes them as root, its services run as uid 10001.
+    assert {p.stat().st_mode & 0o777 for p in files} == {0o644}
 
 
 def test_a_graph_of_another_format_is_not_read(tmp_path, monkeypatch):
