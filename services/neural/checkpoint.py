@@ -32,15 +32,15 @@ from services.neural.checkpoint_format import (
     VERSION_LENGTH,
     WEIGHTS_FILE,
     CheckpointError,
-    check_not_pickle,
     file_sha256,
-    read_config,
+    read_checked,
 )
 from services.neural.models import ARCHITECTURES
 
 __all__ = ["CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "VERSION_LENGTH", "WEIGHTS_FILE",
            "Checkpoint", "CheckpointError", "file_sha256", "load_checkpoint", "replace_checkpoint",
            "save_checkpoint"]
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -169,17 +169,7 @@ def load_checkpoint(directory: Path | str, device: str = "cpu") -> Checkpoint:
             architecture.
     """
     directory = Path(directory)
-    document = read_config(directory)
-    weights = directory / str(document["weights"].get("file", WEIGHTS_FILE))
-    if not weights.is_file():
-        raise CheckpointError(f"{weights}: missing")
-    check_not_pickle(weights)
-    sha256 = file_sha256(weights)
-    expected = document["weights"].get("sha256")
-    if expected != sha256:
-        raise CheckpointError(f"{weights}: SHA-256 {sha256[:VERSION_LENGTH]}... differs from "
-                              f"{CONFIG_FILE}'s {str(expected)[:VERSION_LENGTH]}...; the weights "
-                              "are corrupt or belong to another config")
+    document, weights, sha256 = read_checked(directory)
     architecture = ARCHITECTURES.get(document["architecture"])
     if architecture is None:
         raise CheckpointError(f"{directory}: unknown architecture {document['architecture']!r}; "

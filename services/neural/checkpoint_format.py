@@ -79,3 +79,25 @@ def check_not_pickle(path: Path) -> None:
     if head.startswith(_ZIP_MARK) or head.startswith(_PICKLE_PROTOCOL_MARK):
         raise CheckpointError(f"{path}: is a pickle or torch.save archive; pickled checkpoints are "
                               "refused (they can run code on load); save as safetensors")
+
+
+def read_checked(directory: Path) -> tuple[dict[str, Any], Path, str]:
+    """A checkpoint directory's config.json, its weights file and their SHA-256, checked without
+    reading the weights as tensors.
+
+    Raises:
+        CheckpointError: the config fails `read_config`, the weights file is missing or a
+            pickle, or its SHA-256 differs from the config's.
+    """
+    document = read_config(directory)
+    weights = directory / str(document["weights"].get("file", WEIGHTS_FILE))
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing")
+    check_not_pickle(weights)
+    sha256 = file_sha256(weights)
+    expected = document["weights"].get("sha256")
+    if expected != sha256:
+        raise CheckpointError(f"{weights}: SHA-256 {sha256[:VERSION_LENGTH]}... differs from "
+                              f"{CONFIG_FILE}'s {str(expected)[:VERSION_LENGTH]}...; the weights "
+                              "are corrupt or belong to another config")
+    return document, weights, sha256

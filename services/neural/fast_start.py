@@ -29,14 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from services.neural import architectures
-from services.neural.checkpoint_format import (
-    VERSION_LENGTH,
-    WEIGHTS_FILE,
-    CheckpointError,
-    check_not_pickle,
-    file_sha256,
-    read_config,
-)
+from services.neural.checkpoint_format import VERSION_LENGTH, CheckpointError, read_checked
 from services.neural.onnx_graphs import GraphCache, OnnxGraphSession
 from services.neural.registry import ModelRegistry, RegisteredModel, board_of_config
 from services.neural.settings import NeuralSettings
@@ -98,14 +91,7 @@ def _network(directory: Path, cache: GraphCache, threads: int
         ValueError: the config's board is outside the limits.
         RuntimeError: onnxruntime refused the cached graph.
     """
-    document = read_config(directory)
-    weights = directory / str(document["weights"].get("file", WEIGHTS_FILE))
-    if not weights.is_file():
-        raise CheckpointError(f"{weights}: missing")
-    check_not_pickle(weights)
-    sha256 = file_sha256(weights)
-    if sha256 != document["weights"].get("sha256"):
-        raise CheckpointError(f"{weights}: SHA-256 differs from its config")
+    document, _, sha256 = read_checked(directory)
     board = board_of_config(document["architecture"], document["config"])
     if board is None:
         return None
