@@ -44,7 +44,8 @@ def _add_reasoning_arguments(train) -> None:
     train.add_argument("--blanks", type=int, default=16, help="trm/hrm: blanks per Sudoku puzzle")
     train.add_argument("--init-from", default=None,
                        help="trm/hrm: continue from the weights of this checkpoint directory "
-                            "(same preset)")
+                            "(same preset, or one for another grid size with weights of the same "
+                            "shapes: hrm-cpu-maze9 -> hrm-cpu-maze11)")
     train.add_argument("--task", choices=["sudoku", "maze"], default=None,
                        help="trm/hrm: what to generate (default: from the preset's vocabulary and "
                             "length; trm-mlp-cpu-maze9 trains on 9x9-grid mazes)")

@@ -36,7 +36,10 @@ class ReasoningConfig:
     generated Sudoku. ema_rate None means 0.999 for TRM and no EMA for HRM (as the references).
     time_limit_s: stop after this many seconds of training (None: no limit). data_workers:
     processes generating the training puzzles ahead of the steps (`TrainingSettings`).
-    init_from: a checkpoint directory of the same preset whose weights the run starts from.
+    init_from: a checkpoint directory whose weights the run starts from: of the same preset, or of
+    a preset that differs only in `seq_len` with weights of the same shapes (a curriculum from a
+    smaller grid, e.g. `hrm-cpu-maze9` to `hrm-cpu-maze11`: attention's weights do not depend on
+    the length, a TRM-MLP's do).
     """
 
     model: str
@@ -145,13 +148,15 @@ def train_reasoning(config: ReasoningConfig) -> dict[str, Any]:
     evaluations ("paper" and "act", each with exact_by_segment and segment_gain); for mazes also
     "paper_exact_by_path_length" (`exact_by_path_length`).
 
-    `init_from` continues from the weights of a checkpoint directory of the same preset (the
-    weights it holds: the EMA average for TRM); the optimizer, its warm-up and the EMA start
-    afresh, and the checkpoint's metadata records where it started.
+    `init_from` continues from the weights of a checkpoint directory of the same preset, or of one
+    whose config differs only in `seq_len` and whose weights have this preset's shapes (a
+    curriculum over grid sizes; the weights it holds: the EMA average for TRM); the optimizer,
+    its warm-up and the EMA start afresh, and the checkpoint's metadata records where it started.
 
     Raises:
         ValueError: `model` not "trm"/"hrm", or it is not the preset's architecture, or the
-            preset does not fit the task, or `init_from` holds another architecture or config.
+            preset does not fit the task, or `init_from` holds another architecture, a config
+            that differs in more than `seq_len`, or weights of other shapes.
         services.neural.checkpoint.CheckpointError: `init_from` cannot be loaded.
         services.neural.models.presets.UnknownPreset: unknown preset.
     """
@@ -180,12 +185,24 @@ def _load_initial_weights(network: nn.Module, config: ReasoningConfig, model_con
     records about the start. Raises ValueError for another architecture or config."""
     start = load_checkpoint(config.init_from)
     expected = json.loads(json.dumps(asdict(model_config)))
-    if start.architecture != config.model or start.config != expected:
+    if start.architecture != config.model or _without_length(start.config) != _without_length(
+            expected):
         raise ValueError(f"{config.init_from} holds a {start.architecture} checkpoint of another "
                          f"config than preset {config.preset!r}")
-    network.load_state_dict(start.model.state_dict())
+    weights = start.model.state_dict()
+    shapes = {name: tuple(tensor.shape) for name, tensor in network.state_dict().items()}
+    if {name: tuple(tensor.shape) for name, tensor in weights.items()} != shapes:
+        raise ValueError(f"{config.init_from} holds weights of other shapes than preset "
+                         f"{config.preset!r} (its seq_len {start.config.get('seq_len')}, this "
+                         f"preset's {expected.get('seq_len')})")
+    network.load_state_dict(weights)
     return {"init_from": str(config.init_from), "init_step": start.metadata.get("step"),
             "init_version": start.version}
+
+
+def _without_length(model_config: dict[str, Any]) -> dict[str, Any]:
+    """A model config without its `seq_len`, the one field a curriculum over grid sizes changes."""
+    return {key: value for key, value in model_config.items() if key != "seq_len"}
 
 
 def _summary(config: ReasoningConfig, generated: SudokuTask | MazeTask, network: nn.Module,

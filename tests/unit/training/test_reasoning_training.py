@@ -469,6 +469,30 @@ def test_train_reasoning_continues_from_a_checkpoint_of_the_same_preset(tmp_path
             progress=False, init_from=first["checkpoint"]))
 
 
+def test_an_hrm_continues_on_a_larger_grid_and_a_trm_mlp_cannot(tmp_path):
+    """A curriculum over grid sizes: the HRM's weights do not depend on the length, so a 9x9-maze
+    checkpoint starts an 11x11-maze run with exactly its weights; a TRM-MLP's token mixing does."""
+    torch.set_num_threads(1)
+    small = train_reasoning(ReasoningConfig(
+        "hrm", "hrm-cpu-maze9", tmp_path / "a", steps=1, batch_size=2, eval_every=0,
+        eval_puzzles=2, eval_segments=1, progress=False))
+    larger = train_reasoning(ReasoningConfig(
+        "hrm", "hrm-cpu-maze11", tmp_path / "b", steps=0, batch_size=2, eval_every=0,
+        eval_puzzles=2, eval_segments=1, progress=False, init_from=small["checkpoint"]))
+    start, continued = load_checkpoint(small["checkpoint"]), load_checkpoint(larger["checkpoint"])
+    assert continued.model.config.seq_len == 121 and start.model.config.seq_len == 81
+    for name, tensor in start.model.state_dict().items():
+        assert torch.equal(tensor, continued.model.state_dict()[name]), name
+    assert continued.metadata["init_from"] == small["checkpoint"]
+    trm_small = train_reasoning(ReasoningConfig(
+        "trm", "trm-mlp-cpu-maze9", tmp_path / "c", steps=0, batch_size=2, eval_every=0,
+        eval_puzzles=2, eval_segments=1, progress=False))
+    with pytest.raises(ValueError, match="weights of other shapes"):
+        train_reasoning(ReasoningConfig(
+            "trm", "trm-mlp-cpu-maze11", tmp_path / "d", steps=0, eval_every=0, eval_puzzles=2,
+            progress=False, init_from=trm_small["checkpoint"]))
+
+
 # --- CI-sized learning: a tiny TRM solves easy 6x6 Sudoku after a few dozen steps ---------------
 
 
