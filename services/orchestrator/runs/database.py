@@ -2,15 +2,21 @@
 (a corrupt file, a newer schema, a database that is not a run store: StoreError, nothing written),
 the Alembic migration to the head revision, and transactions run on a thread pool.
 
+Writes of one process go through one writer thread that commits the writes queued meanwhile in
+one transaction (`group_commit`), on both databases: SQLite has one writer at a time anyway, and on
+PostgreSQL a batch's runs all update their batch's row, which a transaction per write held locked
+until its own commit, one write after another.
+
 SQLite: one file (its folder created), WAL journal (persistent, set once checked), writers
-serialised by BEGIN IMMEDIATE (several threads of one process; workers of several processes would
-contend for one lock). PostgreSQL (`postgresql://` or `postgresql+psycopg://`, psycopg 3): row
-locks, `FOR UPDATE SKIP LOCKED` for leases, so that replicas share the queue.
+serialised by BEGIN IMMEDIATE (workers of several processes would contend for one lock).
+PostgreSQL (`postgresql://` or `postgresql+psycopg://`, psycopg 3): row locks, `FOR UPDATE SKIP
+LOCKED` for leases, so that replicas share the queue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import sqlite3
@@ -62,28 +68,35 @@ def _shown(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-class Database:
-    """An engine and the thread pool its transactions run on. `write` and `read` run a function
-    of a Connection in one transaction (SQLite: writes take the write lock at BEGIN) and map a
-    lost or refused connection to Unavailable."""
+GroupScope = Callable[[Connection], contextlib.AbstractContextManager[Any]]
 
-    def __init__(self, url: URL, *, pool_size: int = 8) -> None:
+
+class Database:
+    """An engine, its writer thread and the thread pool its reads run on. `write` and `read` run
+    a function of a Connection in one transaction (SQLite: writes take the write lock at BEGIN)
+    and map a lost or refused connection to Unavailable.
+
+    Args:
+        url: the parsed URL (`parse_url`).
+        pool_size: read threads and pooled connections (+ one for the writer).
+        group_scope: entered around a group's writes inside its transaction (the run store
+            writes a group's batch events last, in its exit); none by default.
+    """
+
+    def __init__(self, url: URL, *, pool_size: int = 8,
+                 group_scope: GroupScope | None = None) -> None:
         self.url = url
         self.shown = _shown(url)
         self.is_sqlite = url.get_backend_name() == "sqlite"
         self.engine = _engine(url, pool_size)
+        self._group_scope = group_scope or (lambda _connection: contextlib.nullcontext())
         self._pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="run-store")
-        # SQLite has one writer at a time: writes queue on one thread, several per transaction.
-        self._writer = GroupWriter(self._group, functools.partial(self._transaction, True)) \
-            if self.is_sqlite else None
+        self._writer = GroupWriter(self._group, functools.partial(self._transaction, True))
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs fn(connection, *args) in a write transaction; one retry after a unique-key race
         (an idempotent create that lost it finds the winner's row the second time)."""
-        if self._writer is not None:
-            return await self._writer.write(fn, args)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._transaction, True, fn, args)
+        return await self._writer.write(fn, args)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs fn(connection, *args) in a read transaction."""
@@ -114,7 +127,7 @@ class Database:
         try:
             with self.engine.connect() as connection:
                 connection.execution_options(**{_IMMEDIATE: True})
-                with connection.begin():
+                with connection.begin(), self._group_scope(connection):
                     return [fn(connection, *args) for fn, args in jobs]
         except (OperationalError, InterfaceError) as error:
             raise Unavailable(f"run store {self.shown} unavailable: "
@@ -132,8 +145,7 @@ class Database:
     def close(self) -> None:
         """Closes the pool's connections and threads."""
         self._pool.shutdown(wait=True)
-        if self._writer is not None:
-            self._writer.close()
+        self._writer.close()
         self.engine.dispose()
 
 
@@ -145,9 +157,9 @@ def _engine(url: URL, pool_size: int) -> Engine:
     if url.get_backend_name() != "sqlite":
         # No ping per checkout (a round trip per transaction): a dropped connection fails its
         # transaction once, and SQLAlchemy then renews every pooled connection.
-        return create_engine(url, pool_size=pool_size, max_overflow=0,
+        return create_engine(url, pool_size=pool_size + 1, max_overflow=0,  # + the writer's
                              connect_args={"connect_timeout": 5})
-    engine = create_engine(url, pool_size=pool_size + 1, max_overflow=0,  # + the writer's
+    engine = create_engine(url, pool_size=pool_size + 1, max_overflow=0,
                            connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
@@ -166,7 +178,8 @@ def _engine(url: URL, pool_size: int) -> Engine:
     return engine
 
 
-def open_database(url: str, *, pool_size: int = 8) -> Database:
+def open_database(url: str, *, pool_size: int = 8,
+                  group_scope: GroupScope | None = None) -> Database:
     """Opens the database of `url` and migrates it to the head revision.
 
     Raises StoreError naming the file or URL for an unsupported URL, a file that is not a SQLite
@@ -176,7 +189,7 @@ def open_database(url: str, *, pool_size: int = 8) -> Database:
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         _check_sqlite_file(Path(parsed.database))
-    database = Database(parsed, pool_size=pool_size)
+    database = Database(parsed, pool_size=pool_size, group_scope=group_scope)
     try:
         _migrate(database)
         if database.is_sqlite:  # after the checks: it rewrites the file's header

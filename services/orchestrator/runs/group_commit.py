@@ -1,7 +1,9 @@
-"""Group commit of a SQLite run store's writes: one writer thread, several writes per transaction.
+"""Group commit of the run store's writes: one writer thread, several writes per transaction.
 
 SQLite has one writer at a time, and a commit costs more than a run's statements (its pages go to
-the write-ahead log). The writes queued while a transaction runs go together in the next one: each
+the write-ahead log); on PostgreSQL every run of a batch updates the batch's row, held locked from
+that update to the commit, so one transaction per write serialised a batch's writes on their
+commits. The writes queued while a transaction runs go together in the next one: each
 write function runs in order in that transaction, then one COMMIT, then each caller gets its own
 result, only once committed. A write that raises rolls the whole transaction back, and the group's
 writes are then run again one transaction each, so that one refused write (a NotFound, a

@@ -61,7 +61,8 @@ class RunStore:
         Raises StoreError naming the file or URL (password masked) for an unsupported URL, a
         corrupt file, a newer schema revision or a database that is not a run store; nothing is
         written then. Raises Unavailable when a PostgreSQL server cannot be reached."""
-        database = await asyncio.to_thread(open_database, url, pool_size=pool_size)
+        database = await asyncio.to_thread(open_database, url, pool_size=pool_size,
+                                           group_scope=writes.batch_events_last)
         return cls(database, clock=clock, batch_max_items=batch_max_items,
                    batch_max_bytes=batch_max_bytes)
 

@@ -5,13 +5,16 @@ Every state change writes its STATE_CHANGED event in the same transaction (per-r
 per-batch sequence for a batch's runs), so a watcher never sees a state without its event. Rows
 are locked run first, then batch, everywhere, so that concurrent writers cannot deadlock; under
 `transaction` a write's batch events are written last, all of a batch's in one statement, so that
-the batch's row (which every run of the batch updates) stays locked only until the commit.
+the batch's row (which every run of the batch updates) stays locked only until the commit; under
+`batch_events_last` a group of writes committed together (`group_commit`) writes them once, after
+its last write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from sqlalchemy import Connection, Row, delete, insert, select, update
 
@@ -37,13 +40,24 @@ BATCH_EVENTS = "run_store_batch_events"
 
 def transaction(connection: Connection, fn, *args):
     """(fn(connection, *args), the run events it wrote) with its batch events written after it
-    (see the module docstring): how RunStore runs every write function."""
+    (see the module docstring): how RunStore runs every write function. Inside
+    `batch_events_last` (a group of writes in one transaction) the group writes them, after its
+    last write."""
+    if BATCH_EVENTS in connection.info:
+        return recent.collecting(connection, fn, *args)
+    with batch_events_last(connection):
+        return recent.collecting(connection, fn, *args)
+
+
+@contextlib.contextmanager
+def batch_events_last(connection: Connection) -> Iterator[None]:
+    """Queues the batch events of the writes made inside it and writes them on its exit (none
+    when it exits by an error): each batch's row is updated once, last, by the whole group."""
     queued: list[BatchEvent] = []
     connection.info[BATCH_EVENTS] = queued
     try:
-        result, published = recent.collecting(connection, fn, *args)
+        yield
         _write_batch_events(connection, queued)
-        return result, published
     finally:
         connection.info.pop(BATCH_EVENTS, None)
 

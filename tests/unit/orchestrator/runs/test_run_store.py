@@ -6,6 +6,7 @@ by an injected clock, idempotent creates, pages, ownership, batches and retentio
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 
 import pytest
@@ -250,6 +251,36 @@ async def test_a_batch_counts_its_runs_derives_its_state_and_numbers_its_events(
     assert await store.counts_by_state(batch.name) == {Q: 0, R: 0, S: 1, F: 1, C: 0}
     with pytest.raises(FailedPrecondition):
         await store.cancel_batch(batch.name, "k")
+
+
+async def test_writes_committed_together_number_their_batch_events_and_end_the_batch(store):
+    """Writes queued while the writer is busy commit in one transaction (group commit), which
+    writes their batch events once, after its last write: still gapless, in the writes' order,
+    and the batch ends with the group that ends its last run."""
+    batch = await store.create_batch("k", [("solve", b"a"), ("solve", b"b"), ("solve", b"c")],
+                                     None)
+    leased = [await store.lease(f"w{i}", 30) for i in range(3)]
+    entered, release = threading.Event(), threading.Event()
+
+    def held(connection):
+        entered.set()
+        release.wait(10)
+
+    busy = asyncio.ensure_future(store._database.write(writes.transaction, held))
+    await asyncio.to_thread(entered.wait, 10)
+    ends = [asyncio.ensure_future(store.finish(run.name, f"w{i}", S, b"ok", None,
+                                               [("solve_progress", b"p")]))
+            for i, run in enumerate(leased)]
+    await asyncio.sleep(0)  # the three finishes queued behind the held write
+    release.set()
+    await busy
+    assert await asyncio.gather(*ends) == [True, True, True]
+    done = await store.get_batch(batch.name, "k")
+    assert (done.state, done.counts[S], done.last_event_sequence) == (S, 3, 6)
+    assert done.end_time is not None
+    events = await store.batch_events_after(batch.name, 0)
+    assert [e.sequence for e in events] == [1, 2, 3, 4, 5, 6]
+    assert [(e.run, e.state) for e in events[3:]] == [(run.name, S) for run in leased]
 
 
 async def test_cancelling_a_batch_cancels_what_has_not_ended(store: RunStore):

@@ -1,6 +1,6 @@
-"""Group commit of the SQLite run store's writes: the writes queued while one runs go together in
-one transaction, each caller gets its own result only once committed, and one refused write
-leaves the others of its group written and gets its own error."""
+"""Group commit of the run store's writes (SQLite and PostgreSQL): the writes queued while one
+runs go together in one transaction, each caller gets its own result only once committed, and one
+refused write leaves the others of its group written and gets its own error."""
 
 from __future__ import annotations
 
