@@ -5,9 +5,10 @@
 2. 6x6 Sudoku: a few generated puzzles (the TRM trainer's held-out set, 16 blanks); the served TRM
    proposes, the checker verifies, the exact solver answers what the TRM gets wrong, and each line
    says which agent's answer came back.
-3. Mazes: a few generated 4x4-cell mazes (9x9 grids; the TRM maze trainer's held-out set): the
-   served TRM proposes a path, the checker verifies that it is valid and shortest, and the exact
-   solver answers when it is not.
+3. Mazes: a few generated mazes of 4x4 and of 5x5 lattice cells (9x9 and 11x11 grids; the maze
+   trainer's held-out sets): the served HRM or TRM proposes a path, the checker verifies that it
+   is valid and shortest, the exact solver answers when it is not, and each line says which
+   agent (and checkpoint) answered.
 4. SciFact: a subset of the corpus is ingested once (the store keeps it on disk between runs),
    then a few test claims are answered with their sources, each marked by whether a source is one
    the qrels judge relevant.
@@ -29,6 +30,8 @@ PONS_FILES = ("Test_L3_R1", "Test_L2_R1", "Test_L2_R2", "Test_L1_R1", "Test_L1_R
 PER_FILE_CAP = {"Test_L1_R3": 5}
 SUDOKU6_PUZZLES = 5
 MAZES = 3
+MAZE_CELLS = (4, 5)
+"""Lattice cells per side of the demo's mazes (9x9 and 11x11 grids)."""
 SCIFACT_COLLECTION = "scifact"
 SCIFACT_CLAIMS = 5
 SCIFACT_DISTRACTORS = 300
@@ -97,19 +100,22 @@ def _mazes(stub) -> None:
     from mcts_mesh.puzzle_files import held_out_rows, maze_rows
     from training.reasoning.data import MazeTask
 
-    task = MazeTask()
-    print(f"\n== Mazes ({task.rows}x{task.cols} cells, held-out generated) through SolveProblem")
-    for i, (question, _) in enumerate(held_out_rows(task, MAZES, seed=1)):
-        grid = maze_rows(question)
-        started = time.perf_counter()
-        response = stub.SolveProblem(pb.SolveProblemRequest(maze=pb.MazeProblem(grid=grid)),
-                                     timeout=60)
-        elapsed = (time.perf_counter() - started) * 1e3
-        answered = _answered_by(response)
-        if i == 0:
-            print(response.maze.grid)
-        print(f"maze {i + 1}: path of {response.maze.path_length} steps, optimal "
-              f"{response.maze.optimal}; answered by {answered}, {elapsed:.0f} ms", flush=True)
+    for cells in MAZE_CELLS:
+        task = MazeTask(rows=cells, cols=cells)
+        print(f"\n== Mazes ({task.rows}x{task.cols} cells, {2 * cells + 1}x{2 * cells + 1} grid, "
+              "held-out generated) through SolveProblem")
+        for i, (question, _) in enumerate(held_out_rows(task, MAZES, seed=1)):
+            grid = maze_rows(question)
+            started = time.perf_counter()
+            response = stub.SolveProblem(pb.SolveProblemRequest(maze=pb.MazeProblem(grid=grid)),
+                                         timeout=60)
+            elapsed = (time.perf_counter() - started) * 1e3
+            answered = _answered_by(response)
+            if i == 0:
+                print(response.maze.grid)
+            print(f"maze {i + 1}: path of {response.maze.path_length} steps, optimal "
+                  f"{response.maze.optimal}; answered by {answered}, {elapsed:.0f} ms",
+                  flush=True)
 
 
 def _scifact_subset(root: Path, claims: list[dict], relevant: dict[str, set[str]]):
