@@ -62,7 +62,8 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
         access: who calls (None: every call is the anonymous administrator, as without keys).
         queued: called with the number of runs created (wakes this process's idle workers).
         handoff: an idle local worker reserved for a run about to be created (`RunWorkers.
-            handoff`), or None: CreateRun then creates the run already leased to it.
+            handoff`), or None: CreateRun then creates the run already leased to it (without a
+            request_id, the worker starts executing it while the creation commits).
         cancelled: called with (run, batch) once a cancellation is stored (`RunWorkers.
             cancelled`), so that this process's worker stops the run at once.
         watch_poll_s: how often a watch reads events other replicas wrote.
@@ -124,6 +125,18 @@ class RunServicer(run_service_pb2_grpc.RunServiceServicer):
                                                   request.request_id or None)
             self._queued(1)
             return run_message(record)
+        if not request.request_id:
+            # Nothing to look up first: the idle worker executes the run while its creation
+            # commits, and writes to it only after (see Handoff); the caller gets the run once
+            # committed, whenever its own call ends.
+            try:
+                leased, creation = self._store.start_leased_run(
+                    caller.owner, kind, data, handoff.worker_id, handoff.lease_s)
+            except BaseException:
+                handoff.give(None)  # the worker looks for runs itself
+                raise
+            handoff.give(leased, creation)
+            return run_message(await asyncio.shield(creation))
         # Created leased to the idle worker, which gets the record however the call ends.
         creation = asyncio.ensure_future(self._store.create_leased_run(
             caller.owner, kind, data, request.request_id or None, handoff.worker_id,

@@ -6,11 +6,15 @@ Three tasks run side by side:
   checkpoint after the events before it), retrying while the store is unavailable;
 - the heartbeat, which renews the lease every `lease_s / 3` seconds.
 
-The attempt ends in one of four ways (`AttemptEnd`): FINISHED (the outcome was written by
+The attempt ends in one of five ways (`AttemptEnd`): FINISHED (the outcome was written by
 `RunStore.finish`), CANCELLED (cancellation was asked: the execution is cancelled, which cancels
 its calls to the agents' services, and the run ends CANCELLED), LOST (the lease was lost: another
-worker holds the run, so this one stops and writes nothing more), or STOPPED (the worker itself
-was stopped; the lease expires and another worker resumes the run from its last checkpoint).
+worker holds the run, so this one stops and writes nothing more), STOPPED (the worker itself
+was stopped; the lease expires and another worker resumes the run from its last checkpoint), or
+NOT_CREATED (a run handed over while its creation was committing, `RunStore.start_leased_run`,
+whose creation failed: the execution is cancelled and nothing is written; its creator got the
+error). Such a run executes from the start, and each of its writes (progress, lease renewal,
+outcome) waits for the creation's commit.
 """
 
 from __future__ import annotations
@@ -45,6 +49,23 @@ class AttemptEnd(enum.Enum):
     CANCELLED = "cancelled"
     LOST = "lost"
     STOPPED = "stopped"
+    NOT_CREATED = "not_created"
+
+
+async def committed(created: asyncio.Future | None) -> bool:
+    """Whether the run's creation (None: committed before the attempt) committed; waits for
+    it. Shielded: an awaiter's cancellation does not cancel the creation."""
+    if created is None:
+        return True
+    try:
+        await asyncio.shield(created)
+    except asyncio.CancelledError:
+        if created.cancelled():
+            return False
+        raise
+    except Exception:  # noqa: BLE001 - its creator reports the error
+        return False
+    return True
 
 
 async def retrying(call, what: str):
@@ -73,8 +94,10 @@ class ProgressWriter:
     run's progress costs no write of its own."""
 
     def __init__(self, store: RunStore, name: str, worker_id: str,
-                 interval_s: float = WRITE_INTERVAL_S) -> None:
+                 interval_s: float = WRITE_INTERVAL_S,
+                 created: asyncio.Future | None = None) -> None:
         self._store = store
+        self._created = created
         self._name = name
         self._worker_id = worker_id
         self._events: list[tuple[str, bytes]] = []
@@ -115,6 +138,11 @@ class ProgressWriter:
         return events
 
     async def run(self) -> None:
+        """Stores what is queued until closed; LeaseLost when the worker no longer holds the
+        run or its creation failed (nothing is written before it committed)."""
+        await self._wakeup.wait()
+        if not await committed(self._created):
+            raise LeaseLost(f"{self._name}: its creation failed")
         while True:
             await self._wakeup.wait()
             if not self._closed.is_set():
@@ -157,8 +185,10 @@ class Attempt:
 
     def __init__(self, store: RunStore, executor: Executor, worker_id: str, lease_s: float,
                  run: RunRecord, trace_id: str | None = None, *, lease_next: bool = False,
-                 write_interval_s: float = WRITE_INTERVAL_S) -> None:
+                 write_interval_s: float = WRITE_INTERVAL_S,
+                 created: asyncio.Future | None = None) -> None:
         self._store = store
+        self._created = created
         self._lease_next = lease_next
         self.next_run: RunRecord | None = None
         """With `lease_next`, the run the worker leased in the transaction that finished
@@ -167,7 +197,7 @@ class Attempt:
         self._worker_id = worker_id
         self._lease_s = lease_s
         self._run = run
-        self._writer = ProgressWriter(store, run.name, worker_id, write_interval_s)
+        self._writer = ProgressWriter(store, run.name, worker_id, write_interval_s, created)
         if trace_id is not None:
             self._writer.trace(trace_id)
         self._poked = asyncio.Event()
@@ -195,6 +225,10 @@ class Attempt:
             if tasks["execution"] in done:
                 return await self._finished(tasks["execution"].result(), tasks["writer"])
             await _cancelled(tasks["execution"])
+            # The heartbeat and the writer end only once the creation is settled.
+            if not await committed(self._created):
+                log.info("%s: its creation failed; execution dropped", self._run.name)
+                return AttemptEnd.NOT_CREATED
             if tasks["heartbeat"] in done and tasks["heartbeat"].result() is AttemptEnd.CANCELLED:
                 return await self._cancel(tasks["writer"])
             log.warning("%s: lease lost (attempt %d); another worker holds it", self._run.name,
@@ -222,7 +256,10 @@ class Attempt:
 
     async def _heartbeat(self) -> AttemptEnd:
         """Renews the lease every lease_s / 3 seconds until it is lost (LOST) or cancellation
-        was asked (CANCELLED). A store that is down is asked again at the next beat."""
+        was asked (CANCELLED). A store that is down is asked again at the next beat. First,
+        NOT_CREATED when the run's creation fails."""
+        if not await committed(self._created):
+            return AttemptEnd.NOT_CREATED
         while True:
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when the
             # event is set as the task is cancelled, losing the cancellation (gh-86296).
@@ -249,7 +286,9 @@ class Attempt:
         try:
             await writer
         except LeaseLost:
-            return AttemptEnd.LOST
+            return AttemptEnd.LOST if await committed(self._created) else AttemptEnd.NOT_CREATED
+        if not await committed(self._created):
+            return AttemptEnd.NOT_CREATED
         events = self._writer.take_events()
         if self._lease_next:
             ended, self.next_run = await retrying(lambda: self._store.finish_and_lease(

@@ -109,6 +109,17 @@ class RunStore:
         return await self._write(writes.create_leased_run, self._clock(), owner, kind, request,
                                  request_id, None, (worker_id, lease_s))
 
+    def start_leased_run(self, owner: str, kind: str, request: bytes, worker_id: str,
+                         lease_s: float) -> tuple[RunRecord, asyncio.Task]:
+        """Starts creating a run (no request_id, outside batches) already leased to `worker_id`,
+        as `create_leased_run` does, and returns at once: (its leased record, the creation: a
+        task that ends with the record as created once committed, or raises). The worker may
+        execute the run meanwhile; it must not write to it before the creation has committed
+        (`Attempt`'s `created`). InvalidArgument("kind") before anything is written."""
+        draft = writes.LeasedRunDraft.new(self._clock(), owner, kind, request, None, worker_id,
+                                          lease_s)
+        return draft.leased, asyncio.ensure_future(self._write(writes.insert_leased_run, draft))
+
     async def get_run(self, name: str, owner: str | None) -> RunRecord:
         """The run; NotFound when unknown or another owner's; InvalidArgument("name")."""
         return await self._database.read(reads.get_run, name, owner)

@@ -42,17 +42,20 @@ log = logging.getLogger(__name__)
 class Handoff:
     """An idle worker reserved for one run about to be created in this process: create the
     run with `lease_to=(worker_id, lease_s)`, then `give` the worker the record (None when
-    the creation failed or returned an existing run: the worker then looks for runs itself).
-    It must be given exactly once (a second `give` is ignored)."""
+    the creation failed or returned an existing run: the worker then looks for runs itself);
+    or give it the leased record of `RunStore.start_leased_run` at once with its `created`
+    task: the worker executes the run while the creation commits, and writes to it only after
+    (nothing, and the execution is cancelled, when the creation fails). It must be given
+    exactly once (a second `give` is ignored)."""
 
     def __init__(self, worker_id: str, lease_s: float, waiter: asyncio.Future) -> None:
         self.worker_id = worker_id
         self.lease_s = lease_s
         self._waiter = waiter
 
-    def give(self, run: RunRecord | None) -> None:
+    def give(self, run: RunRecord | None, created: asyncio.Future | None = None) -> None:
         if not self._waiter.done():
-            self._waiter.set_result(run)
+            self._waiter.set_result((run, created))
 _tracer = trace.get_tracer("mcts_mesh.orchestrator.runs")
 
 DEFAULT_POLL_S = 1.0
@@ -157,32 +160,36 @@ class RunWorkers:
                 continue
             delay = BACKOFF_S
             if run is None:
-                run = await self._wait(worker_id)  # a handed-off run, or None: lease again
+                # A handed-off run (with its creation when it may still be committing), or
+                # None: lease again.
+                run, created = await self._wait(worker_id)
                 if run is not None:
-                    await self._attempt(worker_id, run, lease_next=False)
+                    await self._attempt(worker_id, run, lease_next=False, created=created)
                 continue
             # A queue: each run's finish leases the next one in its own transaction.
             while run is not None and not self._stopping:
                 run = await self._attempt(worker_id, run, lease_next=True)
 
-    async def _wait(self, worker_id: str) -> RunRecord | None:
-        """Idle until woken (None: lease), handed a run leased to `worker_id`, or poll_s."""
+    async def _wait(self, worker_id: str) -> tuple[RunRecord | None, asyncio.Future | None]:
+        """Idle until woken ((None, None): lease), handed a run leased to `worker_id` (with its
+        creation task, see Handoff), or poll_s."""
         if self._stopping:
-            return None
+            return None, None
         entry = (worker_id, asyncio.get_running_loop().create_future())
         self._idle.append(entry)
         try:
             await asyncio.wait([entry[1]], timeout=self._poll_s)
             if entry in self._idle:  # neither woken nor reserved: the poll period ended
-                return None
-            return await entry[1]  # reserved by handoff(): its creator gives it soon
+                return None, None
+            return await entry[1] or (None, None)  # reserved by handoff(): given soon
         finally:
             if entry in self._idle:
                 self._idle.remove(entry)
 
-    async def _attempt(self, worker_id: str, run: RunRecord,
-                       lease_next: bool) -> RunRecord | None:
-        """Runs one attempt; returns the next run leased with its finish (see `lease_next`)."""
+    async def _attempt(self, worker_id: str, run: RunRecord, lease_next: bool,
+                       created: asyncio.Future | None = None) -> RunRecord | None:
+        """Runs one attempt; returns the next run leased with its finish (see `lease_next`).
+        `created`: the run's creation when it may still be committing (see Handoff)."""
         if self._max_attempts and run.attempts > self._max_attempts:
             return await self._abandon(worker_id, run, lease_next)
         if run.attempts == 1:
@@ -202,7 +209,8 @@ class RunWorkers:
             self._busy += 1
             interval_s = max(WRITE_INTERVAL_S, self._busy / PROGRESS_WRITES_PER_S)
             attempt = Attempt(self._store, self._executor, worker_id, self._lease_s, run,
-                              trace_id, lease_next=lease_next, write_interval_s=interval_s)
+                              trace_id, lease_next=lease_next, write_interval_s=interval_s,
+                              created=created)
             self._attempts[run.name] = attempt
             try:
                 end = await attempt.run()
@@ -213,7 +221,7 @@ class RunWorkers:
         self.ended[end] += 1
         if end is AttemptEnd.LOST:
             RUN_LEASE_EXPIRIES.labels("lost").inc()
-        elif end is not AttemptEnd.STOPPED:
+        elif end not in (AttemptEnd.STOPPED, AttemptEnd.NOT_CREATED):
             RUN_ATTEMPTS.labels(end.value).observe(run.attempts)
         if end is AttemptEnd.STOPPED:
             raise asyncio.CancelledError

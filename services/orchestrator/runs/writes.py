@@ -128,16 +128,43 @@ def _create_leased(connection: Connection, now: float, owner: str, kind: str, re
                    lease_s: float) -> tuple[RunRecord, RunRecord]:
     """A run outside batches inserted already leased (RUNNING, attempt 1) with its state
     change event: two statements, no read (the records are built from the values written)."""
-    values = _new_run(paging.new_id(), owner, kind, request, now, None, 0, request_id)
-    created = _record(values)
-    values.update(state=RunState.RUNNING.value, attempts=1, start_time=now,
-                  lease_owner=worker_id, lease_expires=now + lease_s, last_event_sequence=1)
+    draft = LeasedRunDraft.new(now, owner, kind, request, request_id, worker_id, lease_s)
+    insert_leased_run(connection, draft)
+    return draft.created, draft.leased
+
+
+@dataclasses.dataclass(frozen=True)
+class LeasedRunDraft:
+    """A run outside batches as `insert_leased_run` will insert it, already leased: its column
+    values and both records (as created, QUEUED; as leased, RUNNING, attempt 1), known before
+    the write, so that its worker can start executing while the creation commits."""
+
+    values: dict
+    created: RunRecord
+    leased: RunRecord
+
+    @classmethod
+    def new(cls, now: float, owner: str, kind: str, request: bytes, request_id: str | None,
+            worker_id: str, lease_s: float) -> LeasedRunDraft:
+        """A draft with a new run id; InvalidArgument("kind" | "request_id")."""
+        check_kind(kind)
+        values = _new_run(paging.new_id(), owner, kind, request, now, None, 0,
+                          paging.check_request_id(request_id))
+        created = _record(values)
+        values.update(state=RunState.RUNNING.value, attempts=1, start_time=now,
+                      lease_owner=worker_id, lease_expires=now + lease_s, last_event_sequence=1)
+        return cls(values, created, _record(values))
+
+
+def insert_leased_run(connection: Connection, draft: LeasedRunDraft) -> RunRecord:
+    """Inserts the drafted run with its QUEUED -> RUNNING state change: the record as created."""
+    values = draft.values
     connection.execute(statements.INSERT_RUN, values)
     connection.execute(statements.INSERT_EVENTS, {
-        "run_id": values["run_id"], "sequence": 1, "time": now, "kind": STATE_CHANGED,
-        "payload": b"", "previous_state": RunState.QUEUED.value,
+        "run_id": values["run_id"], "sequence": 1, "time": values["create_time"],
+        "kind": STATE_CHANGED, "payload": b"", "previous_state": RunState.QUEUED.value,
         "state": RunState.RUNNING.value, "attempt": 1})
-    return created, _record(values)
+    return draft.created
 
 
 def _record(values: dict) -> RunRecord:

@@ -1,13 +1,18 @@
 """The store's shortcuts for a run's hot path (fewer transactions, same guarantees): a run
 created already leased, the last events written with the finish, a worker's next lease in the
-finish's transaction, events with a checkpoint in one write, and a watch's first read."""
+finish's transaction, events with a checkpoint in one write, a watch's first read, and a run handed
+to its worker while its creation commits."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
+import pytest
 from test_run_attempts import LEASE_S, Scripted, payloads
 
+from libs.errors import NotFound, Unavailable
+from services.orchestrator.runs import writes
 from services.orchestrator.runs.attempt import AttemptEnd
 from services.orchestrator.runs.model import STATE_CHANGED, RunState
 from services.orchestrator.runs.store import RunStore
@@ -115,5 +120,82 @@ async def test_a_handed_off_run_is_executed_by_its_worker_without_a_lease_or_a_p
         (await _idle_worker(workers)).give(None)  # nothing handed: the worker leases
         assert (await _ended(store, queued.name)).state is S
         assert workers.ended[AttemptEnd.FINISHED] == 2
+    finally:
+        await workers.stop()
+
+
+def _hold_the_writer(store: RunStore) -> tuple[asyncio.Future, threading.Event,
+                                                threading.Event]:
+    """Keeps the store's writer thread busy until `release` is set: the writes queued meanwhile
+    wait (uncommitted) behind the held one. Returns (the held write, release, entered)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def held(connection):
+        entered.set()
+        release.wait(10)
+
+    busy = asyncio.ensure_future(store._database.write(writes.transaction, held))
+    return busy, release, entered
+
+
+async def test_a_handed_off_run_executes_while_its_creation_commits_and_writes_after(
+        store: RunStore):
+    executor = Scripted()
+    workers = RunWorkers(store, executor, workers=1, lease_s=LEASE_S, poll_s=3600)
+    workers.start()
+    try:
+        handoff = await _idle_worker(workers)
+        busy, release, entered = _hold_the_writer(store)
+        await asyncio.to_thread(entered.wait, 10)
+        leased, creation = store.start_leased_run("alice", "solve", b"r", handoff.worker_id,
+                                                  handoff.lease_s)
+        handoff.give(leased, creation)
+        await asyncio.wait_for(executor.started.wait(), 10)
+        assert not creation.done()  # executing before the creation committed
+        with pytest.raises(NotFound):
+            await store.get_run(leased.name, None)  # nothing of it written yet
+        release.set()
+        await busy
+        created = await creation
+        assert (created.name, created.state) == (leased.name, Q)
+        run = await _ended(store, leased.name)
+        assert (run.state, run.attempts, run.response) == (S, 1, b"answer")
+        assert await payloads(store, run.name) == [("solve_progress", b"round 1"),
+                                                   ("solve_progress", b"round 2")]
+        await _idle_worker(workers)  # the attempt has returned
+        assert workers.ended[AttemptEnd.FINISHED] == 1
+    finally:
+        await workers.stop()
+
+
+async def test_a_failed_creation_drops_the_execution_and_writes_nothing(store: RunStore,
+                                                                        monkeypatch):
+    executor = Scripted(release=asyncio.Event())
+    workers = RunWorkers(store, executor, workers=1, lease_s=LEASE_S, poll_s=3600)
+    workers.start()
+    try:
+        handoff = await _idle_worker(workers)
+        busy, release, entered = _hold_the_writer(store)
+        await asyncio.to_thread(entered.wait, 10)
+
+        def refused(connection, draft):
+            raise Unavailable("run store down")
+
+        monkeypatch.setattr(writes, "insert_leased_run", refused)
+        leased, creation = store.start_leased_run("alice", "solve", b"r", handoff.worker_id,
+                                                  handoff.lease_s)
+        handoff.give(leased, creation)
+        await asyncio.wait_for(executor.started.wait(), 10)
+        release.set()
+        await busy
+        with pytest.raises(Unavailable):
+            await creation
+        monkeypatch.undo()
+        await _idle_worker(workers)  # the attempt ended and the worker is idle again
+        assert executor.cancelled
+        assert workers.ended[AttemptEnd.NOT_CREATED] == 1
+        assert workers.ended[AttemptEnd.LOST] == workers.ended[AttemptEnd.FINISHED] == 0
+        runs, _ = await store.list_runs(None, None, None, 10, "")
+        assert runs == []
     finally:
         await workers.stop()
