@@ -66,7 +66,7 @@ def _vote(record: dict, agent: str) -> str:
 
 def test_hrm_models_are_shipped_beside_the_trm_ones():
     shipped = _shipped_hrm_models()
-    assert {"hrm-sudoku6-b16", "hrm-sudoku6-b22"} <= set(shipped), shipped
+    assert {"hrm-sudoku6-b16", "hrm-sudoku6-b22", "hrm-maze9"} <= set(shipped), shipped
 
 
 @pytest.mark.parametrize("name", _shipped_hrm_models())
