@@ -72,6 +72,20 @@ def run_update(columns: frozenset[str], events: bool) -> object:
     return statement.values(**values).returning(runs.c.last_event_sequence)
 
 
+@functools.cache
+def held_run_update(columns: frozenset[str]) -> object:
+    """UPDATE runs SET each of `columns` = :v_<column>, last_event_sequence += :v_events WHERE
+    run_id = :p_run_id AND it is RUNNING with its lease held by :p_worker_id, RETURNING the new
+    last_event_sequence, attempts and batch_id: a worker's write to the run it holds in one
+    statement (no row when it no longer holds it)."""
+    values: dict[str, object] = {name: bindparam(f"v_{name}") for name in columns}
+    values["last_event_sequence"] = runs.c.last_event_sequence + bindparam("v_events")
+    return update(runs).where(
+        runs.c.run_id == bindparam("p_run_id"), runs.c.state == RunState.RUNNING.value,
+        runs.c.lease_owner == bindparam("p_worker_id")
+    ).values(**values).returning(runs.c.last_event_sequence, runs.c.attempts, runs.c.batch_id)
+
+
 def run_update_params(run_id: str, values: dict[str, object],
                       events: int | None = None) -> dict[str, object]:
     """The parameters of `run_update(frozenset(values), events is not None)`."""

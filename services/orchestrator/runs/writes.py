@@ -219,6 +219,13 @@ def _append(connection: Connection, run_id: str, now: float, events: Sequence[Ev
     last = connection.execute(statements.run_update(frozenset(values), True),
                               statements.run_update_params(run_id, values, len(events))
                               ).scalar_one()
+    return _insert_events(connection, run_id, now, events, last)
+
+
+def _insert_events(connection: Connection, run_id: str, now: float, events: Sequence[Event],
+                   last: int) -> list[int]:
+    """Inserts the run's events numbered up to `last` (its sequence already advanced): their
+    sequence numbers."""
     first = last - len(events) + 1
     connection.execute(statements.INSERT_EVENTS, [
         {"run_id": run_id, "sequence": first + i, "time": now, "kind": kind, "payload": payload,
@@ -244,15 +251,20 @@ def _change_state(connection: Connection, row: Row, now: float, state: RunState,
         values["end_time"] = now
     event: Event = (STATE_CHANGED, error or b"", RunState(row.state), state, attempt)
     last = _append(connection, row.run_id, now, [*before, event], **values)[-1]
-    if row.batch_id is None:
-        return last
-    batch_event = (row.batch_id, row.run_id, now, error or b"", row.state, state, attempt)
-    queued = connection.info.get(BATCH_EVENTS)
-    if queued is None:  # called outside `transaction`: written at once
-        _write_batch_events(connection, [batch_event])
-    else:
-        queued.append(batch_event)
+    if row.batch_id is not None:
+        _batch_event(connection, (row.batch_id, row.run_id, now, error or b"", row.state, state,
+                                  attempt))
     return last
+
+
+def _batch_event(connection: Connection, event: BatchEvent) -> None:
+    """Queues a batch's run's state change for its batch (written at once outside
+    `transaction`)."""
+    queued = connection.info.get(BATCH_EVENTS)
+    if queued is None:
+        _write_batch_events(connection, [event])
+    else:
+        queued.append(event)
 
 
 def lease(connection: Connection, now: float, worker_id: str, lease_s: float,
@@ -356,10 +368,14 @@ def append_events(connection: Connection, now: float, name: str, worker_id: str 
 
 
 def _worker_events(row: Row, events: Sequence[tuple[str, bytes]]) -> list[Event]:
+    _check_worker_kinds(events)
+    return [(kind, payload, None, None, row.attempts) for kind, payload in events]
+
+
+def _check_worker_kinds(events: Sequence[tuple[str, bytes]]) -> None:
     for kind, _ in events:
         if kind == STATE_CHANGED:
             raise ValueError(f"{STATE_CHANGED} events are the store's own")
-    return [(kind, payload, None, None, row.attempts) for kind, payload in events]
 
 
 def finish(connection: Connection, now: float, name: str, worker_id: str, state: RunState,
@@ -370,11 +386,23 @@ def finish(connection: Connection, now: float, name: str, worker_id: str, state:
     nothing, when the worker no longer holds it (so no run ends twice)."""
     if not state.finished:
         raise ValueError(f"finish needs an end state, not {state.name}")
-    row = _held(connection, name, worker_id)
-    if row is None:
+    _check_worker_kinds(events)
+    run_id = paging.parse_name(name, "runs")
+    # One conditional UPDATE ... RETURNING instead of a locking read then an update.
+    values = {"state": state.value, "error": error, "response": response, "lease_owner": None,
+              "lease_expires": None, "end_time": now, "update_time": now}
+    params = statements.run_update_params(run_id, values, len(events) + 1)
+    held = connection.execute(statements.held_run_update(frozenset(values)),
+                              {**params, "p_worker_id": worker_id}).first()
+    if held is None:
         return False
-    _change_state(connection, row, now, state, error=error, response=response,
-                  lease_owner=None, lease_expires=None, before=_worker_events(row, events))
+    running = RunState.RUNNING
+    ended: list[Event] = [(kind, payload, None, None, held.attempts) for kind, payload in events]
+    ended.append((STATE_CHANGED, error or b"", running, state, held.attempts))
+    _insert_events(connection, run_id, now, ended, held.last_event_sequence)
+    if held.batch_id is not None:
+        _batch_event(connection, (held.batch_id, run_id, now, error or b"", running.value,
+                                  state, held.attempts))
     return True
 
 
