@@ -356,15 +356,33 @@ def append_events(connection: Connection, now: float, name: str, worker_id: str 
     it holds the run."""
     if not events and state is None:
         return []
-    if worker_id is None:
-        row = reads.run_row(connection, paging.parse_name(name, "runs"), None, lock=True)
-    elif (row := _held(connection, name, worker_id)) is None:
-        raise LeaseLost(f"{name}: lease lost; stop working on it")
+    if worker_id is not None:
+        return _append_held(connection, now, name, worker_id, events, state)
+    row = reads.run_row(connection, paging.parse_name(name, "runs"), None, lock=True)
     if not events:
         _set(connection, row.run_id, checkpoint=state, update_time=now)
         return []
     return _append(connection, row.run_id, now, _worker_events(row, events),
                    **({} if state is None else {"checkpoint": state}))
+
+
+def _append_held(connection: Connection, now: float, name: str, worker_id: str,
+                 events: Sequence[tuple[str, bytes]], state: bytes | None) -> list[int]:
+    """append_events for the worker holding the run: one conditional UPDATE ... RETURNING (the
+    run RUNNING under its lease), then the events' INSERT."""
+    _check_worker_kinds(events)
+    run_id = paging.parse_name(name, "runs")
+    values: dict[str, object] = {"update_time": now}
+    if state is not None:
+        values["checkpoint"] = state
+    params = statements.run_update_params(run_id, values, len(events))
+    held = connection.execute(statements.held_run_update(frozenset(values)),
+                              {**params, "p_worker_id": worker_id}).first()
+    if held is None:
+        raise LeaseLost(f"{name}: lease lost; stop working on it")
+    return _insert_events(connection, run_id, now, [
+        (kind, payload, None, None, held.attempts) for kind, payload in events],
+        held.last_event_sequence) if events else []
 
 
 def _worker_events(row: Row, events: Sequence[tuple[str, bytes]]) -> list[Event]:
