@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from libs.errors import InvalidArgument
-from services.orchestrator.runs import reads, writes
+from services.orchestrator.runs import reads, removal, writes
 from services.orchestrator.runs.database import Database, open_database
 from services.orchestrator.runs.model import BatchRecord, EventRecord, RunRecord, RunState
 from services.orchestrator.runs.paging import parse_name
@@ -144,7 +144,7 @@ class RunStore:
     async def delete_run(self, name: str, owner: str | None) -> None:
         """Deletes an ended run with its events. FailedPrecondition while QUEUED or RUNNING, or
         for a batch's run (kept with its batch); NotFound; InvalidArgument("name")."""
-        await self._write(writes.delete_run, name, owner)
+        await self._write(removal.delete_run, name, owner)
 
     async def load_checkpoint(self, name: str) -> bytes | None:
         """The run's newest checkpoint (None before the first); NotFound."""
@@ -349,4 +349,4 @@ class RunStore:
     async def purge_finished(self, older_than_s: float) -> int:
         """Deletes the runs that ended more than older_than_s seconds ago, with their events, and
         the batches whose last run did (with all their runs). Returns the runs deleted."""
-        return await self._write(writes.purge_finished, self._clock() - older_than_s)
+        return await self._write(removal.purge_finished, self._clock() - older_than_s)

@@ -1,5 +1,6 @@
 """The run store's state machine: creating runs and batches, leases, checkpoints, events, ends,
-cancellation and deletion, as functions of a Connection inside one write transaction.
+cancellation, as functions of a Connection inside one write transaction (deletion and retention:
+`removal`).
 
 Every state change writes its STATE_CHANGED event in the same transaction (per-run sequence, and
 per-batch sequence for a batch's runs), so a watcher never sees a state without its event. Rows
@@ -16,7 +17,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
 
-from sqlalchemy import Connection, Row, delete, insert, select, update
+from sqlalchemy import Connection, Row, insert, select, update
 
 from libs.errors import FailedPrecondition, InvalidArgument
 from services.orchestrator.runs import paging, reads, recent, statements
@@ -28,7 +29,7 @@ from services.orchestrator.runs.model import (
     RunRecord,
     RunState,
 )
-from services.orchestrator.runs.schema import batch_events, batches, run_events, runs
+from services.orchestrator.runs.schema import batches, runs
 
 # (kind, payload, previous_state, state, attempt) of an event to append.
 Event = tuple[str, bytes, RunState | None, RunState | None, int]
@@ -472,38 +473,3 @@ def cancel_batch(connection: Connection, now: float, name: str, owner: str | Non
         _cancel(connection, now, row)
     connection.execute(update(batches).where(batches.c.batch_id == batch_id)
                        .values(cancel_requested=True))
-
-
-def delete_run(connection: Connection, name: str, owner: str | None) -> None:
-    """Deletes an ended run that is not part of a batch, with its events; FailedPrecondition
-    otherwise."""
-    row = reads.run_row(connection, paging.parse_name(name, "runs"), owner, lock=True)
-    if not RunState(row.state).finished:
-        raise FailedPrecondition(f"{name} is {row.state}: cancel it first")
-    if row.batch_id is not None:
-        raise FailedPrecondition(f"{name} belongs to batches/{row.batch_id}: a batch's runs stay "
-                                 "with it until the retention purges both")
-    connection.execute(delete(run_events).where(run_events.c.run_id == row.run_id))
-    connection.execute(delete(runs).where(runs.c.run_id == row.run_id))
-
-
-def purge_finished(connection: Connection, cutoff: float) -> int:
-    """Deletes runs (and their events) that ended before `cutoff`, and batches whose last run
-    ended before it with all their runs; a batch's runs go only with their batch. Returns the
-    number of runs deleted."""
-    alone = connection.execute(select(runs.c.run_id).where(
-        runs.c.batch_id.is_(None), runs.c.end_time < cutoff)).scalars().all()
-    old = connection.execute(select(batches.c.batch_id).where(
-        batches.c.end_time < cutoff)).scalars().all()
-    in_batches = connection.execute(select(runs.c.run_id).where(
-        runs.c.batch_id.in_(old))).scalars().all() if old else []
-    run_ids = [*alone, *in_batches]
-    for start in range(0, len(run_ids), 500):
-        chunk = run_ids[start:start + 500]
-        connection.execute(delete(run_events).where(run_events.c.run_id.in_(chunk)))
-        connection.execute(delete(runs).where(runs.c.run_id.in_(chunk)))
-    for start in range(0, len(old), 500):
-        chunk = old[start:start + 500]
-        connection.execute(delete(batch_events).where(batch_events.c.batch_id.in_(chunk)))
-        connection.execute(delete(batches).where(batches.c.batch_id.in_(chunk)))
-    return len(run_ids)
