@@ -253,13 +253,10 @@ async def test_a_batch_counts_its_runs_derives_its_state_and_numbers_its_events(
         await store.cancel_batch(batch.name, "k")
 
 
-async def test_writes_committed_together_number_their_batch_events_and_end_the_batch(store):
-    """Writes queued while the writer is busy commit in one transaction (group commit), which
-    writes their batch events once, after its last write: still gapless, in the writes' order,
-    and the batch ends with the group that ends its last run."""
-    batch = await store.create_batch("k", [("solve", b"a"), ("solve", b"b"), ("solve", b"c")],
-                                     None)
-    leased = [await store.lease(f"w{i}", 30) for i in range(3)]
+async def held_writer(store: RunStore) -> tuple[asyncio.Future, threading.Event]:
+    """Keeps the store's writer thread busy until `release` is set: the writes queued meanwhile
+    wait (uncommitted) behind the held one, then commit together. Returns (the held write,
+    release) once it holds."""
     entered, release = threading.Event(), threading.Event()
 
     def held(connection):
@@ -268,6 +265,17 @@ async def test_writes_committed_together_number_their_batch_events_and_end_the_b
 
     busy = asyncio.ensure_future(store._database.write(writes.transaction, held))
     await asyncio.to_thread(entered.wait, 10)
+    return busy, release
+
+
+async def test_writes_committed_together_number_their_batch_events_and_end_the_batch(store):
+    """Writes queued while the writer is busy commit in one transaction (group commit), which
+    writes their batch events once, after its last write: still gapless, in the writes' order,
+    and the batch ends with the group that ends its last run."""
+    batch = await store.create_batch("k", [("solve", b"a"), ("solve", b"b"), ("solve", b"c")],
+                                     None)
+    leased = [await store.lease(f"w{i}", 30) for i in range(3)]
+    busy, release = await held_writer(store)
     ends = [asyncio.ensure_future(store.finish(run.name, f"w{i}", S, b"ok", None,
                                                [("solve_progress", b"p")]))
             for i, run in enumerate(leased)]

@@ -6,10 +6,10 @@ to its worker while its creation commits."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 from test_run_attempts import LEASE_S, Scripted, payloads
+from test_run_store import held_writer
 
 from libs.errors import NotFound, Unavailable
 from services.orchestrator.runs import writes
@@ -124,20 +124,6 @@ async def test_a_handed_off_run_is_executed_by_its_worker_without_a_lease_or_a_p
         await workers.stop()
 
 
-async def _held_writer(store: RunStore) -> tuple[asyncio.Future, threading.Event]:
-    """Keeps the store's writer thread busy until `release` is set: the writes queued meanwhile
-    wait (uncommitted) behind the held one. Returns (the held write, release) once it holds."""
-    entered, release = threading.Event(), threading.Event()
-
-    def held(connection):
-        entered.set()
-        release.wait(10)
-
-    busy = asyncio.ensure_future(store._database.write(writes.transaction, held))
-    await asyncio.to_thread(entered.wait, 10)
-    return busy, release
-
-
 async def test_a_handed_off_run_executes_while_its_creation_commits_and_writes_after(
         store: RunStore):
     executor = Scripted()
@@ -145,7 +131,7 @@ async def test_a_handed_off_run_executes_while_its_creation_commits_and_writes_a
     workers.start()
     try:
         handoff = await _idle_worker(workers)
-        busy, release = await _held_writer(store)
+        busy, release = await held_writer(store)
         leased, creation = store.start_leased_run("alice", "solve", b"r", handoff.worker_id,
                                                   handoff.lease_s)
         handoff.give(leased, creation)
@@ -174,7 +160,7 @@ async def test_a_failed_creation_drops_the_execution_and_writes_nothing(store: R
     workers.start()
     try:
         handoff = await _idle_worker(workers)
-        busy, release = await _held_writer(store)
+        busy, release = await held_writer(store)
 
         def refused(connection, draft):
             raise Unavailable("run store down")
