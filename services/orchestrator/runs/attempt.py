@@ -117,7 +117,7 @@ class ProgressWriter:
         self._wakeup.set()
 
     def trace(self, trace_id: str) -> None:
-        """The attempt's trace id, recorded on the run (`Run.trace_ids`) before its progress."""
+        """The attempt's trace id, recorded on the run (`Run.trace_ids`) with its first write."""
         self._trace_id = trace_id
         self._wakeup.set()
 
@@ -137,6 +137,11 @@ class ProgressWriter:
         events, self._events = self._events, []
         return events
 
+    def take_trace(self) -> str | None:
+        """The trace id not stored yet (after `run` returned): the caller stores it."""
+        trace_id, self._trace_id = self._trace_id, None
+        return trace_id
+
     async def run(self) -> None:
         """Stores what is queued until closed; LeaseLost when the worker no longer holds the
         run or its creation failed (nothing is written before it committed)."""
@@ -151,7 +156,6 @@ class ProgressWriter:
                         await self._closed.wait()
             self._wakeup.clear()
             if self._keep:
-                await self._write_trace()
                 return
             await self._write_pending()
             if self._events or self._checkpoint is not None or self._trace_id is not None:
@@ -159,23 +163,17 @@ class ProgressWriter:
             elif self._closed.is_set():
                 return
 
-    async def _write_trace(self) -> None:
-        if self._trace_id is not None:
-            trace_id, self._trace_id = self._trace_id, None
-            await retrying(functools.partial(self._store.record_trace, self._name,
-                                             self._worker_id, trace_id),
-                           f"trace id of {self._name}")
-
     async def _write_pending(self) -> None:
-        await self._write_trace()
-        # Taken together: every event queued before the checkpoint goes in the same write.
+        # Taken together: every event queued before the checkpoint goes in the same write, and
+        # the trace id with the first.
         events, self._events = self._events, []
         state, self._checkpoint = self._checkpoint, None
+        trace_id = self.take_trace()
         if callable(state):  # serialized only now that it is stored
             state = state()
-        if events or state is not None:
+        if events or state is not None or trace_id is not None:
             await retrying(functools.partial(self._store.append_events, self._name,
-                                             self._worker_id, events, state),
+                                             self._worker_id, events, state, trace_id),
                            f"progress of {self._name}")
 
 
@@ -289,15 +287,15 @@ class Attempt:
             return AttemptEnd.LOST if await committed(self._created) else AttemptEnd.NOT_CREATED
         if not await committed(self._created):
             return AttemptEnd.NOT_CREATED
-        events = self._writer.take_events()
+        events, trace_id = self._writer.take_events(), self._writer.take_trace()
         if self._lease_next:
             ended, self.next_run = await retrying(lambda: self._store.finish_and_lease(
                 self._run.name, self._worker_id, outcome.state, outcome.response,
-                outcome.error, events, self._lease_s), f"finish of {self._run.name}")
+                outcome.error, events, self._lease_s, trace_id), f"finish of {self._run.name}")
         else:
             ended = await retrying(lambda: self._store.finish(
                 self._run.name, self._worker_id, outcome.state, outcome.response,
-                outcome.error, events), f"finish of {self._run.name}")
+                outcome.error, events, trace_id), f"finish of {self._run.name}")
         return AttemptEnd.FINISHED if ended else AttemptEnd.LOST
 
     async def _cancel(self, writer: asyncio.Task) -> AttemptEnd:

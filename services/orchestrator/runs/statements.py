@@ -12,8 +12,9 @@ are built once per shape (`run_update`).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
-from sqlalchemy import Integer, bindparam, insert, select, update
+from sqlalchemy import Integer, Text, bindparam, func, insert, select, update
 
 from services.orchestrator.runs.model import RunState
 from services.orchestrator.runs.schema import batch_events, batches, run_events, runs
@@ -73,17 +74,30 @@ def run_update(columns: frozenset[str], events: bool) -> object:
 
 
 @functools.cache
-def held_run_update(columns: frozenset[str]) -> object:
+def held_run_update(columns: frozenset[str], trace: bool = False) -> object:
     """UPDATE runs SET each of `columns` = :v_<column>, last_event_sequence += :v_events WHERE
     run_id = :p_run_id AND it is RUNNING with its lease held by :p_worker_id, RETURNING the new
     last_event_sequence, attempts and batch_id: a worker's write to the run it holds in one
-    statement (no row when it no longer holds it)."""
+    statement (no row when it no longer holds it). With `trace`, the trace id :v_trace_id is
+    also added to trace_ids (space-separated)."""
     values: dict[str, object] = {name: bindparam(f"v_{name}") for name in columns}
     values["last_event_sequence"] = runs.c.last_event_sequence + bindparam("v_events")
+    if trace:
+        values["trace_ids"] = func.trim(
+            runs.c.trace_ids + " " + bindparam("v_trace_id", type_=Text))
     return update(runs).where(
         runs.c.run_id == bindparam("p_run_id"), runs.c.state == RunState.RUNNING.value,
         runs.c.lease_owner == bindparam("p_worker_id")
     ).values(**values).returning(runs.c.last_event_sequence, runs.c.attempts, runs.c.batch_id)
+
+
+class HeldRun(NamedTuple):
+    """A run as `held_run_update` returned it, with its id."""
+
+    run_id: str
+    last_event_sequence: int
+    attempts: int
+    batch_id: str | None
 
 
 def run_update_params(run_id: str, values: dict[str, object],

@@ -246,35 +246,38 @@ class RunStore:
 
     async def append_events(self, name: str, worker_id: str | None,
                             events: Sequence[tuple[str, bytes]],
-                            checkpoint: bytes | None = None) -> list[int]:
+                            checkpoint: bytes | None = None,
+                            trace_id: str | None = None) -> list[int]:
         """Persists (kind, payload) events of the run ("solve_progress": a serialized
         StreamSolveProblemResponse); returns their sequence numbers (per run, 1-based,
         gapless). With a `checkpoint`, stores it after them in the same transaction (as
-        `checkpoint`). With a worker_id, LeaseLost unless it holds the run; NotFound."""
+        `checkpoint`); so is a worker's `trace_id` (as `record_trace`). With a worker_id,
+        LeaseLost unless it holds the run; NotFound."""
         return await self._write(writes.append_events, self._clock(), name, worker_id,
-                                 list(events), checkpoint)
+                                 list(events), checkpoint, trace_id)
 
     async def finish(self, name: str, worker_id: str, state: RunState, response: bytes | None,
-                     error: bytes | None, events: Sequence[tuple[str, bytes]] = ()) -> bool:
+                     error: bytes | None, events: Sequence[tuple[str, bytes]] = (),
+                     trace_id: str | None = None) -> bool:
         """Appends the worker's last `events` (as append_events; none by default), then ends the
         run in `state` (SUCCEEDED with the serialized response, FAILED with a serialized
-        google.rpc.Status, CANCELLED) and releases the lease, all in one transaction: True.
-        False, changing nothing (the events neither), when the worker no longer holds the
-        lease, so no run ends twice."""
+        google.rpc.Status, CANCELLED) and releases the lease, all in one transaction, with the
+        attempt's `trace_id` when given (as record_trace): True. False, changing nothing (the
+        events neither), when the worker no longer holds the lease, so no run ends twice."""
         return await self._write(writes.finish, self._clock(), name, worker_id, state, response,
-                                 error, list(events))
+                                 error, list(events), trace_id)
 
     async def finish_and_lease(self, name: str, worker_id: str, state: RunState,
                                response: bytes | None, error: bytes | None,
-                               events: Sequence[tuple[str, bytes]],
-                               lease_s: float) -> tuple[bool, RunRecord | None]:
+                               events: Sequence[tuple[str, bytes]], lease_s: float,
+                               trace_id: str | None = None) -> tuple[bool, RunRecord | None]:
         """`finish`, then, when it ended the run, `lease` for the same worker, in one
         transaction (a worker draining a queue pays one write per run less): (finish's
         result, the leased run or None)."""
         now = self._clock()
         ended, run = await self._write(writes.finish_and_lease, now, name, worker_id, state,
                                        response, error, list(events), lease_s,
-                                       self._expired_due(now))
+                                       self._expired_due(now), trace_id)
         self._took(run)
         return ended, run
 

@@ -149,26 +149,29 @@ class RunWorkers:
 
     async def _work(self, worker_id: str) -> None:
         delay = BACKOFF_S
+        lease = True
         while not self._stopping:
-            try:
-                run = await self._store.lease(worker_id, self._lease_s)
-            except Unavailable as error:
-                log.warning("run worker %s: the run store is unavailable (%s); again in %.1f s",
-                            worker_id, error.message, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
-                continue
-            delay = BACKOFF_S
+            run, created = None, None
+            if lease:
+                try:
+                    run = await self._store.lease(worker_id, self._lease_s)
+                except Unavailable as error:
+                    log.warning("run worker %s: the run store is unavailable (%s); again in "
+                                "%.1f s", worker_id, error.message, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, MAX_BACKOFF_S)
+                    continue
+                delay = BACKOFF_S
             if run is None:
                 # A handed-off run (with its creation when it may still be committing), or
                 # None: lease again.
                 run, created = await self._wait(worker_id)
-                if run is not None:
-                    await self._attempt(worker_id, run, lease_next=False, created=created)
-                continue
-            # A queue: each run's finish leases the next one in its own transaction.
+                lease = True
+            # Each run's finish leases the next one in its own transaction (a handed-off run's
+            # too: no lease of its own after it, racing its watchers for the store's writer).
             while run is not None and not self._stopping:
-                run = await self._attempt(worker_id, run, lease_next=True)
+                run, lease = await self._attempt(worker_id, run, created)
+                created = None
 
     async def _wait(self, worker_id: str) -> tuple[RunRecord | None, asyncio.Future | None]:
         """Idle until woken ((None, None): lease), handed a run leased to `worker_id` (with its
@@ -186,12 +189,13 @@ class RunWorkers:
             if entry in self._idle:
                 self._idle.remove(entry)
 
-    async def _attempt(self, worker_id: str, run: RunRecord, lease_next: bool,
-                       created: asyncio.Future | None = None) -> RunRecord | None:
-        """Runs one attempt; returns the next run leased with its finish (see `lease_next`).
-        `created`: the run's creation when it may still be committing (see Handoff)."""
+    async def _attempt(self, worker_id: str, run: RunRecord,
+                       created: asyncio.Future | None = None) -> tuple[RunRecord | None, bool]:
+        """Runs one attempt: (the next run, leased with its finish; whether the worker must
+        still lease, the finish not having looked for one). `created`: the run's creation
+        when it may still be committing (see Handoff)."""
         if self._max_attempts and run.attempts > self._max_attempts:
-            return await self._abandon(worker_id, run, lease_next)
+            return await self._abandon(worker_id, run), False
         if run.attempts == 1:
             RUN_TIME_QUEUED.observe(max(0.0, time.time() - run.create_time))
         else:
@@ -209,7 +213,7 @@ class RunWorkers:
             self._busy += 1
             interval_s = max(WRITE_INTERVAL_S, self._busy / PROGRESS_WRITES_PER_S)
             attempt = Attempt(self._store, self._executor, worker_id, self._lease_s, run,
-                              trace_id, lease_next=lease_next, write_interval_s=interval_s,
+                              trace_id, lease_next=True, write_interval_s=interval_s,
                               created=created)
             self._attempts[run.name] = attempt
             try:
@@ -225,23 +229,18 @@ class RunWorkers:
             RUN_ATTEMPTS.labels(end.value).observe(run.attempts)
         if end is AttemptEnd.STOPPED:
             raise asyncio.CancelledError
-        return attempt.next_run
+        return attempt.next_run, end is not AttemptEnd.FINISHED
 
-    async def _abandon(self, worker_id: str, run: RunRecord,
-                       lease_next: bool) -> RunRecord | None:
-        """Ends FAILED, unexecuted, a run over max_attempts (see the constructor)."""
+    async def _abandon(self, worker_id: str, run: RunRecord) -> RunRecord | None:
+        """Ends FAILED, unexecuted, a run over max_attempts (see the constructor); returns the
+        next run, leased in the same transaction."""
         RUN_LEASE_EXPIRIES.labels("taken_over").inc()
         log.warning("%s: its lease expired %d times; failed without another attempt "
                     "(ORCHESTRATOR_RUN_MAX_ATTEMPTS)", run.name, run.attempts - 1)
         error = self._executor.exhausted(run.attempts - 1)
-        if lease_next:
-            _, next_run = await retrying(lambda: self._store.finish_and_lease(
-                run.name, worker_id, RunState.FAILED, None, error, (), self._lease_s),
-                f"failure of {run.name}")
-        else:
-            next_run = None
-            await retrying(lambda: self._store.finish(
-                run.name, worker_id, RunState.FAILED, None, error), f"failure of {run.name}")
+        _, next_run = await retrying(lambda: self._store.finish_and_lease(
+            run.name, worker_id, RunState.FAILED, None, error, (), self._lease_s),
+            f"failure of {run.name}")
         self.ended[AttemptEnd.FINISHED] += 1
         RUN_ATTEMPTS.labels(AttemptEnd.FINISHED.value).observe(run.attempts)
         return next_run

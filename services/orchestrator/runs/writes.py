@@ -343,22 +343,22 @@ def checkpoint(connection: Connection, now: float, name: str, worker_id: str,
 
 def record_trace(connection: Connection, name: str, worker_id: str, trace_id: str) -> None:
     """Adds the attempt's trace id to the run; LeaseLost when the worker no longer holds it."""
-    row = _held(connection, name, worker_id)
-    if row is None:
+    if _update_held(connection, name, worker_id, {}, 0, trace_id) is None:
         raise LeaseLost(f"{name}: lease lost; stop working on it")
-    ids = " ".join([*row.trace_ids.split(), trace_id.strip()])
-    connection.execute(update(runs).where(runs.c.run_id == row.run_id).values(trace_ids=ids))
 
 
 def append_events(connection: Connection, now: float, name: str, worker_id: str | None,
-                  events: Sequence[tuple[str, bytes]], state: bytes | None = None) -> list[int]:
+                  events: Sequence[tuple[str, bytes]], state: bytes | None = None,
+                  trace_id: str | None = None) -> list[int]:
     """Appends worker events (kind, payload) to the run: their sequence numbers; then stores
     the checkpoint `state` when given (as `checkpoint`). With a `worker_id`, LeaseLost unless
-    it holds the run."""
+    it holds the run, and a `trace_id` is added to the run's (as `record_trace`)."""
+    if worker_id is not None:
+        if not events and state is None and trace_id is None:
+            return []
+        return _append_held(connection, now, name, worker_id, events, state, trace_id)
     if not events and state is None:
         return []
-    if worker_id is not None:
-        return _append_held(connection, now, name, worker_id, events, state)
     row = reads.run_row(connection, paging.parse_name(name, "runs"), None, lock=True)
     if not events:
         _set(connection, row.run_id, checkpoint=state, update_time=now)
@@ -368,22 +368,34 @@ def append_events(connection: Connection, now: float, name: str, worker_id: str 
 
 
 def _append_held(connection: Connection, now: float, name: str, worker_id: str,
-                 events: Sequence[tuple[str, bytes]], state: bytes | None) -> list[int]:
+                 events: Sequence[tuple[str, bytes]], state: bytes | None,
+                 trace_id: str | None) -> list[int]:
     """append_events for the worker holding the run: one conditional UPDATE ... RETURNING (the
     run RUNNING under its lease), then the events' INSERT."""
     _check_worker_kinds(events)
-    run_id = paging.parse_name(name, "runs")
     values: dict[str, object] = {"update_time": now}
     if state is not None:
         values["checkpoint"] = state
-    params = statements.run_update_params(run_id, values, len(events))
-    held = connection.execute(statements.held_run_update(frozenset(values)),
-                              {**params, "p_worker_id": worker_id}).first()
+    held = _update_held(connection, name, worker_id, values, len(events), trace_id)
     if held is None:
         raise LeaseLost(f"{name}: lease lost; stop working on it")
-    return _insert_events(connection, run_id, now, [
+    return _insert_events(connection, held.run_id, now, [
         (kind, payload, None, None, held.attempts) for kind, payload in events],
         held.last_event_sequence) if events else []
+
+
+def _update_held(connection: Connection, name: str, worker_id: str, values: dict[str, object],
+                 events: int, trace_id: str | None) -> statements.HeldRun | None:
+    """statements.held_run_update of the run `name` for `worker_id`, advancing its sequence by
+    `events` (and adding `trace_id` to its trace ids): the returned row, with run_id; None when
+    the worker no longer holds the run."""
+    run_id = paging.parse_name(name, "runs")
+    params = {**statements.run_update_params(run_id, values, events), "p_worker_id": worker_id}
+    if trace_id is not None:
+        params["v_trace_id"] = trace_id.strip()
+    held = connection.execute(statements.held_run_update(frozenset(values), trace_id is not None),
+                              params).first()
+    return None if held is None else statements.HeldRun(run_id, *held)
 
 
 def _worker_events(row: Row, events: Sequence[tuple[str, bytes]]) -> list[Event]:
@@ -399,22 +411,21 @@ def _check_worker_kinds(events: Sequence[tuple[str, bytes]]) -> None:
 
 def finish(connection: Connection, now: float, name: str, worker_id: str, state: RunState,
            response: bytes | None, error: bytes | None,
-           events: Sequence[tuple[str, bytes]] = ()) -> bool:
+           events: Sequence[tuple[str, bytes]] = (), trace_id: str | None = None) -> bool:
     """Appends the worker's last `events` (as append_events), then ends the run in `state`
-    (SUCCEEDED with its response, FAILED with its error, CANCELLED): True; False, changing
-    nothing, when the worker no longer holds it (so no run ends twice)."""
+    (SUCCEEDED with its response, FAILED with its error, CANCELLED), adding `trace_id` to its
+    trace ids when given: True; False, changing nothing, when the worker no longer holds it (so
+    no run ends twice)."""
     if not state.finished:
         raise ValueError(f"finish needs an end state, not {state.name}")
     _check_worker_kinds(events)
-    run_id = paging.parse_name(name, "runs")
     # One conditional UPDATE ... RETURNING instead of a locking read then an update.
     values = {"state": state.value, "error": error, "response": response, "lease_owner": None,
               "lease_expires": None, "end_time": now, "update_time": now}
-    params = statements.run_update_params(run_id, values, len(events) + 1)
-    held = connection.execute(statements.held_run_update(frozenset(values)),
-                              {**params, "p_worker_id": worker_id}).first()
+    held = _update_held(connection, name, worker_id, values, len(events) + 1, trace_id)
     if held is None:
         return False
+    run_id = held.run_id
     running = RunState.RUNNING
     ended: list[Event] = [(kind, payload, None, None, held.attempts) for kind, payload in events]
     ended.append((STATE_CHANGED, error or b"", running, state, held.attempts))
@@ -428,10 +439,11 @@ def finish(connection: Connection, now: float, name: str, worker_id: str, state:
 def finish_and_lease(connection: Connection, now: float, name: str, worker_id: str,
                      state: RunState, response: bytes | None, error: bytes | None,
                      events: Sequence[tuple[str, bytes]], lease_s: float,
-                     expired: bool = True) -> tuple[bool, RunRecord | None]:
+                     expired: bool = True,
+                     trace_id: str | None = None) -> tuple[bool, RunRecord | None]:
     """finish; then, when it ended the run, the worker's next run as `lease` takes it:
     (finished, leased record or None)."""
-    if not finish(connection, now, name, worker_id, state, response, error, events):
+    if not finish(connection, now, name, worker_id, state, response, error, events, trace_id):
         return False, None
     return True, lease(connection, now, worker_id, lease_s, expired)
 

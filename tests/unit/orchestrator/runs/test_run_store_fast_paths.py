@@ -1,7 +1,8 @@
 """The store's shortcuts for a run's hot path (fewer transactions, same guarantees): a run
 created already leased, the last events written with the finish, a worker's next lease in the
-finish's transaction, events with a checkpoint in one write, a watch's first read, and a run handed
-to its worker while its creation commits."""
+finish's transaction (a handed-off run's too), events with a checkpoint in one write, a trace id
+with the progress or the finish, a watch's first read, and a run handed to its worker while its
+creation commits."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from test_run_store import held_writer
 
 from libs.errors import NotFound, Unavailable
 from services.orchestrator.runs import writes
-from services.orchestrator.runs.attempt import AttemptEnd
-from services.orchestrator.runs.model import STATE_CHANGED, RunState
+from services.orchestrator.runs.attempt import Attempt, AttemptEnd
+from services.orchestrator.runs.model import STATE_CHANGED, LeaseLost, RunState
 from services.orchestrator.runs.store import RunStore
 from services.orchestrator.runs.worker import RunWorkers
 
@@ -181,5 +182,74 @@ async def test_a_failed_creation_drops_the_execution_and_writes_nothing(store: R
         assert workers.ended[AttemptEnd.LOST] == workers.ended[AttemptEnd.FINISHED] == 0
         runs, _ = await store.list_runs(None, None, None, 10, "")
         assert runs == []
+    finally:
+        await workers.stop()
+
+
+async def test_a_trace_id_rides_with_the_progress_or_the_finish(store: RunStore, clock):
+    run = await store.create_run("k", "solve", b"r", None)
+    await store.lease("w1", 10)
+    assert await store.append_events(run.name, "w1", [("solve_progress", b"p")], None,
+                                     "a" * 32) == [2]
+    clock.advance(11)
+    await store.lease("w2", 10)
+    with pytest.raises(LeaseLost):
+        await store.append_events(run.name, "w1", [], None, "c" * 32)
+    assert await store.finish(run.name, "w2", S, b"ok", None, [], "b" * 32) is True
+    assert (await store.get_run(run.name, "k")).trace_ids == ("a" * 32, "b" * 32)
+
+
+class Spy:
+    """Counts the calls of some of the store's methods (the others pass through)."""
+
+    def __init__(self, store: RunStore, *names: str) -> None:
+        self.calls: dict[str, list] = {name: [] for name in names}
+        self._store = store
+
+    def __getattr__(self, name):
+        method = getattr(self._store, name)
+        if name not in self.calls:
+            return method
+
+        async def counted(*args, **kwargs):
+            self.calls[name].append((args, kwargs))
+            return await method(*args, **kwargs)
+
+        return counted
+
+
+async def test_a_short_traced_run_writes_its_trace_progress_and_end_in_one_write(
+        store: RunStore):
+    await store.create_run("alice", "solve", b"request", None)
+    run = await store.lease("w1", LEASE_S)
+    spy = Spy(store, "append_events", "record_trace", "finish")
+    attempt = Attempt(spy, Scripted(), "w1", LEASE_S, run, "d" * 32, write_interval_s=3600)
+    assert await attempt.run() is AttemptEnd.FINISHED
+    assert (len(spy.calls["finish"]), spy.calls["append_events"], spy.calls["record_trace"]) \
+        == (1, [], [])
+    done = await store.get_run(run.name, None)
+    assert (done.state, done.trace_ids) == (S, ("d" * 32,))
+    assert await payloads(store, run.name) == [("solve_progress", b"round 1"),
+                                               ("solve_progress", b"round 2")]
+
+
+async def test_a_handed_off_runs_finish_leases_the_next_queued_run(store: RunStore):
+    executor = Scripted(release=asyncio.Event())
+    spy = Spy(store, "lease", "finish", "finish_and_lease")
+    workers = RunWorkers(spy, executor, workers=1, lease_s=60, poll_s=3600)
+    workers.start()
+    try:
+        handoff = await _idle_worker(workers)
+        leases_before = len(spy.calls["lease"])
+        leased, creation = store.start_leased_run("alice", "solve", b"r", handoff.worker_id,
+                                                  handoff.lease_s)
+        handoff.give(leased, creation)
+        await executor.started.wait()
+        queued = await store.create_run("alice", "solve", b"r", None)  # no worker idle
+        executor.release.set()
+        assert (await _ended(store, queued.name)).state is S
+        assert (await _ended(store, leased.name)).state is S
+        assert len(spy.calls["lease"]) == leases_before  # leased with the first one's finish
+        assert (len(spy.calls["finish_and_lease"]), spy.calls["finish"]) == (2, [])
     finally:
         await workers.stop()
