@@ -13,6 +13,13 @@ synchronous path's saturation, on one mesh, per run store (SQLite, then PostgreS
    watched to its end with `WatchBatch`. Runs/s of the batch over the mean of the two
    synchronous rates; target >= 0.90. The orchestrator runs `--run-workers` runs at once.
 
+3. CPU per call (`--cpu-calls`, 100): the orchestrator process's CPU seconds (user + system,
+   /proc) over blocks of calls, per call: `SolveProblem` of the README example, `CreateRun` then
+   `WatchRun` of it to its end, `GetRun`, and `WatchRun` of an ended run from its first event
+   (every event again); and per item of the throughput phase, for the synchronous calls and for
+   the batch. On a machine whose cores the mesh saturates, a call's added CPU is its added
+   latency; unlike wall time, it barely moves with the machine's other load.
+
 It starts its own mesh (`mcts_mesh.launcher.start_mesh`, free ports), first on a SQLite store in a
 temporary folder, then restarts the orchestrator on a temporary PostgreSQL server (the Debian
 package's, as the tests start it; the row says why when none can start).
@@ -74,6 +81,12 @@ def positions(count: int, seed: int = 7) -> list[str]:
     return out
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def solve(moves: str, simulations: int | None = None) -> orchestrator_pb.SolveProblemRequest:
     extra = {} if simulations is None else {"simulations": simulations}
     return orchestrator_pb.SolveProblemRequest(
@@ -85,6 +98,8 @@ class Client:
         self.channel = grpc.aio.insecure_channel(target)
         self.solves = orchestrator_service_pb2_grpc.OrchestratorServiceStub(self.channel)
         self.runs = run_service_pb2_grpc.RunServiceStub(self.channel)
+        self.saturation_calls = 0
+        """SolveProblem calls completed by `saturation` so far."""
 
     async def synchronous(self, request) -> float:
         started = time.perf_counter()
@@ -107,6 +122,35 @@ class Client:
                 break
         self.phases = (created - started, first - started)
         return time.perf_counter() - started
+
+
+async def cpu_per_call(client: Client, pid: int, calls: int) -> dict[str, float]:
+    """The orchestrator's CPU ms per call (see the module docstring, 3.), the median of three
+    blocks of `calls` calls of each kind, the kinds interleaved."""
+    request = solve(README_MOVES)
+    ended = await client.runs.CreateRun(run_service_pb2.CreateRunRequest(
+        run=run_service_pb2.Run(solve=request)), timeout=120)
+    await client.durable(request)
+
+    async def watch_ended() -> None:
+        async for _ in client.runs.WatchRun(run_service_pb2.WatchRunRequest(name=ended.name),
+                                            timeout=120):
+            pass
+
+    kinds = {"SolveProblem": lambda: client.synchronous(request),
+             "CreateRun+WatchRun": lambda: client.durable(request),
+             "GetRun": lambda: client.runs.GetRun(
+                 run_service_pb2.GetRunRequest(name=ended.name), timeout=120),
+             "WatchRun (ended run)": watch_ended}
+    await watch_ended()  # the run has ended: every later watch streams all its events
+    blocks: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for _ in range(3):
+        for kind, call in kinds.items():
+            before = process_cpu_s(pid)
+            for _ in range(calls):
+                await call()
+            blocks[kind].append((process_cpu_s(pid) - before) / calls * 1e3)
+    return {kind: statistics.median(values) for kind, values in blocks.items()}
 
 
 async def added_cost(client: Client, reps: int, warmup: int) -> dict[str, float]:
@@ -139,6 +183,7 @@ async def saturation(client: Client, requests: list, concurrency: int, seconds: 
         while time.perf_counter() < stop_at:
             await client.solves.SolveProblem(requests[next(cursor) % len(requests)], timeout=120)
             done += 1
+            client.saturation_calls += 1
 
     started = time.perf_counter()
     await asyncio.gather(*(caller() for _ in range(concurrency)))
@@ -159,15 +204,26 @@ async def batch_rate(client: Client, requests: list) -> tuple[float, dict[str, i
     return len(requests) / elapsed, {"succeeded": counts.succeeded, "failed": counts.failed}
 
 
-async def measure(target: str, args: argparse.Namespace) -> dict[str, object]:
+async def measure(target: str, pid: int, args: argparse.Namespace) -> dict[str, object]:
+    """One store's row: added cost, throughput, and the orchestrator's (`pid`) CPU per call."""
     client = Client(target)
     try:
         row: dict[str, object] = await added_cost(client, args.reps, args.warmup)
+        row["cpu_ms"] = await cpu_per_call(client, pid, args.cpu_calls)
         requests = [solve(m, args.simulations) for m in positions(args.batch)]
+        cpu = [process_cpu_s(pid)]
+        calls = [client.saturation_calls]
         before = await saturation(client, requests, args.concurrency, args.sync_seconds)
+        cpu.append(process_cpu_s(pid))
         rate, counts = await batch_rate(client, requests)
+        cpu.append(process_cpu_s(pid))
         after = await saturation(client, requests, args.concurrency, args.sync_seconds)
+        cpu.append(process_cpu_s(pid))
+        calls = client.saturation_calls - calls[0]
         sync_rate = (before + after) / 2
+        sync_cpu = (cpu[1] - cpu[0] + cpu[3] - cpu[2]) / max(calls, 1) * 1e3
+        row["cpu_ms"].update({"SolveProblem at c": sync_cpu,
+                              "batch run": (cpu[2] - cpu[1]) / len(requests) * 1e3})
         row.update(sync_rps=sync_rate, sync_rps_before=before, sync_rps_after=after,
                    batch_rps=rate, batch=args.batch, ratio=rate / sync_rate if sync_rate else 0,
                    **counts)
@@ -204,6 +260,16 @@ def print_table(rows: dict[str, dict], args: argparse.Namespace) -> None:
               f"{row['sync_rps']:.1f} ({row['sync_rps_before']:.1f}, "
               f"{row['sync_rps_after']:.1f}) | {row['batch_rps']:.1f} ({row['batch']} runs, "
               f"{row['succeeded']} succeeded) | {row['ratio']:.2f} |")
+    measured = {store: row["cpu_ms"] for store, row in rows.items() if "cpu_ms" in row}
+    if not measured:
+        return
+    kinds = list(next(iter(measured.values())))
+    print(f"\nThe orchestrator's CPU ms per call (median of 3 blocks of {args.cpu_calls}; "
+          f"per item at c={args.concurrency} and per batch run)\n")
+    print("| store | " + " | ".join(kinds) + " |")
+    print("|---|" + "---|" * len(kinds))
+    for store, cpu in measured.items():
+        print(f"| {store} | " + " | ".join(f"{cpu[kind]:.2f}" for kind in kinds) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,12 +283,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-workers", type=int, default=32)
     parser.add_argument("--stores", nargs="+", default=["sqlite", "postgresql"],
                         choices=["sqlite", "postgresql"])
+    parser.add_argument("--cpu-calls", type=int, default=100,
+                        help="calls per block of the CPU-per-call phase")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.warmup, args.batch, args.sync_seconds = 4, 1, 8, 1.0
         args.concurrency, args.simulations, args.run_workers = 4, 200, 4
+        args.cpu_calls = 3
     from mcts_mesh.launcher import start_mesh
 
     work = Path(tempfile.mkdtemp(prefix="bench-runs-"))
@@ -243,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 restart_orchestrator(mesh, postgres.create_database())
             print(f"# measuring on {store}", file=sys.stderr, flush=True)
-            rows[store] = asyncio.run(measure(mesh.target, args))
+            rows[store] = asyncio.run(measure(mesh.target, mesh.processes["orchestrator"].pid,
+                                              args))
     finally:
         mesh.stop()
         if postgres is not None:
