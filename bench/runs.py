@@ -14,11 +14,12 @@ synchronous path's saturation, on one mesh, per run store (SQLite, then PostgreS
    synchronous rates; target >= 0.90. The orchestrator runs `--run-workers` runs at once.
 
 3. CPU per call (`--cpu-calls`, 100): the orchestrator process's CPU seconds (user + system,
-   /proc) over blocks of calls, per call: `SolveProblem` of the README example, `CreateRun` then
-   `WatchRun` of it to its end, `GetRun`, and `WatchRun` of an ended run from its first event
-   (every event again); and per item of the throughput phase, for the synchronous calls and for
-   the batch. On a machine whose cores the mesh saturates, a call's added CPU is its added
-   latency; unlike wall time, it barely moves with the machine's other load.
+   /proc) over blocks of calls, per call (and this client's own for the first two):
+   `SolveProblem` of the README example, `CreateRun` then `WatchRun` of it to its end, `GetRun`,
+   and `WatchRun` of an ended run from its first event (every event again); and per item of the
+   throughput phase, for the synchronous calls and for the batch. On a machine whose cores the
+   mesh saturates, a call's added CPU is its added latency; unlike wall time, it barely moves
+   with the machine's other load.
 
 It starts its own mesh (`mcts_mesh.launcher.start_mesh`, free ports), first on a SQLite store in a
 temporary folder, then restarts the orchestrator on a temporary PostgreSQL server (the Debian
@@ -61,6 +62,8 @@ ENDED = {run_service_pb2.Run.STATE_SUCCEEDED, run_service_pb2.Run.STATE_FAILED,
          run_service_pb2.Run.STATE_CANCELLED}
 TARGET_ADDED_MS = {"sqlite": 2.0, "postgresql": 3.0}
 TARGET_RATIO = 0.90
+CLIENT_CPU_KINDS = ("SolveProblem", "CreateRun+WatchRun")
+"""Calls whose CPU in this (Python grpc.aio) client process is printed too."""
 
 
 def positions(count: int, seed: int = 7) -> list[str]:
@@ -143,14 +146,18 @@ async def cpu_per_call(client: Client, pid: int, calls: int) -> dict[str, float]
                  run_service_pb2.GetRunRequest(name=ended.name), timeout=120),
              "WatchRun (ended run)": watch_ended}
     await watch_ended()  # the run has ended: every later watch streams all its events
-    blocks: dict[str, list[float]] = {kind: [] for kind in kinds}
+    blocks: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
     for _ in range(3):
         for kind, call in kinds.items():
-            before = process_cpu_s(pid)
+            before, client_before = process_cpu_s(pid), time.process_time()
             for _ in range(calls):
                 await call()
-            blocks[kind].append((process_cpu_s(pid) - before) / calls * 1e3)
-    return {kind: statistics.median(values) for kind, values in blocks.items()}
+            blocks[kind].append(((process_cpu_s(pid) - before) / calls * 1e3,
+                                 (time.process_time() - client_before) / calls * 1e3))
+    out = {kind: statistics.median(v[0] for v in values) for kind, values in blocks.items()}
+    out.update({f"{kind} (the client's)": statistics.median(v[1] for v in values)
+                for kind, values in blocks.items() if kind in CLIENT_CPU_KINDS})
+    return out
 
 
 async def added_cost(client: Client, reps: int, warmup: int) -> dict[str, float]:
@@ -264,8 +271,8 @@ def print_table(rows: dict[str, dict], args: argparse.Namespace) -> None:
     if not measured:
         return
     kinds = list(next(iter(measured.values())))
-    print(f"\nThe orchestrator's CPU ms per call (median of 3 blocks of {args.cpu_calls}; "
-          f"per item at c={args.concurrency} and per batch run)\n")
+    print(f"\nCPU ms per call: the orchestrator's, and this client's where named (median of 3 "
+          f"blocks of {args.cpu_calls}; per item at c={args.concurrency} and per batch run)\n")
     print("| store | " + " | ".join(kinds) + " |")
     print("|---|" + "---|" * len(kinds))
     for store, cpu in measured.items():
