@@ -37,6 +37,20 @@ QUEUED_CANDIDATE = select(*RUN_COLUMNS).where(
     runs.c.state == RunState.QUEUED.value
 ).order_by(runs.c.id).limit(1).with_for_update(skip_locked=True)
 """The oldest QUEUED run (rows others hold skipped)."""
+_QUEUED = runs.alias("queued")  # not correlated with the UPDATE's own rows
+LEASE_QUEUED = update(runs).where(
+    runs.c.id == select(_QUEUED.c.id).where(_QUEUED.c.state == RunState.QUEUED.value)
+    .order_by(_QUEUED.c.id).limit(1).with_for_update(skip_locked=True).scalar_subquery()
+).values(
+    state=RunState.RUNNING.value, attempts=runs.c.attempts + 1,
+    start_time=func.coalesce(runs.c.start_time, bindparam("v_now")),
+    lease_owner=bindparam("v_lease_owner"), lease_expires=bindparam("v_lease_expires"),
+    update_time=bindparam("v_now"), error=None,
+    last_event_sequence=runs.c.last_event_sequence + 1,
+).returning(*RUN_COLUMNS)
+"""Leases the oldest QUEUED run (rows others hold skipped) to v_lease_owner until
+v_lease_expires at v_now, advancing its event sequence by its STATE_CHANGED event: its row as
+updated, or none."""
 
 EVENTS_AFTER = select(run_events).where(
     run_events.c.run_id == bindparam("p_run_id"),

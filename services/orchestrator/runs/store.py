@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from libs.errors import InvalidArgument
-from services.orchestrator.runs import reads, removal, writes
+from services.orchestrator.runs import leases, reads, removal, writes
 from services.orchestrator.runs.database import Database, open_database
 from services.orchestrator.runs.model import BatchRecord, EventRecord, RunRecord, RunState
 from services.orchestrator.runs.paging import parse_name
@@ -211,7 +211,7 @@ class RunStore:
         with attempts + 1 and a lease to `worker_id` for `lease_s` seconds, and the returned
         record carries its checkpoint. None when no run is waiting."""
         now = self._clock()
-        run = await self._write(writes.lease, now, worker_id, lease_s, self._expired_due(now))
+        run = await self._write(leases.lease, now, worker_id, lease_s, self._expired_due(now))
         self._took(run)
         return run
 
@@ -275,7 +275,7 @@ class RunStore:
         transaction (a worker draining a queue pays one write per run less): (finish's
         result, the leased run or None)."""
         now = self._clock()
-        ended, run = await self._write(writes.finish_and_lease, now, name, worker_id, state,
+        ended, run = await self._write(leases.finish_and_lease, now, name, worker_id, state,
                                        response, error, list(events), lease_s,
                                        self._expired_due(now), trace_id)
         self._took(run)

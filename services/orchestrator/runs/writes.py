@@ -1,6 +1,6 @@
-"""The run store's state machine: creating runs and batches, leases, checkpoints, events, ends,
-cancellation, as functions of a Connection inside one write transaction (deletion and retention:
-`removal`).
+"""The run store's state machine: creating runs and batches, lease renewals, checkpoints, events,
+ends, cancellation, as functions of a Connection inside one write transaction (a worker's lease of
+the next run: `leases`; deletion and retention: `removal`).
 
 Every state change writes its STATE_CHANGED event in the same transaction (per-run sequence, and
 per-batch sequence for a batch's runs), so a watcher never sees a state without its event. Rows
@@ -98,8 +98,9 @@ def create_leased_run(connection: Connection, now: float, owner: str, kind: str,
                       lease_to: tuple[str, float] | None = None,
                       ) -> tuple[RunRecord, RunRecord | None]:
     """(the run as created, QUEUED, or the run (owner, request_id) already created; the new
-    run leased to `lease_to` (worker_id, lease_s) as `lease` would lease it, or None without
-    `lease_to` or for an existing run)."""
+    run leased to `lease_to` (worker_id, lease_s) as `leases.lease` would lease it, or None
+    without `lease_to` or for an existing run). A run created into a `batch` is never leased
+    here (the batch's workers lease its runs in order)."""
     check_kind(kind)
     request_id = paging.check_request_id(request_id)
     if request_id is not None:
@@ -118,10 +119,7 @@ def create_leased_run(connection: Connection, now: float, owner: str, kind: str,
                            .values(run_count=index + 1, end_time=None))
     values = _new_run(paging.new_id(), owner, kind, request, now, batch_id, index, request_id)
     connection.execute(statements.INSERT_RUN, values)
-    if lease_to is None:
-        return _record(values), None
-    row = reads.run_row(connection, values["run_id"], None)
-    return reads.run_record(row), _take(connection, row, now, *lease_to)
+    return _record(values), None
 
 
 def _create_leased(connection: Connection, now: float, owner: str, kind: str, request: bytes,
@@ -220,10 +218,10 @@ def _append(connection: Connection, run_id: str, now: float, events: Sequence[Ev
     last = connection.execute(statements.run_update(frozenset(values), True),
                               statements.run_update_params(run_id, values, len(events))
                               ).scalar_one()
-    return _insert_events(connection, run_id, now, events, last)
+    return insert_events(connection, run_id, now, events, last)
 
 
-def _insert_events(connection: Connection, run_id: str, now: float, events: Sequence[Event],
+def insert_events(connection: Connection, run_id: str, now: float, events: Sequence[Event],
                    last: int) -> list[int]:
     """Inserts the run's events numbered up to `last` (its sequence already advanced): their
     sequence numbers."""
@@ -239,7 +237,7 @@ def _insert_events(connection: Connection, run_id: str, now: float, events: Sequ
     return list(range(first, last + 1))
 
 
-def _change_state(connection: Connection, row: Row, now: float, state: RunState, *,
+def change_state(connection: Connection, row: Row, now: float, state: RunState, *,
                   error: bytes | None = None, attempt: int | None = None,
                   before: Sequence[Event] = (), **values: object) -> int:
     """Moves the run of `row` (locked) to `state` with the other column `values`, and writes the
@@ -253,12 +251,12 @@ def _change_state(connection: Connection, row: Row, now: float, state: RunState,
     event: Event = (STATE_CHANGED, error or b"", RunState(row.state), state, attempt)
     last = _append(connection, row.run_id, now, [*before, event], **values)[-1]
     if row.batch_id is not None:
-        _batch_event(connection, (row.batch_id, row.run_id, now, error or b"", row.state, state,
+        batch_event(connection, (row.batch_id, row.run_id, now, error or b"", row.state, state,
                                   attempt))
     return last
 
 
-def _batch_event(connection: Connection, event: BatchEvent) -> None:
+def batch_event(connection: Connection, event: BatchEvent) -> None:
     """Queues a batch's run's state change for its batch (written at once outside
     `transaction`)."""
     queued = connection.info.get(BATCH_EVENTS)
@@ -266,46 +264,6 @@ def _batch_event(connection: Connection, event: BatchEvent) -> None:
         _write_batch_events(connection, [event])
     else:
         queued.append(event)
-
-
-def lease(connection: Connection, now: float, worker_id: str, lease_s: float,
-          expired: bool = True) -> RunRecord | None:
-    """Leases the oldest run whose lease expired (looked for only when `expired`), else the
-    oldest QUEUED one (PostgreSQL: rows other transactions hold are skipped): RUNNING,
-    attempts + 1, lease to `worker_id` until now + lease_s; the record carries its checkpoint.
-    A candidate whose cancellation was asked is cancelled instead. None when no run waits."""
-    while True:
-        row = _lease_candidate(connection, now, expired)
-        if row is None:
-            return None
-        if row.cancel_requested:
-            _change_state(connection, row, now, RunState.CANCELLED, lease_owner=None,
-                          lease_expires=None)
-            continue
-        return _take(connection, row, now, worker_id, lease_s)
-
-
-def _take(connection: Connection, row: Row, now: float, worker_id: str,
-          lease_s: float) -> RunRecord:
-    """Leases the run of `row` (locked) to `worker_id`: its record, with its checkpoint."""
-    values = {"attempts": row.attempts + 1, "start_time": row.start_time or now,
-              "lease_owner": worker_id, "lease_expires": now + lease_s}
-    last = _change_state(connection, row, now, RunState.RUNNING, attempt=row.attempts + 1,
-                         **values)
-    # Only a worker that held the run stores a checkpoint: a first attempt has none to read.
-    checkpoint = None if row.attempts == 0 else connection.execute(
-        statements.RUN_CHECKPOINT, {"p_run_id": row.run_id}).scalar_one()
-    return dataclasses.replace(reads.run_record(row, checkpoint), state=RunState.RUNNING,
-                               update_time=now, last_event_sequence=last, error=None, **values)
-
-
-def _lease_candidate(connection: Connection, now: float, expired: bool) -> Row | None:
-    queries = ((statements.EXPIRED_CANDIDATE, {"p_now": now}),) if expired else ()
-    for query, params in (*queries, (statements.QUEUED_CANDIDATE, {})):
-        row = connection.execute(query, params).first()
-        if row is not None:
-            return row
-    return None
 
 
 def _held(connection: Connection, name: str, worker_id: str) -> Row | None:
@@ -379,7 +337,7 @@ def _append_held(connection: Connection, now: float, name: str, worker_id: str,
     held = _update_held(connection, name, worker_id, values, len(events), trace_id)
     if held is None:
         raise LeaseLost(f"{name}: lease lost; stop working on it")
-    return _insert_events(connection, held.run_id, now, [
+    return insert_events(connection, held.run_id, now, [
         (kind, payload, None, None, held.attempts) for kind, payload in events],
         held.last_event_sequence) if events else []
 
@@ -429,23 +387,11 @@ def finish(connection: Connection, now: float, name: str, worker_id: str, state:
     running = RunState.RUNNING
     ended: list[Event] = [(kind, payload, None, None, held.attempts) for kind, payload in events]
     ended.append((STATE_CHANGED, error or b"", running, state, held.attempts))
-    _insert_events(connection, run_id, now, ended, held.last_event_sequence)
+    insert_events(connection, run_id, now, ended, held.last_event_sequence)
     if held.batch_id is not None:
-        _batch_event(connection, (held.batch_id, run_id, now, error or b"", running.value,
+        batch_event(connection, (held.batch_id, run_id, now, error or b"", running.value,
                                   state, held.attempts))
     return True
-
-
-def finish_and_lease(connection: Connection, now: float, name: str, worker_id: str,
-                     state: RunState, response: bytes | None, error: bytes | None,
-                     events: Sequence[tuple[str, bytes]], lease_s: float,
-                     expired: bool = True,
-                     trace_id: str | None = None) -> tuple[bool, RunRecord | None]:
-    """finish; then, when it ended the run, the worker's next run as `lease` takes it:
-    (finished, leased record or None)."""
-    if not finish(connection, now, name, worker_id, state, response, error, events, trace_id):
-        return False, None
-    return True, lease(connection, now, worker_id, lease_s, expired)
 
 
 def cancel_run(connection: Connection, now: float, name: str, owner: str | None) -> RunRecord:
@@ -462,7 +408,7 @@ def _cancel(connection: Connection, now: float, row: Row) -> None:
         raise FailedPrecondition(f"runs/{row.run_id} has already ended ({state.name})")
     abandoned = state is RunState.RUNNING and (row.lease_expires or 0) < now
     if state is RunState.QUEUED or abandoned:
-        _change_state(connection, row, now, RunState.CANCELLED, lease_owner=None,
+        change_state(connection, row, now, RunState.CANCELLED, lease_owner=None,
                       lease_expires=None)
     elif not row.cancel_requested:
         connection.execute(update(runs).where(runs.c.run_id == row.run_id)

@@ -253,3 +253,18 @@ async def test_a_handed_off_runs_finish_leases_the_next_queued_run(store: RunSto
         assert (len(spy.calls["finish_and_lease"]), spy.calls["finish"]) == (2, [])
     finally:
         await workers.stop()
+
+
+async def test_a_lease_takes_only_the_oldest_queued_run_in_one_statement(store: RunStore,
+                                                                          clock):
+    names = [(await store.create_run("k", "solve", b"r", None)).name for _ in range(3)]
+    leased = await store.lease("w", 30)
+    assert (leased.name, leased.state, leased.attempts, leased.lease_owner) == \
+        (names[0], R, 1, "w")
+    assert (leased.start_time, leased.lease_expires, leased.checkpoint) == \
+        (clock.now, clock.now + 30, None)
+    states = [(await store.get_run(name, None)).state for name in names]
+    assert states == [R, Q, Q]  # the others stay queued, for other workers
+    assert [(e.previous_state, e.state, e.attempt) for e in
+            await store.events_after(names[0], 0)] == [(Q, R, 1)]
+    assert (await store.get_run(names[0], None)).last_event_sequence == 1
