@@ -329,9 +329,10 @@ class _Run:
                   f"cell {result.cell_accuracy:.3f}")
         self.checkpoint(evaluated, step, {"paper": result.as_dict()})
 
-    def finish(self, step: int, train_seconds: float, last: dict[str, float]
-               ) -> TrainingResult:
-        """The final held-out evaluations in both modes, logged, and the final checkpoint."""
+    def finish(self, step: int, train_seconds: float, last: dict[str, float],
+               train_cpu_seconds: float = 0.0) -> TrainingResult:
+        """The final held-out evaluations in both modes, logged, and the final checkpoint (its
+        metrics with the training's wall and CPU seconds, evaluations excluded)."""
         evaluated = self.evaluation_model()
         segments, batch_size = self.eval_segments, self.settings.eval_batch_size
         paper = evaluate(evaluated, self.held_out, segments, "paper", batch_size)
@@ -341,7 +342,7 @@ class _Run:
                             "final": True, **final.as_dict()})
         directory = self.checkpoint(evaluated, step, {
             "paper": paper.as_dict(), "act": act.as_dict(), "train_seconds": train_seconds,
-            "puzzles_generated": self.stream.generated})
+            "train_cpu_seconds": train_cpu_seconds, "puzzles_generated": self.stream.generated})
         return TrainingResult(steps=step, train_seconds=train_seconds, last_metrics=last,
                               paper=paper, act=act, checkpoint=directory,
                               metrics_file=self.log.path, evaluated_model=evaluated)
@@ -351,6 +352,7 @@ def _train_loop(run: _Run) -> TrainingResult:
     settings = run.settings
     carry = run.initial_carry()
     train_seconds = 0.0
+    train_cpu_seconds = 0.0  # this process's CPU (all its threads; data workers excluded)
     last: dict[str, float] = {}
     step = 0
     bar = tqdm(total=settings.steps, desc=f"train {run.architecture}", unit="step",
@@ -359,16 +361,17 @@ def _train_loop(run: _Run) -> TrainingResult:
         while step < settings.steps:
             if settings.time_limit_s is not None and train_seconds >= settings.time_limit_s:
                 break
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             carry, last, lr, data_seconds = run.train_step(carry, step)
             step += 1
             elapsed = time.perf_counter() - started
             train_seconds += elapsed
+            train_cpu_seconds += time.process_time() - cpu_started
             last.update(lr=lr, step_time_s=elapsed, data_wait_s=data_seconds)
             if not math.isfinite(last["loss"]):
                 raise FloatingPointError(f"loss became {last['loss']} at step {step}")
             run.log.write({"kind": "train", "step": step, "train_seconds": train_seconds,
-                           **last})
+                           "train_cpu_seconds": train_cpu_seconds, **last})
             bar.update(1)
             bar.set_postfix(loss=f"{last['loss']:.3f}",
                             exact=f"{last.get('exact_accuracy', 0):.2f}")
@@ -382,4 +385,4 @@ def _train_loop(run: _Run) -> TrainingResult:
                                                       "train_seconds": train_seconds})
         raise
     bar.close()
-    return run.finish(step, train_seconds, last)
+    return run.finish(step, train_seconds, last, train_cpu_seconds)

@@ -346,7 +346,7 @@ def test_short_run_reduces_the_loss(trained):
     train_records = [r for r in records if r["kind"] == "train"]
     assert len(train_records) == 30 == result.steps
     for key in ("loss", "cell_accuracy", "exact_accuracy", "mean_segments", "lr",
-                "step_time_s"):
+                "step_time_s", "train_cpu_seconds"):
         assert any(key in r for r in train_records), key
     first = np.mean([r["token_loss"] for r in train_records[:5]])
     last = np.mean([r["token_loss"] for r in train_records[-5:]])
@@ -375,6 +375,9 @@ def test_evaluation_and_checkpoint_use_the_ema_weights(trained):
     assert loaded.metadata["preset"] == "tiny" and loaded.metadata["ema"] is True
     assert loaded.metadata["task"] == {"size": 4, "blanks": 4}
     assert loaded.metadata["metrics"]["paper"]["exact_accuracy"] == result.paper.exact_accuracy
+    # The training's CPU time (this process's, evaluations excluded) beside its wall time.
+    assert 0 < loaded.metadata["metrics"]["train_cpu_seconds"]
+    assert loaded.metadata["metrics"]["train_seconds"] == result.train_seconds
 
 
 def test_checkpoint_reloads_and_evaluates_the_same(trained):
