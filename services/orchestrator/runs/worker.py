@@ -195,7 +195,7 @@ class RunWorkers:
         still lease, the finish not having looked for one). `created`: the run's creation
         when it may still be committing (see Handoff)."""
         if self._max_attempts and run.attempts > self._max_attempts:
-            return await self._abandon(worker_id, run), False
+            return await self._abandon(worker_id, run)
         if run.attempts == 1:
             RUN_TIME_QUEUED.observe(max(0.0, time.time() - run.create_time))
         else:
@@ -231,16 +231,17 @@ class RunWorkers:
             raise asyncio.CancelledError
         return attempt.next_run, end is not AttemptEnd.FINISHED
 
-    async def _abandon(self, worker_id: str, run: RunRecord) -> RunRecord | None:
-        """Ends FAILED, unexecuted, a run over max_attempts (see the constructor); returns the
-        next run, leased in the same transaction."""
+    async def _abandon(self, worker_id: str,
+                       run: RunRecord) -> tuple[RunRecord | None, bool]:
+        """Ends FAILED, unexecuted, a run over max_attempts (see the constructor); returns as
+        `_attempt` does (the next run is leased in the same transaction)."""
         RUN_LEASE_EXPIRIES.labels("taken_over").inc()
         log.warning("%s: its lease expired %d times; failed without another attempt "
                     "(ORCHESTRATOR_RUN_MAX_ATTEMPTS)", run.name, run.attempts - 1)
         error = self._executor.exhausted(run.attempts - 1)
-        _, next_run = await retrying(lambda: self._store.finish_and_lease(
+        ended, next_run = await retrying(lambda: self._store.finish_and_lease(
             run.name, worker_id, RunState.FAILED, None, error, (), self._lease_s),
             f"failure of {run.name}")
         self.ended[AttemptEnd.FINISHED] += 1
         RUN_ATTEMPTS.labels(AttemptEnd.FINISHED.value).observe(run.attempts)
-        return next_run
+        return next_run, not ended
