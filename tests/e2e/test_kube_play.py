@@ -289,11 +289,14 @@ def _solve_and_answer(key: str) -> None:
         reply = _until(deadline, lambda: _call(stub.SolveProblem, solve, key))
         assert 1 <= reply.connect_four.column <= 7
         assert pb.AGENT_MCTS in reply.agents
-        _call(stub.IngestDocuments, pb.IngestDocumentsRequest(collection="kube", documents=[
+        # The orchestrator serves before the retrieval pod does (its readiness does not follow
+        # its dependencies'): an ingest waits for retrieval, as the solve waited for mcts.
+        ingest = pb.IngestDocumentsRequest(collection="kube", documents=[
             common_pb2.Document(id="heart", title="Hearts", source="test",
                                 text="The human heart has four chambers that pump blood."),
             common_pb2.Document(id="moon", title="The Moon", source="test",
-                                text="The Moon orbits the Earth about every 27 days.")]), key)
+                                text="The Moon orbits the Earth about every 27 days.")])
+        _until(deadline, lambda: _call(stub.IngestDocuments, ingest, key))
         answer = _call(stub.AnswerQuery, pb.AnswerQueryRequest(
             query="How many chambers does the human heart have?", collection="kube"), key)
     assert answer.sources[0].document_id == "heart"
