@@ -124,11 +124,13 @@ async def test_an_unexpected_error_fails_the_run_internal(store):
 
 
 class Flaky:
-    """The store, but the first `failures[method]` calls of each method raise Unavailable."""
+    """The store, but the first `failures[method]` calls of each method raise Unavailable; the
+    calls of those methods are listed in `calls[method]` (so 0 failures makes a spy)."""
 
     def __init__(self, store, **failures: int) -> None:
         self._store = store
         self._failures = failures
+        self.calls: dict[str, list] = {name: [] for name in failures}
 
     def __getattr__(self, name):
         method = getattr(self._store, name)
@@ -136,6 +138,7 @@ class Flaky:
             return method
 
         async def failing(*args, **kwargs):
+            self.calls[name].append((args, kwargs))
             if self._failures[name] > 0:
                 self._failures[name] -= 1
                 raise Unavailable("the database is down")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_run_attempts import LEASE_S, Scripted, payloads
+from test_run_attempts import LEASE_S, Flaky, Scripted, payloads
 from test_run_store import held_writer
 
 from libs.errors import NotFound, Unavailable
@@ -199,30 +199,11 @@ async def test_a_trace_id_rides_with_the_progress_or_the_finish(store: RunStore,
     assert (await store.get_run(run.name, "k")).trace_ids == ("a" * 32, "b" * 32)
 
 
-class Spy:
-    """Counts the calls of some of the store's methods (the others pass through)."""
-
-    def __init__(self, store: RunStore, *names: str) -> None:
-        self.calls: dict[str, list] = {name: [] for name in names}
-        self._store = store
-
-    def __getattr__(self, name):
-        method = getattr(self._store, name)
-        if name not in self.calls:
-            return method
-
-        async def counted(*args, **kwargs):
-            self.calls[name].append((args, kwargs))
-            return await method(*args, **kwargs)
-
-        return counted
-
-
 async def test_a_short_traced_run_writes_its_trace_progress_and_end_in_one_write(
         store: RunStore):
     await store.create_run("alice", "solve", b"request", None)
     run = await store.lease("w1", LEASE_S)
-    spy = Spy(store, "append_events", "record_trace", "finish")
+    spy = Flaky(store, append_events=0, record_trace=0, finish=0)  # a spy
     attempt = Attempt(spy, Scripted(), "w1", LEASE_S, run, "d" * 32, write_interval_s=3600)
     assert await attempt.run() is AttemptEnd.FINISHED
     assert (len(spy.calls["finish"]), spy.calls["append_events"], spy.calls["record_trace"]) \
@@ -235,7 +216,7 @@ async def test_a_short_traced_run_writes_its_trace_progress_and_end_in_one_write
 
 async def test_a_handed_off_runs_finish_leases_the_next_queued_run(store: RunStore):
     executor = Scripted(release=asyncio.Event())
-    spy = Spy(store, "lease", "finish", "finish_and_lease")
+    spy = Flaky(store, lease=0, finish=0, finish_and_lease=0)  # a spy
     workers = RunWorkers(spy, executor, workers=1, lease_s=60, poll_s=3600)
     workers.start()
     try:
