@@ -33,10 +33,6 @@ EXPIRED_CANDIDATE = select(*RUN_COLUMNS).where(
     runs.c.state == RunState.RUNNING.value, runs.c.lease_expires < bindparam("p_now")
 ).order_by(runs.c.id).limit(1).with_for_update(skip_locked=True)
 """The oldest RUNNING run whose lease expired before p_now (rows others hold skipped)."""
-QUEUED_CANDIDATE = select(*RUN_COLUMNS).where(
-    runs.c.state == RunState.QUEUED.value
-).order_by(runs.c.id).limit(1).with_for_update(skip_locked=True)
-"""The oldest QUEUED run (rows others hold skipped)."""
 _QUEUED = runs.alias("queued")  # not correlated with the UPDATE's own rows
 LEASE_QUEUED = update(runs).where(
     runs.c.id == select(_QUEUED.c.id).where(_QUEUED.c.state == RunState.QUEUED.value)
